@@ -1,0 +1,149 @@
+/*
+ * api: the route table and path matching.  Owns nothing at run time.
+ */
+#include "api/api_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define R(m, p, f, b, a) {API_##m, p, f, API_BODY_##b, a}
+
+static const api_route routes[] = {
+    R(GET, "/healthz", api_healthz, NONE, 0),
+    R(GET, "/v1/whoami", api_whoami, NONE, 1),
+    R(POST, "/v1/tenants", api_tenant_create, JSON, 1),
+    R(GET, "/v1/tenants", api_tenant_list, NONE, 1),
+    R(GET, "/v1/tenants/{}", api_tenant_get, NONE, 1),
+    R(POST, "/v1/tenants/{}/users", api_user_create, JSON, 1),
+    R(GET, "/v1/tenants/{}/users", api_user_list, NONE, 1),
+    R(GET, "/v1/users/{}", api_user_get, NONE, 1),
+    R(POST, "/v1/users/{}/tokens", api_token_create, JSON, 1),
+    R(GET, "/v1/users/{}/tokens", api_token_list, NONE, 1),
+    R(DELETE, "/v1/tokens/{}", api_token_delete, NONE, 1),
+    R(GET, "/v1/worker-specs", api_spec_list, NONE, 1),
+    R(POST, "/v1/worker-specs", api_spec_create, JSON, 1),
+    R(GET, "/v1/worker-specs/{}", api_spec_get, NONE, 1),
+    R(PUT, "/v1/worker-specs/{}", api_spec_update, JSON, 1),
+    R(GET, "/v1/images", api_image_list, NONE, 1),
+    R(POST, "/v1/images", api_image_create, JSON, 1),
+    R(GET, "/v1/images/{}", api_image_get, NONE, 1),
+    R(POST, "/v1/datasets", api_dataset_create, JSON, 1),
+    R(GET, "/v1/datasets", api_dataset_list, NONE, 1),
+    R(GET, "/v1/datasets/{}", api_dataset_get, NONE, 1),
+    R(DELETE, "/v1/datasets/{}", api_dataset_delete, NONE, 1),
+    R(POST, "/v1/datasets/{}/seal", api_dataset_seal, NONE, 1),
+    R(GET, "/v1/datasets/{}/files", api_dataset_file_list, NONE, 1),
+    R(PUT, "/v1/datasets/{}/files/{*}", api_dataset_file_put, UPLOAD, 1),
+    R(GET, "/v1/datasets/{}/files/{*}", api_dataset_file_get, NONE, 1),
+    R(DELETE, "/v1/datasets/{}/files/{*}", api_dataset_file_delete, NONE, 1),
+    R(POST, "/v1/workspaces", api_workspace_create, JSON, 1),
+    R(GET, "/v1/workspaces", api_workspace_list, NONE, 1),
+    R(GET, "/v1/workspaces/{}", api_workspace_get, NONE, 1),
+    R(DELETE, "/v1/workspaces/{}", api_workspace_delete, NONE, 1),
+    R(GET, "/v1/workspaces/{}/files", api_workspace_file_list, NONE, 1),
+    R(PUT, "/v1/workspaces/{}/files/{*}", api_workspace_file_put, UPLOAD, 1),
+    R(GET, "/v1/workspaces/{}/files/{*}", api_workspace_file_get, NONE, 1),
+    R(DELETE, "/v1/workspaces/{}/files/{*}", api_workspace_file_delete, NONE, 1),
+    R(POST, "/v1/jobs", api_job_create, JSON, 1),
+    R(GET, "/v1/jobs", api_job_list, NONE, 1),
+    R(GET, "/v1/jobs/{}", api_job_get, NONE, 1),
+    R(DELETE, "/v1/jobs/{}", api_job_delete, NONE, 1),
+    R(POST, "/v1/jobs/{}/cancel", api_job_cancel, NONE, 1),
+    R(GET, "/v1/jobs/{}/events", api_job_events, NONE, 1),
+    {0, NULL, NULL, 0, 0},
+};
+
+const api_route *api_routes(void)
+{
+    return routes;
+}
+
+enum api_method api_method_parse(const char *s)
+{
+    if (!strcmp(s, "GET") || !strcmp(s, "HEAD"))
+        return API_GET;
+    if (!strcmp(s, "POST"))
+        return API_POST;
+    if (!strcmp(s, "PUT"))
+        return API_PUT;
+    if (!strcmp(s, "DELETE"))
+        return API_DELETE;
+    return API_METHOD_OTHER;
+}
+
+const char *api_method_name(enum api_method m)
+{
+    static const char *const names[] = {"GET", "POST", "PUT", "DELETE", "OTHER"};
+    return names[m];
+}
+
+/* Matches path against pattern; copies captures into bufs. */
+static int match(const char *pat, const char *path, const char **param,
+                 char bufs[API_MAX_PARAMS][1100])
+{
+    int n = 0;
+    while (*pat) {
+        if (pat[0] == '{' && pat[1] == '*') {
+            size_t len = strlen(path);
+            if (len == 0 || len >= 1100 || n >= API_MAX_PARAMS)
+                return 0;
+            memcpy(bufs[n], path, len + 1);
+            param[n] = bufs[n];
+            return 1;
+        }
+        if (pat[0] == '{') {
+            size_t len = strcspn(path, "/");
+            if (len == 0 || len >= 1100 || n >= API_MAX_PARAMS)
+                return 0;
+            memcpy(bufs[n], path, len);
+            bufs[n][len] = '\0';
+            param[n] = bufs[n];
+            n++;
+            path += len;
+            pat += 2;
+            continue;
+        }
+        if (*pat != *path)
+            return 0;
+        pat++;
+        path++;
+    }
+    return *path == '\0';
+}
+
+const api_route *api_route_match(enum api_method m, const char *path, api_req *rq,
+                                 char bufs[API_MAX_PARAMS][1100], int *other_method)
+{
+    *other_method = 0;
+    for (const api_route *r = routes; r->pattern; r++) {
+        const char *param[API_MAX_PARAMS] = {0};
+        if (!match(r->pattern, path, param, bufs))
+            continue;
+        if (r->method != m) {
+            *other_method = 1;
+            continue;
+        }
+        memcpy(rq->param, param, sizeof param);
+        return r;
+    }
+    return NULL;
+}
+
+void api_resp_clear(api_resp *rs)
+{
+    free(rs->body);
+    rs->body = NULL;
+    if (rs->fd >= 0)
+        close(rs->fd);
+    rs->fd = -1;
+}
+
+void api_healthz(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    (void)rq;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "status", "ok");
+    cJSON_AddNumberToObject(o, "schema_version", store_schema_version(ctx->st));
+    api_json(rs, 200, o);
+}

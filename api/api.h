@@ -1,0 +1,118 @@
+/*
+ * api: the REST resources of cohortd, independent of the HTTP library.
+ *
+ * The server matches a route (api_route_match), authenticates the caller
+ * (api_authenticate), reads the body within the route's bound, and calls
+ * the route's handler with an api_req.  The handler fills an api_resp:
+ * a finished response, a file to send, a durable write for the server to
+ * hand to the store before finishing, or an upload to stream into.
+ */
+#ifndef COHORT_API_H
+#define COHORT_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "storage/store.h"
+#include "storage/store_tenant.h"
+
+#define API_MAX_PARAMS 3
+#define API_DEFAULT_BODY_LIMIT (1024 * 1024)
+#define API_DEFAULT_UPLOAD_LIMIT ((int64_t)1 << 30)
+#define API_LIST_MAX 200
+#define API_LIST_DEFAULT 50
+
+enum api_method { API_GET, API_POST, API_PUT, API_DELETE, API_METHOD_OTHER };
+enum api_body { API_BODY_NONE, API_BODY_JSON, API_BODY_UPLOAD };
+
+typedef struct api_ctx {
+    store *st;
+    char data_dir[4096];     /* datasets and workspaces live under <data_dir>/volumes */
+    size_t body_limit;       /* bytes of a JSON body */
+    int64_t upload_limit;    /* bytes of one uploaded file */
+} api_ctx;
+
+typedef struct api_req {
+    enum api_method method;
+    const char *path;
+    const char *param[API_MAX_PARAMS]; /* path captures, in pattern order */
+    const char *(*query)(void *h, const char *key);
+    const char *(*header)(void *h, const char *key);
+    void *h;
+    const char *body;
+    size_t body_len;
+    const store_principal *who; /* NULL on routes without authentication */
+} api_req;
+
+typedef struct api_resp api_resp;
+
+/* A file upload in progress: the server writes the body into fd, at most
+ * limit bytes, then calls finish (or abort when the body was not whole). */
+typedef struct api_upload {
+    int fd;
+    int64_t limit;
+    int64_t written;
+    void *state;
+    void (*finish)(api_ctx *ctx, const api_req *rq, api_resp *rs, struct api_upload *up);
+    void (*abort)(struct api_upload *up); /* frees state, removes the partial file */
+} api_upload;
+
+struct api_resp {
+    int status;
+    char *body;                /* owned, malloc'd */
+    size_t len;
+    const char *ctype;         /* static string */
+    char location[192];        /* Location header when not empty */
+    char replayed;             /* Idempotent-Replayed: true */
+    int fd;                    /* >= 0: send this file of fsize bytes; the server closes it */
+    int64_t fsize;
+    /* A durable write: the server runs write_fn through store_submit and
+     * then finish with its result; finish owns and frees write_ctx. */
+    store_write_fn write_fn;
+    void *write_ctx;
+    void (*finish)(api_ctx *ctx, api_resp *rs, void *write_ctx, int rc);
+    api_upload *upload;        /* set by an upload route's handler: owned by the server */
+    char tenant[UTIL_NAME_MAX + 1]; /* for the access log */
+};
+
+typedef void (*api_handler)(api_ctx *ctx, const api_req *rq, api_resp *rs);
+
+typedef struct api_route {
+    enum api_method method;
+    const char *pattern;    /* "/v1/jobs/{}" ; "{*}" captures the rest of the path */
+    api_handler fn;
+    enum api_body body;
+    int auth;               /* 1: a bearer token is required */
+} api_route;
+
+/* The route for method and path, filling rq->param (pointing into bufs,
+ * which the caller provides: API_MAX_PARAMS buffers of 1100 bytes).
+ * NULL when none; *other_method is set when the path exists for another
+ * method (405). */
+const api_route *api_route_match(enum api_method m, const char *path, api_req *rq,
+                                 char bufs[API_MAX_PARAMS][1100], int *other_method);
+/* Every route, ending with a zeroed entry (for the OpenAPI check). */
+const api_route *api_routes(void);
+enum api_method api_method_parse(const char *s);
+const char *api_method_name(enum api_method m);
+
+/*
+ * Resolves "Bearer <token>" to its principal.  0 on success; otherwise fills
+ * rs with 401 and returns -1.
+ */
+int api_authenticate(api_ctx *ctx, const char *authorization, store_principal *who,
+                     api_resp *rs);
+
+/* First start: creates the platform admin with token (or a generated one,
+ * written to out).  Sets *created to 1 when it did. */
+int api_bootstrap_admin(api_ctx *ctx, const char *token, char out[UTIL_TOKEN_LEN + 1],
+                        int *created, char *err, size_t errlen);
+
+/* Error body {"error":{"code","message","field"?}} with status. */
+void api_error(api_resp *rs, int status, const char *code, const char *field,
+               const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* Frees what rs owns and closes its file. */
+void api_resp_clear(api_resp *rs);
+
+#endif

@@ -1,0 +1,241 @@
+/*
+ * api_catalog: worker specs and images.  Everyone reads; the platform admin
+ * writes.
+ *   GET/POST /v1/worker-specs, GET/PUT /v1/worker-specs/{name},
+ *   GET/POST /v1/images, GET /v1/images/{name}.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api/api_int.h"
+#include "storage/store_catalog.h"
+
+#define PRICE_MAX 1000000000LL /* minor units per worker-hour */
+
+static cJSON *spec_json(const store_spec *sp)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", sp->name);
+    cJSON_AddNumberToObject(o, "cpus", (double)sp->cpus);
+    cJSON_AddNumberToObject(o, "memory_mb", (double)sp->memory_mb);
+    cJSON_AddNumberToObject(o, "gpus", (double)sp->gpus);
+    if (sp->gpu_type[0])
+        cJSON_AddStringToObject(o, "gpu_type", sp->gpu_type);
+    else
+        cJSON_AddNullToObject(o, "gpu_type");
+    cJSON_AddNumberToObject(o, "price_per_hour", (double)sp->price_per_hour);
+    cJSON_AddStringToObject(o, "currency", sp->currency);
+    api_add_time(o, "updated_at", sp->updated_at);
+    return o;
+}
+
+static void spec_row(void *arg, const store_spec *sp)
+{
+    cJSON_AddItemToArray(arg, spec_json(sp));
+}
+
+static void send_items(api_resp *rs, cJSON *items)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "items", items);
+    api_json(rs, 200, o);
+}
+
+void api_spec_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    (void)rq;
+    cJSON *items = cJSON_CreateArray();
+    int rc = store_spec_list(ctx->st, spec_row, items);
+    if (rc != STORE_OK) {
+        cJSON_Delete(items);
+        api_store_error(rs, rc, "worker specs");
+        return;
+    }
+    send_items(rs, items);
+}
+
+void api_spec_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    store_spec sp;
+    int rc = util_name_valid(rq->param[0]) ? store_spec_get(ctx->st, rq->param[0], &sp)
+                                           : STORE_NOTFOUND;
+    if (rc != STORE_OK)
+        api_store_error(rs, rc, "worker spec");
+    else
+        api_json(rs, 200, spec_json(&sp));
+}
+
+/* Reads the spec's fields from in over sp; required applies to creation. */
+static int spec_fields(const cJSON *in, int required, store_spec *sp, api_resp *rs)
+{
+    const char *gpu_type = NULL, *cur = NULL;
+    int g;
+    if (api_int(in, "cpus", required, 1, 4096, &sp->cpus, rs) < 0 ||
+        api_int(in, "memory_mb", required, 1, 64LL << 20, &sp->memory_mb, rs) < 0 ||
+        api_int(in, "gpus", 0, 0, 64, &sp->gpus, rs) < 0 ||
+        (g = api_name(in, "gpu_type", 0, &gpu_type, rs)) < 0 ||
+        api_int(in, "price_per_hour", required, 0, PRICE_MAX, &sp->price_per_hour, rs) < 0 ||
+        api_str(in, "currency", required, 3, &cur, rs) < 0)
+        return -1;
+    if (g == 1)
+        snprintf(sp->gpu_type, sizeof sp->gpu_type, "%s", gpu_type);
+    if (cur) {
+        if (strlen(cur) != 3 || !isupper((unsigned char)cur[0]) ||
+            !isupper((unsigned char)cur[1]) || !isupper((unsigned char)cur[2])) {
+            api_error(rs, 422, "invalid_value", "currency",
+                      "currency must be an ISO 4217 code such as USD");
+            return -1;
+        }
+        memcpy(sp->currency, cur, 4);
+    }
+    if (sp->gpus > 0 && !sp->gpu_type[0])
+        snprintf(sp->gpu_type, sizeof sp->gpu_type, "nvidia");
+    return 0;
+}
+
+static const char *const spec_keys[] = {"name", "cpus", "memory_mb", "gpus", "gpu_type",
+                                        "price_per_hour", "currency", NULL};
+
+static int spec_insert_write(store_tx *tx, void *arg)
+{
+    return store_spec_insert(tx, arg, NULL);
+}
+
+static int spec_update_write(store_tx *tx, void *arg)
+{
+    return store_spec_update(tx, arg);
+}
+
+void api_spec_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    cJSON *in = NULL;
+    store_spec sp = {0};
+    const char *name;
+    if (!api_is_platform_admin(rq->who)) {
+        api_forbid(rs, "platform_admin");
+        goto out;
+    }
+    if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, spec_keys, rs) ||
+        api_name(in, "name", 1, &name, rs) < 0 || spec_fields(in, 1, &sp, rs) < 0)
+        goto out;
+    snprintf(sp.name, sizeof sp.name, "%s", name);
+    int rc = store_write(ctx->st, spec_insert_write, &sp);
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, "worker spec");
+        goto out;
+    }
+    sp.updated_at = util_now_ms();
+    snprintf(rs->location, sizeof rs->location, "/v1/worker-specs/%s", sp.name);
+    api_json(rs, 201, spec_json(&sp));
+out:
+    cJSON_Delete(in);
+}
+
+void api_spec_update(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    cJSON *in = NULL;
+    store_spec sp;
+    const char *name = NULL;
+    if (!api_is_platform_admin(rq->who)) {
+        api_forbid(rs, "platform_admin");
+        goto out;
+    }
+    int rc = util_name_valid(rq->param[0]) ? store_spec_get(ctx->st, rq->param[0], &sp)
+                                           : STORE_NOTFOUND;
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, "worker spec");
+        goto out;
+    }
+    if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, spec_keys, rs) ||
+        api_name(in, "name", 0, &name, rs) < 0 || spec_fields(in, 0, &sp, rs) < 0)
+        goto out;
+    if (name && strcmp(name, sp.name)) {
+        api_error(rs, 422, "invalid_value", "name", "a worker spec cannot be renamed");
+        goto out;
+    }
+    rc = store_write(ctx->st, spec_update_write, &sp);
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, "worker spec");
+        goto out;
+    }
+    sp.updated_at = util_now_ms();
+    api_json(rs, 200, spec_json(&sp));
+out:
+    cJSON_Delete(in);
+}
+
+static cJSON *image_json(const store_image *im)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", im->name);
+    cJSON_AddStringToObject(o, "framework", im->framework);
+    api_add_time(o, "created_at", im->created_at);
+    return o;
+}
+
+static void image_row(void *arg, const store_image *im)
+{
+    cJSON_AddItemToArray(arg, image_json(im));
+}
+
+void api_image_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    (void)rq;
+    cJSON *items = cJSON_CreateArray();
+    int rc = store_image_list(ctx->st, image_row, items);
+    if (rc != STORE_OK) {
+        cJSON_Delete(items);
+        api_store_error(rs, rc, "images");
+        return;
+    }
+    send_items(rs, items);
+}
+
+void api_image_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    store_image im;
+    int rc = util_name_valid(rq->param[0]) ? store_image_get(ctx->st, rq->param[0], &im)
+                                           : STORE_NOTFOUND;
+    if (rc != STORE_OK)
+        api_store_error(rs, rc, "image");
+    else
+        api_json(rs, 200, image_json(&im));
+}
+
+static int image_write(store_tx *tx, void *arg)
+{
+    return store_image_insert(tx, arg, NULL);
+}
+
+void api_image_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    static const char *const fields[] = {"name", "framework", NULL};
+    cJSON *in = NULL;
+    store_image im = {0};
+    const char *name, *fw;
+    if (!api_is_platform_admin(rq->who)) {
+        api_forbid(rs, "platform_admin");
+        goto out;
+    }
+    if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs) ||
+        api_name(in, "name", 1, &name, rs) < 0 || api_str(in, "framework", 1, 15, &fw, rs) < 0)
+        goto out;
+    if (strcmp(fw, "pytorch") && strcmp(fw, "tensorflow") && strcmp(fw, "native")) {
+        api_error(rs, 422, "invalid_value", "framework",
+                  "framework must be pytorch, tensorflow or native");
+        goto out;
+    }
+    snprintf(im.name, sizeof im.name, "%s", name);
+    snprintf(im.framework, sizeof im.framework, "%s", fw);
+    int rc = store_write(ctx->st, image_write, &im);
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, "image");
+        goto out;
+    }
+    im.created_at = util_now_ms();
+    snprintf(rs->location, sizeof rs->location, "/v1/images/%s", im.name);
+    api_json(rs, 201, image_json(&im));
+out:
+    cJSON_Delete(in);
+}

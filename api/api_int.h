@@ -1,0 +1,125 @@
+/*
+ * api_int: what the resource files of api/ share: JSON in and out, field
+ * validation, role checks and the handler declarations the route table
+ * names.  Not for use outside api/.
+ */
+#ifndef COHORT_API_INT_H
+#define COHORT_API_INT_H
+
+#include <cjson/cJSON.h>
+
+#include "api/api.h"
+
+/* ---- JSON in and out (api_json.c) ---- */
+
+/* Sends obj (consumed) as the JSON body with status. */
+void api_json(api_resp *rs, int status, cJSON *obj);
+/* Parses the body as one JSON object; on failure fills rs (400) and returns NULL.
+ * The caller frees the result with cJSON_Delete. */
+cJSON *api_parse_object(const api_req *rq, api_resp *rs);
+/* Refuses members not in allowed (NULL-terminated) and duplicate members: 400. */
+int api_fields_known(const cJSON *obj, const char *const *allowed, api_resp *rs);
+
+/* Typed members.  Each returns 1 when present and valid, 0 when absent and
+ * optional, -1 after filling rs with the field's error. */
+int api_str(const cJSON *obj, const char *key, int required, size_t maxlen, const char **out,
+            api_resp *rs);
+int api_int(const cJSON *obj, const char *key, int required, int64_t min, int64_t max,
+            int64_t *out, api_resp *rs);
+int api_num(const cJSON *obj, const char *key, int required, double min, double max,
+            double *out, api_resp *rs);
+int api_bool(const cJSON *obj, const char *key, int required, int *out, api_resp *rs);
+/* A member that must be a valid name ([a-z0-9][a-z0-9._-]{0,62}). */
+int api_name(const cJSON *obj, const char *key, int required, const char **out, api_resp *rs);
+
+/* Pagination: ?limit (1..API_LIST_MAX) and ?cursor (a positive id). */
+int api_page(const api_req *rq, int *limit, int64_t *cursor, api_resp *rs);
+/* Parses a decimal id from a path parameter; 0 when not a positive integer. */
+int64_t api_id(const char *s);
+
+/* A page of a list: items plus next_cursor (the last id, when the page is full). */
+typedef struct api_list {
+    cJSON *items;
+    int n;
+    int64_t last;
+} api_list;
+/* Sends {"items": [...], "next_cursor": "..." | null}; consumes pg->items. */
+void api_list_send(api_resp *rs, api_list *pg, int limit);
+void api_list_add(api_list *pg, cJSON *item, int64_t id);
+
+void api_add_time(cJSON *o, const char *key, int64_t ms); /* RFC 3339, or null when 0 */
+
+/* ---- roles (api_auth.c) ---- */
+int api_is_platform_admin(const store_principal *p);
+/* May manage users and tokens of tenant_id. */
+int api_is_tenant_admin(const store_principal *p, int64_t tenant_id);
+/* May change the tenant's jobs, datasets, workspaces (member or above). */
+int api_can_write(const store_principal *p);
+/* The tenant whose objects the caller sees: its own. */
+int64_t api_tenant_of(const store_principal *p);
+/* 403 with a message naming the role needed; returns -1. */
+int api_forbid(api_resp *rs, const char *need);
+
+/* Runs fn as a durable write and finishes the response with fin. */
+void api_defer(api_resp *rs, store_write_fn fn, void *wctx,
+               void (*fin)(api_ctx *ctx, api_resp *rs, void *wctx, int rc));
+/* Maps a store error to a response; returns -1. */
+int api_store_error(api_resp *rs, int rc, const char *what);
+
+/* ---- handlers ---- */
+void api_healthz(api_ctx *, const api_req *, api_resp *);
+void api_whoami(api_ctx *, const api_req *, api_resp *);
+void api_tenant_create(api_ctx *, const api_req *, api_resp *);
+void api_tenant_list(api_ctx *, const api_req *, api_resp *);
+void api_tenant_get(api_ctx *, const api_req *, api_resp *);
+void api_user_create(api_ctx *, const api_req *, api_resp *);
+void api_user_list(api_ctx *, const api_req *, api_resp *);
+void api_user_get(api_ctx *, const api_req *, api_resp *);
+void api_token_create(api_ctx *, const api_req *, api_resp *);
+void api_token_list(api_ctx *, const api_req *, api_resp *);
+void api_token_delete(api_ctx *, const api_req *, api_resp *);
+void api_spec_list(api_ctx *, const api_req *, api_resp *);
+void api_spec_get(api_ctx *, const api_req *, api_resp *);
+void api_spec_create(api_ctx *, const api_req *, api_resp *);
+void api_spec_update(api_ctx *, const api_req *, api_resp *);
+void api_image_list(api_ctx *, const api_req *, api_resp *);
+void api_image_get(api_ctx *, const api_req *, api_resp *);
+void api_image_create(api_ctx *, const api_req *, api_resp *);
+void api_dataset_create(api_ctx *, const api_req *, api_resp *);
+void api_dataset_list(api_ctx *, const api_req *, api_resp *);
+void api_dataset_get(api_ctx *, const api_req *, api_resp *);
+void api_dataset_delete(api_ctx *, const api_req *, api_resp *);
+void api_dataset_seal(api_ctx *, const api_req *, api_resp *);
+void api_workspace_create(api_ctx *, const api_req *, api_resp *);
+void api_workspace_list(api_ctx *, const api_req *, api_resp *);
+void api_workspace_get(api_ctx *, const api_req *, api_resp *);
+void api_workspace_delete(api_ctx *, const api_req *, api_resp *);
+void api_dataset_file_put(api_ctx *, const api_req *, api_resp *);
+void api_dataset_file_get(api_ctx *, const api_req *, api_resp *);
+void api_dataset_file_delete(api_ctx *, const api_req *, api_resp *);
+void api_dataset_file_list(api_ctx *, const api_req *, api_resp *);
+void api_workspace_file_put(api_ctx *, const api_req *, api_resp *);
+void api_workspace_file_get(api_ctx *, const api_req *, api_resp *);
+void api_workspace_file_delete(api_ctx *, const api_req *, api_resp *);
+void api_workspace_file_list(api_ctx *, const api_req *, api_resp *);
+void api_job_create(api_ctx *, const api_req *, api_resp *);
+void api_job_list(api_ctx *, const api_req *, api_resp *);
+void api_job_get(api_ctx *, const api_req *, api_resp *);
+void api_job_cancel(api_ctx *, const api_req *, api_resp *);
+void api_job_delete(api_ctx *, const api_req *, api_resp *);
+void api_job_events(api_ctx *, const api_req *, api_resp *);
+
+/* ---- volumes shared with jobs (api_volumes.c, api_files.c) ---- */
+#include "storage/store_volume.h"
+/* Resolves a volume the caller may see; fills rs with 404 when absent. */
+int api_volume_find(api_ctx *ctx, const store_principal *who, store_vol_kind k,
+                    const char *name, store_volume *out, api_resp *rs);
+/* The caller may change v (member or above of the owning tenant); else 403. */
+int api_volume_writable(const store_principal *who, const store_volume *v, api_resp *rs);
+/* Opens the volume's root directory (O_DIRECTORY|O_PATH); -1 on error. */
+int api_volume_root(api_ctx *ctx, store_vol_kind k, const store_volume *v, int create);
+/* Opens path (already validated) beneath root without following any
+ * symlink; returns an fd for a regular file opened O_RDONLY, or -errno. */
+int api_open_beneath(int root, const char *path);
+
+#endif

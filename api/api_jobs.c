@@ -1,0 +1,644 @@
+/*
+ * api_jobs: training jobs.
+ *   POST /v1/jobs (Idempotency-Key), GET /v1/jobs, GET/DELETE /v1/jobs/{id},
+ *   POST /v1/jobs/{id}/cancel, GET /v1/jobs/{id}/events.
+ * A submit is validated whole against the catalog and the caller's volumes,
+ * priced from the worker spec at that moment, and answered 201 only once
+ * its row is committed (the write goes through the store's group commit).
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/api_int.h"
+#include "storage/store_catalog.h"
+#include "storage/store_job.h"
+
+#define MAX_WORKERS 10000
+#define MAX_DATASETS 32
+#define MAX_ARGS 256
+#define MAX_ARG_LEN 4096
+#define MAX_ENV 64
+#define MAX_ENV_VALUE 4096
+#define MAX_RUNTIME (30LL * 24 * 3600)
+
+/* Names the platform sets in every worker's environment. */
+static const char *const reserved_env[] = {
+    "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK",
+    "WORKER_PER_NODE", "BACKEND", "DATASETS_PATH", "DATASETS", "WORKSPACE", "EPOCHS", "LR",
+    "BATCH_SIZE", "TF_CONFIG", NULL,
+};
+
+static const char *const job_states[] = {"PENDING", "STARTING", "RUNNING", "SUCCEEDED",
+                                         "FAILED", "CANCELLED", NULL};
+
+static int text_ok(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return 0;
+    return 1;
+}
+
+static int env_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 128 || (s[0] >= '0' && s[0] <= '9'))
+        return 0;
+    for (; *s; s++)
+        if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') ||
+              (*s >= '0' && *s <= '9') || *s == '_'))
+            return 0;
+    return 1;
+}
+
+static cJSON *parse_or(const char *json, cJSON *fallback)
+{
+    cJSON *v = json ? cJSON_Parse(json) : NULL;
+    if (!v)
+        return fallback;
+    cJSON_Delete(fallback);
+    return v;
+}
+
+static cJSON *job_json(const store_job *j)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)j->id);
+    cJSON_AddStringToObject(o, "name", j->name);
+    cJSON_AddStringToObject(o, "tenant", j->tenant);
+    cJSON_AddStringToObject(o, "user", j->user);
+    cJSON_AddStringToObject(o, "state", j->state);
+    if (j->reason[0])
+        cJSON_AddStringToObject(o, "reason", j->reason);
+    else
+        cJSON_AddNullToObject(o, "reason");
+    cJSON_AddNullToObject(o, "position"); /* queue position: set by the scheduler */
+    cJSON_AddNumberToObject(o, "attempt", (double)j->attempt);
+    cJSON_AddStringToObject(o, "image", j->image);
+    cJSON_AddStringToObject(o, "framework", j->framework);
+    cJSON_AddItemToObject(o, "datasets", parse_or(j->datasets_json, cJSON_CreateArray()));
+    cJSON_AddStringToObject(o, "workspace", j->workspace);
+    cJSON_AddStringToObject(o, "code_path", j->code_path);
+    cJSON_AddItemToObject(o, "args", parse_or(j->args_json, cJSON_CreateArray()));
+    cJSON_AddItemToObject(o, "env", parse_or(j->env_json, cJSON_CreateObject()));
+    cJSON_AddNumberToObject(o, "epochs", (double)j->epochs);
+    cJSON_AddNumberToObject(o, "lr", j->lr);
+    cJSON_AddNumberToObject(o, "batch_size", (double)j->batch_size);
+    cJSON_AddStringToObject(o, "worker_spec", j->worker_spec);
+    cJSON_AddNumberToObject(o, "worker_count", (double)j->worker_count);
+    if (j->workers_per_node > 0)
+        cJSON_AddNumberToObject(o, "workers_per_node", (double)j->workers_per_node);
+    else
+        cJSON_AddNullToObject(o, "workers_per_node");
+    cJSON_AddNumberToObject(o, "priority", (double)j->priority);
+    if (j->max_runtime_seconds > 0)
+        cJSON_AddNumberToObject(o, "max_runtime_seconds", (double)j->max_runtime_seconds);
+    else
+        cJSON_AddNullToObject(o, "max_runtime_seconds");
+    cJSON_AddNumberToObject(o, "max_retries", (double)j->max_retries);
+    cJSON *r = cJSON_AddObjectToObject(o, "resources");
+    cJSON_AddNumberToObject(r, "cpus", (double)j->cpus);
+    cJSON_AddNumberToObject(r, "memory_mb", (double)j->memory_mb);
+    cJSON_AddNumberToObject(r, "gpus", (double)j->gpus);
+    cJSON *p = cJSON_AddObjectToObject(o, "price");
+    cJSON_AddStringToObject(p, "currency", j->currency);
+    cJSON_AddNumberToObject(p, "per_worker_hour", (double)j->price_per_hour);
+    cJSON_AddNumberToObject(p, "per_hour", (double)(j->price_per_hour * j->worker_count));
+    if (j->estimated_max >= 0)
+        cJSON_AddNumberToObject(p, "estimated_max", (double)j->estimated_max);
+    else
+        cJSON_AddNullToObject(p, "estimated_max");
+    api_add_time(o, "created_at", j->created_at);
+    api_add_time(o, "updated_at", j->updated_at);
+    api_add_time(o, "started_at", j->started_at);
+    api_add_time(o, "finished_at", j->finished_at);
+    return o;
+}
+
+/* ---- submit ---- */
+
+struct job_new {
+    store_job j;
+    int replayed;
+};
+
+static int job_insert_write(store_tx *tx, void *arg)
+{
+    struct job_new *n = arg;
+    if (n->j.idem_key[0]) {
+        store_job old;
+        int rc = store_job_by_idem_tx(tx, n->j.tenant_id, n->j.idem_key, &old);
+        if (rc == STORE_OK) {
+            int same = util_ct_equal(old.request_hash, n->j.request_hash, UTIL_SHA256_LEN);
+            if (!same) {
+                store_job_clear(&old);
+                return STORE_CONFLICT;
+            }
+            store_job_clear(&n->j);
+            n->j = old;
+            n->replayed = 1;
+            return STORE_OK;
+        }
+        if (rc != STORE_NOTFOUND)
+            return rc;
+    }
+    return store_job_insert(tx, &n->j);
+}
+
+static void job_insert_done(api_ctx *ctx, api_resp *rs, void *arg, int rc)
+{
+    struct job_new *n = arg;
+    if (rc == STORE_CONFLICT) {
+        api_error(rs, 409, "idempotency_conflict", NULL,
+                  "this Idempotency-Key was used with a different request body");
+    } else if (rc != STORE_OK) {
+        api_store_error(rs, rc, "job");
+    } else {
+        store_job j;
+        /* Read back so the answer carries exactly what was stored. */
+        if (store_job_get(ctx->st, n->j.tenant_id, n->j.id, &j) == STORE_OK) {
+            api_json(rs, 201, job_json(&j));
+            store_job_clear(&j);
+        } else {
+            api_json(rs, 201, job_json(&n->j));
+        }
+        rs->replayed = (char)n->replayed;
+        snprintf(rs->location, sizeof rs->location, "/v1/jobs/%lld", (long long)n->j.id);
+    }
+    store_job_clear(&n->j);
+    free(n);
+}
+
+/* Validates datasets[] and stores it as a JSON array. */
+static int job_datasets(api_ctx *ctx, const api_req *rq, const cJSON *in, store_job *j,
+                        api_resp *rs)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(in, "datasets");
+    cJSON *out = cJSON_CreateArray();
+    int rc = -1;
+    if (a && !cJSON_IsNull(a)) {
+        if (!cJSON_IsArray(a)) {
+            api_error(rs, 400, "invalid_type", "datasets", "'datasets' must be an array of names");
+            goto out;
+        }
+        if (cJSON_GetArraySize(a) > MAX_DATASETS) {
+            api_error(rs, 422, "invalid_value", "datasets", "at most %d datasets", MAX_DATASETS);
+            goto out;
+        }
+        for (const cJSON *d = a->child; d; d = d->next) {
+            store_volume v;
+            if (!cJSON_IsString(d) || !util_name_valid(d->valuestring)) {
+                api_error(rs, 422, "invalid_value", "datasets",
+                          "each dataset must be a name matching [a-z0-9][a-z0-9._-]{0,62}");
+                goto out;
+            }
+            for (const cJSON *e = a->child; e != d; e = e->next) {
+                if (!strcmp(e->valuestring, d->valuestring)) {
+                    api_error(rs, 422, "invalid_value", "datasets", "dataset '%s' is listed twice",
+                              d->valuestring);
+                    goto out;
+                }
+            }
+            if (store_volume_get(ctx->st, STORE_DATASET, api_tenant_of(rq->who), d->valuestring,
+                                 1, &v) != STORE_OK) {
+                api_error(rs, 422, "not_found", "datasets", "no dataset named '%s'",
+                          d->valuestring);
+                goto out;
+            }
+            cJSON_AddItemToArray(out, cJSON_CreateString(d->valuestring));
+        }
+    }
+    j->datasets_json = cJSON_PrintUnformatted(out);
+    rc = j->datasets_json ? 0 : -1;
+out:
+    cJSON_Delete(out);
+    return rc;
+}
+
+static int job_args(const cJSON *in, store_job *j, api_resp *rs)
+{
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(in, "args");
+    if (a && !cJSON_IsNull(a)) {
+        if (!cJSON_IsArray(a)) {
+            api_error(rs, 400, "invalid_type", "args", "'args' must be an array of strings");
+            return -1;
+        }
+        if (cJSON_GetArraySize(a) > MAX_ARGS) {
+            api_error(rs, 422, "invalid_value", "args", "at most %d args", MAX_ARGS);
+            return -1;
+        }
+        for (const cJSON *s = a->child; s; s = s->next) {
+            if (!cJSON_IsString(s)) {
+                api_error(rs, 400, "invalid_type", "args", "every arg must be a string");
+                return -1;
+            }
+            if (strlen(s->valuestring) > MAX_ARG_LEN) {
+                api_error(rs, 422, "invalid_value", "args", "an arg is longer than %d bytes",
+                          MAX_ARG_LEN);
+                return -1;
+            }
+        }
+        j->args_json = cJSON_PrintUnformatted(a);
+    } else {
+        j->args_json = strdup("[]");
+    }
+    return j->args_json ? 0 : -1;
+}
+
+static int job_env(const cJSON *in, store_job *j, api_resp *rs)
+{
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(in, "env");
+    if (e && !cJSON_IsNull(e)) {
+        if (!cJSON_IsObject(e)) {
+            api_error(rs, 400, "invalid_type", "env", "'env' must be an object of strings");
+            return -1;
+        }
+        if (cJSON_GetArraySize(e) > MAX_ENV) {
+            api_error(rs, 422, "invalid_value", "env", "at most %d variables", MAX_ENV);
+            return -1;
+        }
+        for (const cJSON *v = e->child; v; v = v->next) {
+            if (!env_name_ok(v->string)) {
+                api_error(rs, 422, "invalid_value", "env",
+                          "'%.64s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", v->string);
+                return -1;
+            }
+            for (const char *const *r = reserved_env; *r; r++) {
+                if (!strcmp(*r, v->string)) {
+                    api_error(rs, 422, "reserved", "env",
+                              "%s is set by the platform and cannot be overridden", v->string);
+                    return -1;
+                }
+            }
+            if (!strncmp(v->string, "COHORT_", 7)) {
+                api_error(rs, 422, "reserved", "env", "COHORT_* variables are the platform's");
+                return -1;
+            }
+            for (const cJSON *p = e->child; p != v; p = p->next) {
+                if (!strcmp(p->string, v->string)) {
+                    api_error(rs, 400, "duplicate_field", "env", "%.64s appears twice", v->string);
+                    return -1;
+                }
+            }
+            if (!cJSON_IsString(v)) {
+                api_error(rs, 400, "invalid_type", "env", "the value of %.64s must be a string",
+                          v->string);
+                return -1;
+            }
+            if (strlen(v->valuestring) > MAX_ENV_VALUE) {
+                api_error(rs, 422, "invalid_value", "env", "the value of %.64s is too long",
+                          v->string);
+                return -1;
+            }
+        }
+        j->env_json = cJSON_PrintUnformatted(e);
+    } else {
+        j->env_json = strdup("{}");
+    }
+    return j->env_json ? 0 : -1;
+}
+
+/* code_path must name a regular file inside the workspace, reached without symlinks. */
+static int job_code_path(api_ctx *ctx, const store_volume *ws, const char *path, api_resp *rs)
+{
+    if (!util_relpath_valid(path, strlen(path))) {
+        api_error(rs, 422, "invalid_path", "code_path",
+                  "code_path must be a relative path inside the workspace, without '..'");
+        return -1;
+    }
+    int root = api_volume_root(ctx, STORE_WORKSPACE, ws, 1);
+    int fd = root >= 0 ? api_open_beneath(root, path) : -1;
+    if (root >= 0)
+        close(root);
+    if (fd < 0) {
+        api_error(rs, 422, "not_found", "code_path",
+                  "no regular file '%.200s' in workspace '%s' (symlinks are not followed)",
+                  path, ws->name);
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
+/* Estimated maximum: price per worker-hour x workers x seconds / 3600, rounded up. */
+static int job_price(store_job *j, api_resp *rs)
+{
+    j->estimated_max = -1;
+    if (j->max_runtime_seconds <= 0)
+        return 0;
+    int64_t per_hour, total;
+    if (__builtin_mul_overflow(j->price_per_hour, j->worker_count, &per_hour) ||
+        __builtin_mul_overflow(per_hour, j->max_runtime_seconds, &total)) {
+        api_error(rs, 422, "invalid_value", "max_runtime_seconds",
+                  "the estimated price does not fit in the price range");
+        return -1;
+    }
+    j->estimated_max = total / 3600 + (total % 3600 != 0);
+    return 0;
+}
+
+void api_job_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    static const char *const fields[] = {
+        "name", "image", "datasets", "workspace", "code_path", "args", "epochs", "lr",
+        "batch_size", "worker_spec", "worker_count", "workers_per_node", "priority",
+        "max_runtime_seconds", "max_retries", "env", NULL};
+    cJSON *in = NULL;
+    struct job_new *n = calloc(1, sizeof *n);
+    store_job *j = n ? &n->j : NULL;
+    const char *name, *image, *ws_name, *code_path, *spec_name;
+    store_image im;
+    store_spec sp;
+    store_volume ws;
+    if (!n) {
+        api_error(rs, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    if (!api_can_write(rq->who)) {
+        api_forbid(rs, "member");
+        goto fail;
+    }
+    const char *key = rq->header(rq->h, "Idempotency-Key");
+    if (key && (strlen(key) == 0 || strlen(key) > STORE_IDEM_MAX || !text_ok(key))) {
+        api_error(rs, 400, "invalid_value", NULL,
+                  "Idempotency-Key must be 1..%d printable characters", STORE_IDEM_MAX);
+        goto fail;
+    }
+    if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs))
+        goto fail;
+    if (api_str(in, "name", 1, STORE_JOB_NAME_MAX, &name, rs) < 0 ||
+        api_name(in, "image", 1, &image, rs) < 0 ||
+        api_name(in, "workspace", 1, &ws_name, rs) < 0 ||
+        api_str(in, "code_path", 1, UTIL_PATH_MAX, &code_path, rs) < 0 ||
+        api_int(in, "epochs", 1, 1, 1000000, &j->epochs, rs) < 0 ||
+        api_num(in, "lr", 1, 0, 1000, &j->lr, rs) < 0 ||
+        api_int(in, "batch_size", 1, 1, 1 << 24, &j->batch_size, rs) < 0 ||
+        api_name(in, "worker_spec", 1, &spec_name, rs) < 0 ||
+        api_int(in, "worker_count", 1, 1, MAX_WORKERS, &j->worker_count, rs) < 0 ||
+        api_int(in, "workers_per_node", 0, 1, 1024, &j->workers_per_node, rs) < 0 ||
+        api_int(in, "priority", 0, -1000, 1000, &j->priority, rs) < 0 ||
+        api_int(in, "max_runtime_seconds", 0, 1, MAX_RUNTIME, &j->max_runtime_seconds, rs) < 0 ||
+        api_int(in, "max_retries", 0, 0, 100, &j->max_retries, rs) < 0)
+        goto fail;
+    if (name[0] == '\0' || !text_ok(name)) {
+        api_error(rs, 422, "invalid_value", "name",
+                  "name must be 1..%d characters without control characters", STORE_JOB_NAME_MAX);
+        goto fail;
+    }
+    if (j->lr <= 0) {
+        api_error(rs, 422, "invalid_value", "lr", "lr must be greater than 0");
+        goto fail;
+    }
+    if (j->workers_per_node > 0 && j->worker_count % j->workers_per_node != 0) {
+        api_error(rs, 422, "invalid_value", "workers_per_node",
+                  "worker_count (%lld) must be a multiple of workers_per_node (%lld)",
+                  (long long)j->worker_count, (long long)j->workers_per_node);
+        goto fail;
+    }
+    if (store_image_get(ctx->st, image, &im) != STORE_OK) {
+        api_error(rs, 422, "not_found", "image", "no image named '%s'", image);
+        goto fail;
+    }
+    if (store_spec_get(ctx->st, spec_name, &sp) != STORE_OK) {
+        api_error(rs, 422, "not_found", "worker_spec", "no worker spec named '%s'", spec_name);
+        goto fail;
+    }
+    if (store_volume_get(ctx->st, STORE_WORKSPACE, api_tenant_of(rq->who), ws_name, 0, &ws) !=
+        STORE_OK) {
+        api_error(rs, 422, "not_found", "workspace", "no workspace named '%s'", ws_name);
+        goto fail;
+    }
+    if (job_code_path(ctx, &ws, code_path, rs) || job_datasets(ctx, rq, in, j, rs) ||
+        job_args(in, j, rs) || job_env(in, j, rs))
+        goto fail;
+    if (!j->datasets_json || !j->args_json || !j->env_json) {
+        api_error(rs, 500, "internal", NULL, "out of memory");
+        goto fail;
+    }
+    j->tenant_id = api_tenant_of(rq->who);
+    j->user_id = rq->who->user.id;
+    snprintf(j->name, sizeof j->name, "%s", name);
+    snprintf(j->image, sizeof j->image, "%s", im.name);
+    snprintf(j->framework, sizeof j->framework, "%s", im.framework);
+    snprintf(j->workspace, sizeof j->workspace, "%s", ws.name);
+    snprintf(j->code_path, sizeof j->code_path, "%s", code_path);
+    snprintf(j->worker_spec, sizeof j->worker_spec, "%s", sp.name);
+    j->cpus = sp.cpus;
+    j->memory_mb = sp.memory_mb;
+    j->gpus = sp.gpus;
+    snprintf(j->currency, sizeof j->currency, "%s", sp.currency);
+    j->price_per_hour = sp.price_per_hour;
+    if (job_price(j, rs))
+        goto fail;
+    if (key) {
+        snprintf(j->idem_key, sizeof j->idem_key, "%s", key);
+        util_sha256(rq->body, rq->body_len, j->request_hash);
+    }
+    cJSON_Delete(in);
+    api_defer(rs, job_insert_write, n, job_insert_done);
+    return;
+fail:
+    cJSON_Delete(in);
+    store_job_clear(j);
+    free(n);
+}
+
+/* ---- read ---- */
+
+/* The job in the path, when the caller may see it; the caller clears j. */
+static int job_find(api_ctx *ctx, const api_req *rq, store_job *j, api_resp *rs)
+{
+    int64_t id = api_id(rq->param[0]);
+    int64_t tenant = api_is_platform_admin(rq->who) ? 0 : api_tenant_of(rq->who);
+    int rc = id > 0 ? store_job_get(ctx->st, tenant, id, j) : STORE_NOTFOUND;
+    return rc == STORE_OK ? 0 : api_store_error(rs, rc, "job");
+}
+
+void api_job_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    store_job j;
+    if (job_find(ctx, rq, &j, rs))
+        return;
+    api_json(rs, 200, job_json(&j));
+    store_job_clear(&j);
+}
+
+static void job_row(void *arg, const store_job *j)
+{
+    api_list_add(arg, job_json(j), j->id);
+}
+
+void api_job_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    store_job_filter f = {0};
+    if (api_page(rq, &f.limit, &f.before, rs))
+        return;
+    f.tenant_id = api_is_platform_admin(rq->who) ? 0 : api_tenant_of(rq->who);
+    f.state = rq->query(rq->h, "state");
+    f.name = rq->query(rq->h, "name");
+    if (f.state) {
+        const char *const *s = job_states;
+        while (*s && strcmp(*s, f.state))
+            s++;
+        if (!*s) {
+            api_error(rs, 400, "invalid_value", "state",
+                      "state must be PENDING, STARTING, RUNNING, SUCCEEDED, FAILED or CANCELLED");
+            return;
+        }
+    }
+    if (f.name && strlen(f.name) > STORE_JOB_NAME_MAX) {
+        api_error(rs, 400, "invalid_value", "name", "name filter too long");
+        return;
+    }
+    api_list pg = {cJSON_CreateArray(), 0, 0};
+    int rc = store_job_list(ctx->st, &f, job_row, &pg);
+    if (rc != STORE_OK) {
+        cJSON_Delete(pg.items);
+        api_store_error(rs, rc, "jobs");
+        return;
+    }
+    api_list_send(rs, &pg, f.limit);
+}
+
+static cJSON *event_json(const store_event *e)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)e->id);
+    api_add_time(o, "at", e->at);
+    cJSON_AddNumberToObject(o, "attempt", (double)e->attempt);
+    if (e->from_state[0])
+        cJSON_AddStringToObject(o, "from", e->from_state);
+    else
+        cJSON_AddNullToObject(o, "from");
+    cJSON_AddStringToObject(o, "to", e->to_state);
+    if (e->reason[0])
+        cJSON_AddStringToObject(o, "reason", e->reason);
+    else
+        cJSON_AddNullToObject(o, "reason");
+    return o;
+}
+
+static void event_row(void *arg, const store_event *e)
+{
+    api_list_add(arg, event_json(e), e->id);
+}
+
+void api_job_events(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    store_job j;
+    int limit;
+    int64_t cursor;
+    if (api_page(rq, &limit, &cursor, rs) || job_find(ctx, rq, &j, rs))
+        return;
+    api_list pg = {cJSON_CreateArray(), 0, 0};
+    int rc = store_job_events(ctx->st, j.id, cursor, limit, event_row, &pg);
+    store_job_clear(&j);
+    if (rc != STORE_OK) {
+        cJSON_Delete(pg.items);
+        api_store_error(rs, rc, "events");
+        return;
+    }
+    api_list_send(rs, &pg, limit);
+}
+
+/* ---- cancel and delete ---- */
+
+enum { JOB_FINAL = -100, JOB_NOT_FINAL = -101 };
+
+struct job_change {
+    int64_t tenant_id;
+    int64_t id;
+    char reason[STORE_REASON_MAX + 1];
+    store_job after;
+};
+
+static int job_cancel_write(store_tx *tx, void *arg)
+{
+    struct job_change *c = arg;
+    store_job j;
+    int rc = store_job_get_tx(tx, c->tenant_id, c->id, &j);
+    if (rc != STORE_OK)
+        return rc;
+    if (store_job_state_final(j.state))
+        rc = JOB_FINAL;
+    else
+        rc = store_job_transition(tx, j.id, j.state, "CANCELLED", c->reason);
+    store_job_clear(&j);
+    if (rc == STORE_OK)
+        rc = store_job_get_tx(tx, c->tenant_id, c->id, &c->after);
+    return rc;
+}
+
+static void job_change_done(api_ctx *ctx, api_resp *rs, void *arg, int rc)
+{
+    (void)ctx;
+    struct job_change *c = arg;
+    if (rc == JOB_FINAL)
+        api_error(rs, 409, "job_finished", NULL, "job %lld has already finished",
+                  (long long)c->id);
+    else if (rc == JOB_NOT_FINAL)
+        api_error(rs, 409, "job_active", NULL,
+                  "job %lld has not finished: cancel it before deleting it", (long long)c->id);
+    else if (rc != STORE_OK)
+        api_store_error(rs, rc, "job");
+    else if (c->after.id)
+        api_json(rs, 200, job_json(&c->after));
+    else
+        rs->status = 204;
+    store_job_clear(&c->after);
+    free(c);
+}
+
+static int job_delete_write(store_tx *tx, void *arg)
+{
+    struct job_change *c = arg;
+    store_job j;
+    int rc = store_job_get_tx(tx, c->tenant_id, c->id, &j);
+    if (rc != STORE_OK)
+        return rc;
+    rc = store_job_state_final(j.state) ? store_job_delete(tx, j.id) : JOB_NOT_FINAL;
+    store_job_clear(&j);
+    return rc;
+}
+
+static void job_change(api_ctx *ctx, const api_req *rq, api_resp *rs, store_write_fn fn)
+{
+    (void)ctx;
+    int64_t id = api_id(rq->param[0]);
+    if (id <= 0) {
+        api_store_error(rs, STORE_NOTFOUND, "job");
+        return;
+    }
+    /* A viewer learns nothing about ids it cannot see: check existence first. */
+    store_job j;
+    if (job_find(ctx, rq, &j, rs))
+        return;
+    store_job_clear(&j);
+    if (!api_can_write(rq->who)) {
+        api_forbid(rs, "member");
+        return;
+    }
+    struct job_change *c = calloc(1, sizeof *c);
+    if (!c) {
+        api_error(rs, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    c->tenant_id = api_is_platform_admin(rq->who) ? 0 : api_tenant_of(rq->who);
+    c->id = id;
+    snprintf(c->reason, sizeof c->reason, "cancelled by %s/%s", rq->who->user.tenant,
+             rq->who->user.name);
+    api_defer(rs, fn, c, job_change_done);
+}
+
+void api_job_cancel(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    job_change(ctx, rq, rs, job_cancel_write);
+}
+
+void api_job_delete(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    job_change(ctx, rq, rs, job_delete_write);
+}

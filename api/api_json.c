@@ -1,0 +1,313 @@
+/*
+ * api_json: JSON bodies in and out, field-level validation and errors,
+ * pagination parameters.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api_int.h"
+
+void api_json(api_resp *rs, int status, cJSON *obj)
+{
+    free(rs->body);
+    rs->body = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    cJSON_Delete(obj);
+    if (!rs->body) {
+        rs->status = 500;
+        rs->body = strdup("{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}");
+    } else {
+        rs->status = status;
+    }
+    rs->len = rs->body ? strlen(rs->body) : 0;
+    rs->ctype = "application/json";
+}
+
+void api_error(api_resp *rs, int status, const char *code, const char *field, const char *fmt,
+               ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cJSON *o = cJSON_CreateObject();
+    cJSON *e = cJSON_AddObjectToObject(o, "error");
+    cJSON_AddStringToObject(e, "code", code);
+    cJSON_AddStringToObject(e, "message", msg);
+    if (field)
+        cJSON_AddStringToObject(e, "field", field);
+    rs->write_fn = NULL;
+    api_json(rs, status, o);
+}
+
+/* A JSON string escape \u0000 would be cut short by cJSON: refuse it. */
+static int has_escaped_nul(const char *s, size_t n)
+{
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (s[i] != '\\')
+            continue;
+        if (s[i + 1] == 'u' && i + 5 < n && !strncmp(s + i + 2, "0000", 4))
+            return 1;
+        i++; /* skip the escaped character */
+    }
+    return 0;
+}
+
+cJSON *api_parse_object(const api_req *rq, api_resp *rs)
+{
+    if (rq->body_len == 0) {
+        api_error(rs, 400, "invalid_json", NULL, "a JSON object body is required");
+        return NULL;
+    }
+    if (has_escaped_nul(rq->body, rq->body_len)) {
+        api_error(rs, 400, "invalid_json", NULL, "strings may not contain NUL (\\u0000)");
+        return NULL;
+    }
+    const char *end = NULL;
+    cJSON *o = cJSON_ParseWithLengthOpts(rq->body, rq->body_len, &end, 0);
+    if (!o) {
+        size_t at = end && end >= rq->body ? (size_t)(end - rq->body) : 0;
+        api_error(rs, 400, "invalid_json", NULL,
+                  "malformed JSON near byte %zu (or nested deeper than %d)", at,
+                  CJSON_NESTING_LIMIT);
+        return NULL;
+    }
+    for (; end && end < rq->body + rq->body_len; end++) {
+        if (*end != ' ' && *end != '\t' && *end != '\r' && *end != '\n') {
+            cJSON_Delete(o);
+            api_error(rs, 400, "invalid_json", NULL, "unexpected data after the JSON value");
+            return NULL;
+        }
+    }
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        api_error(rs, 400, "invalid_json", NULL, "the body must be a JSON object");
+        return NULL;
+    }
+    return o;
+}
+
+int api_fields_known(const cJSON *obj, const char *const *allowed, api_resp *rs)
+{
+    for (const cJSON *m = obj->child; m; m = m->next) {
+        int ok = 0;
+        for (const char *const *a = allowed; *a; a++)
+            if (!strcmp(*a, m->string))
+                ok = 1;
+        if (!ok) {
+            api_error(rs, 400, "unknown_field", m->string, "unknown field '%.64s'", m->string);
+            return -1;
+        }
+        for (const cJSON *p = obj->child; p != m; p = p->next) {
+            if (!strcmp(p->string, m->string)) {
+                api_error(rs, 400, "duplicate_field", m->string, "field '%.64s' appears twice",
+                          m->string);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* The member, or NULL; an explicit null counts as absent. */
+static const cJSON *member(const cJSON *obj, const char *key, int required, api_resp *rs,
+                           int *rc)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (v && cJSON_IsNull(v))
+        v = NULL;
+    *rc = 0;
+    if (!v && required) {
+        api_error(rs, 400, "missing_field", key, "'%s' is required", key);
+        *rc = -1;
+    }
+    return v;
+}
+
+int api_str(const cJSON *obj, const char *key, int required, size_t maxlen, const char **out,
+            api_resp *rs)
+{
+    int rc;
+    const cJSON *v = member(obj, key, required, rs, &rc);
+    if (!v)
+        return rc;
+    if (!cJSON_IsString(v)) {
+        api_error(rs, 400, "invalid_type", key, "'%s' must be a string", key);
+        return -1;
+    }
+    if (strlen(v->valuestring) > maxlen) {
+        api_error(rs, 422, "invalid_value", key, "'%s' is longer than %zu bytes", key, maxlen);
+        return -1;
+    }
+    *out = v->valuestring;
+    return 1;
+}
+
+int api_name(const cJSON *obj, const char *key, int required, const char **out, api_resp *rs)
+{
+    int rc = api_str(obj, key, required, UTIL_NAME_MAX, out, rs);
+    if (rc == 1 && !util_name_valid(*out)) {
+        api_error(rs, 422, "invalid_value", key,
+                  "'%s' must match [a-z0-9][a-z0-9._-]{0,62}", key);
+        return -1;
+    }
+    return rc;
+}
+
+int api_num(const cJSON *obj, const char *key, int required, double min, double max,
+            double *out, api_resp *rs)
+{
+    int rc;
+    const cJSON *v = member(obj, key, required, rs, &rc);
+    if (!v)
+        return rc;
+    if (!cJSON_IsNumber(v)) {
+        api_error(rs, 400, "invalid_type", key, "'%s' must be a number", key);
+        return -1;
+    }
+    if (!isfinite(v->valuedouble) || v->valuedouble < min || v->valuedouble > max) {
+        api_error(rs, 422, "invalid_value", key, "'%s' must be between %g and %g", key, min,
+                  max);
+        return -1;
+    }
+    *out = v->valuedouble;
+    return 1;
+}
+
+int api_int(const cJSON *obj, const char *key, int required, int64_t min, int64_t max,
+            int64_t *out, api_resp *rs)
+{
+    int rc;
+    const cJSON *v = member(obj, key, required, rs, &rc);
+    if (!v)
+        return rc;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || floor(v->valuedouble) != v->valuedouble) {
+        api_error(rs, 400, "invalid_type", key, "'%s' must be an integer", key);
+        return -1;
+    }
+    double d = v->valuedouble;
+    if (d < (double)min || d > (double)max) {
+        api_error(rs, 422, "invalid_value", key,
+                  "'%s' must be between %lld and %lld", key, (long long)min, (long long)max);
+        return -1;
+    }
+    *out = (int64_t)d;
+    return 1;
+}
+
+int api_bool(const cJSON *obj, const char *key, int required, int *out, api_resp *rs)
+{
+    int rc;
+    const cJSON *v = member(obj, key, required, rs, &rc);
+    if (!v)
+        return rc;
+    if (!cJSON_IsBool(v)) {
+        api_error(rs, 400, "invalid_type", key, "'%s' must be true or false", key);
+        return -1;
+    }
+    *out = cJSON_IsTrue(v);
+    return 1;
+}
+
+int64_t api_id(const char *s)
+{
+    if (!s || !*s || strlen(s) > 18)
+        return 0;
+    int64_t v = 0;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9')
+            return 0;
+        v = v * 10 + (*s - '0');
+    }
+    return v;
+}
+
+int api_page(const api_req *rq, int *limit, int64_t *cursor, api_resp *rs)
+{
+    const char *l = rq->query(rq->h, "limit");
+    const char *c = rq->query(rq->h, "cursor");
+    *limit = API_LIST_DEFAULT;
+    *cursor = 0;
+    if (l) {
+        int64_t v = api_id(l);
+        if (v < 1 || v > API_LIST_MAX) {
+            api_error(rs, 400, "invalid_value", "limit", "limit must be 1..%d", API_LIST_MAX);
+            return -1;
+        }
+        *limit = (int)v;
+    }
+    if (c && *c) {
+        *cursor = api_id(c);
+        if (*cursor <= 0) {
+            api_error(rs, 400, "invalid_value", "cursor", "cursor is not one this API gave");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void api_add_time(cJSON *o, const char *key, int64_t ms)
+{
+    if (ms <= 0) {
+        cJSON_AddNullToObject(o, key);
+        return;
+    }
+    char t[32];
+    util_rfc3339(ms, t);
+    cJSON_AddStringToObject(o, key, t);
+}
+
+void api_defer(api_resp *rs, store_write_fn fn, void *wctx,
+               void (*fin)(api_ctx *ctx, api_resp *rs, void *wctx, int rc))
+{
+    rs->write_fn = fn;
+    rs->write_ctx = wctx;
+    rs->finish = fin;
+}
+
+int api_store_error(api_resp *rs, int rc, const char *what)
+{
+    switch (rc) {
+    case STORE_NOTFOUND:
+        api_error(rs, 404, "not_found", NULL, "%s not found", what);
+        break;
+    case STORE_CONFLICT:
+        api_error(rs, 409, "conflict", NULL, "%s already exists", what);
+        break;
+    case STORE_INVALID:
+        api_error(rs, 422, "invalid_value", NULL, "%s refused by a constraint", what);
+        break;
+    case STORE_BUSY:
+        api_error(rs, 503, "shutting_down", NULL, "the server is shutting down");
+        break;
+    default:
+        api_error(rs, 500, "internal", NULL, "storage error while handling %s", what);
+        break;
+    }
+    return -1;
+}
+
+void api_list_add(api_list *pg, cJSON *item, int64_t id)
+{
+    cJSON_AddItemToArray(pg->items, item);
+    pg->n++;
+    pg->last = id;
+}
+
+void api_list_send(api_resp *rs, api_list *pg, int limit)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "items", pg->items);
+    pg->items = NULL;
+    if (pg->n == limit) {
+        char c[24];
+        snprintf(c, sizeof c, "%lld", (long long)pg->last);
+        cJSON_AddStringToObject(o, "next_cursor", c);
+    } else {
+        cJSON_AddNullToObject(o, "next_cursor");
+    }
+    api_json(rs, 200, o);
+}

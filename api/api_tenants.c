@@ -1,0 +1,339 @@
+/*
+ * api_tenants: tenants, users and API tokens.
+ *   POST/GET /v1/tenants, GET /v1/tenants/{t}, POST/GET /v1/tenants/{t}/users,
+ *   GET /v1/users/{u}, POST/GET /v1/users/{u}/tokens, DELETE /v1/tokens/{id}.
+ * Objects of another tenant are reported missing (404), never forbidden.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "api/api_int.h"
+
+#define MAX_TOKEN_LIFETIME (10LL * 365 * 24 * 3600)
+
+static cJSON *tenant_json(const store_tenant *t)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)t->id);
+    cJSON_AddStringToObject(o, "name", t->name);
+    api_add_time(o, "created_at", t->created_at);
+    return o;
+}
+
+static cJSON *user_json(const store_user *u)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)u->id);
+    cJSON_AddStringToObject(o, "name", u->name);
+    cJSON_AddStringToObject(o, "tenant", u->tenant);
+    cJSON_AddStringToObject(o, "role", u->role);
+    api_add_time(o, "created_at", u->created_at);
+    return o;
+}
+
+static cJSON *token_json(const store_token *t)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)t->id);
+    cJSON_AddNumberToObject(o, "user_id", (double)t->user_id);
+    cJSON_AddStringToObject(o, "name", t->name);
+    api_add_time(o, "created_at", t->created_at);
+    api_add_time(o, "expires_at", t->expires_at);
+    api_add_time(o, "revoked_at", t->revoked_at);
+    return o;
+}
+
+/* The tenant named in the path, when the caller may see it. */
+static int tenant_find(api_ctx *ctx, const api_req *rq, store_tenant *t, api_resp *rs)
+{
+    const char *name = rq->param[0];
+    int rc = util_name_valid(name) ? store_tenant_by_name(ctx->st, name, t) : STORE_NOTFOUND;
+    if (rc == STORE_OK && !api_is_platform_admin(rq->who) && t->id != api_tenant_of(rq->who))
+        rc = STORE_NOTFOUND;
+    return rc == STORE_OK ? 0 : api_store_error(rs, rc, "tenant");
+}
+
+/* The user named in the path, when the caller may see it. */
+static int user_find(api_ctx *ctx, const api_req *rq, store_user *u, api_resp *rs)
+{
+    int64_t id = api_id(rq->param[0]);
+    int rc = id > 0 ? store_user_get(ctx->st, id, u) : STORE_NOTFOUND;
+    if (rc == STORE_OK && !api_is_platform_admin(rq->who) && u->tenant_id != api_tenant_of(rq->who))
+        rc = STORE_NOTFOUND;
+    return rc == STORE_OK ? 0 : api_store_error(rs, rc, "user");
+}
+
+struct tenant_new {
+    const char *name;
+    int64_t id;
+};
+
+static int tenant_write(store_tx *tx, void *arg)
+{
+    struct tenant_new *t = arg;
+    return store_tenant_insert(tx, t->name, &t->id);
+}
+
+void api_tenant_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    static const char *const fields[] = {"name", NULL};
+    cJSON *in = NULL;
+    struct tenant_new t = {0};
+    if (!api_is_platform_admin(rq->who)) {
+        api_forbid(rs, "platform_admin");
+        goto out;
+    }
+    if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs) ||
+        api_name(in, "name", 1, &t.name, rs) < 0)
+        goto out;
+    int rc = store_write(ctx->st, tenant_write, &t);
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, "tenant");
+        goto out;
+    }
+    store_tenant row = {.id = t.id, .created_at = util_now_ms()};
+    snprintf(row.name, sizeof row.name, "%s", t.name);
+    snprintf(rs->location, sizeof rs->location, "/v1/tenants/%s", t.name);
+    api_json(rs, 201, tenant_json(&row));
+out:
+    cJSON_Delete(in);
+}
+
+static void tenant_row(void *arg, const store_tenant *t)
+{
+    api_list *pg = arg;
+    api_list_add(pg, tenant_json(t), t->id);
+}
+
+void api_tenant_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    int limit;
+    int64_t cursor;
+    if (api_page(rq, &limit, &cursor, rs))
+        return;
+    api_list pg = {cJSON_CreateArray(), 0, 0};
+    if (api_is_platform_admin(rq->who)) {
+        int rc = store_tenant_list(ctx->st, cursor, limit, tenant_row, &pg);
+        if (rc != STORE_OK) {
+            cJSON_Delete(pg.items);
+            api_store_error(rs, rc, "tenants");
+            return;
+        }
+    } else {
+        store_tenant t;
+        if (cursor == 0 && store_tenant_by_name(ctx->st, rq->who->user.tenant, &t) == STORE_OK)
+            tenant_row(&pg, &t);
+    }
+    api_list_send(rs, &pg, limit);
+}
+
+void api_tenant_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    store_tenant t;
+    if (tenant_find(ctx, rq, &t, rs) == 0)
+        api_json(rs, 200, tenant_json(&t));
+}
+
+struct user_new {
+    int64_t tenant_id;
+    const char *name;
+    const char *role;
+    int64_t id;
+};
+
+static int user_write(store_tx *tx, void *arg)
+{
+    struct user_new *u = arg;
+    return store_user_insert(tx, u->tenant_id, u->name, u->role, &u->id);
+}
+
+void api_user_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    static const char *const fields[] = {"name", "role", NULL};
+    cJSON *in = NULL;
+    store_tenant t;
+    struct user_new u = {0};
+    if (tenant_find(ctx, rq, &t, rs))
+        goto out;
+    if (!api_is_tenant_admin(rq->who, t.id)) {
+        api_forbid(rs, "tenant_admin");
+        goto out;
+    }
+    if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs) ||
+        api_name(in, "name", 1, &u.name, rs) < 0 ||
+        api_str(in, "role", 1, 16, &u.role, rs) < 0)
+        goto out;
+    int platform_role = !strcmp(u.role, "platform_admin");
+    if (strcmp(u.role, "tenant_admin") && strcmp(u.role, "member") && strcmp(u.role, "viewer") &&
+        !(platform_role && t.is_platform)) {
+        api_error(rs, 422, "invalid_value", "role",
+                  "role must be tenant_admin, member or viewer");
+        goto out;
+    }
+    u.tenant_id = t.id;
+    int rc = store_write(ctx->st, user_write, &u);
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, "user");
+        goto out;
+    }
+    store_user row = {.id = u.id, .tenant_id = t.id, .created_at = util_now_ms()};
+    snprintf(row.tenant, sizeof row.tenant, "%s", t.name);
+    snprintf(row.name, sizeof row.name, "%s", u.name);
+    snprintf(row.role, sizeof row.role, "%s", u.role);
+    snprintf(rs->location, sizeof rs->location, "/v1/users/%lld", (long long)u.id);
+    api_json(rs, 201, user_json(&row));
+out:
+    cJSON_Delete(in);
+}
+
+static void user_row(void *arg, const store_user *u)
+{
+    api_list *pg = arg;
+    api_list_add(pg, user_json(u), u->id);
+}
+
+void api_user_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    store_tenant t;
+    int limit;
+    int64_t cursor;
+    if (tenant_find(ctx, rq, &t, rs) || api_page(rq, &limit, &cursor, rs))
+        return;
+    api_list pg = {cJSON_CreateArray(), 0, 0};
+    int rc = store_user_list(ctx->st, t.id, cursor, limit, user_row, &pg);
+    if (rc != STORE_OK) {
+        cJSON_Delete(pg.items);
+        api_store_error(rs, rc, "users");
+        return;
+    }
+    api_list_send(rs, &pg, limit);
+}
+
+void api_user_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    store_user u;
+    if (user_find(ctx, rq, &u, rs) == 0)
+        api_json(rs, 200, user_json(&u));
+}
+
+/* Self, or an admin of the user's tenant. */
+static int may_manage_tokens(const store_principal *p, const store_user *u)
+{
+    return p->user.id == u->id || api_is_tenant_admin(p, u->tenant_id);
+}
+
+struct token_new {
+    int64_t user_id;
+    const char *name;
+    uint8_t hash[UTIL_SHA256_LEN];
+    int64_t expires_at;
+    int64_t id;
+};
+
+static int token_write(store_tx *tx, void *arg)
+{
+    struct token_new *t = arg;
+    return store_token_insert(tx, t->user_id, t->name, t->hash, t->expires_at, &t->id);
+}
+
+void api_token_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    static const char *const fields[] = {"name", "expires_in_seconds", NULL};
+    cJSON *in = NULL;
+    store_user u;
+    struct token_new t = {0};
+    int64_t ttl = 0;
+    char secret[UTIL_TOKEN_LEN + 1];
+    if (user_find(ctx, rq, &u, rs))
+        goto out;
+    if (!may_manage_tokens(rq->who, &u)) {
+        api_forbid(rs, "tenant_admin");
+        goto out;
+    }
+    if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs) ||
+        api_name(in, "name", 1, &t.name, rs) < 0 ||
+        api_int(in, "expires_in_seconds", 0, 1, MAX_TOKEN_LIFETIME, &ttl, rs) < 0)
+        goto out;
+    if (util_token_new(secret) != 0) {
+        api_error(rs, 500, "internal", NULL, "cannot read random bytes");
+        goto out;
+    }
+    util_sha256(secret, strlen(secret), t.hash);
+    t.user_id = u.id;
+    t.expires_at = ttl > 0 ? util_now_ms() + ttl * 1000 : 0;
+    int rc = store_write(ctx->st, token_write, &t);
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, "token");
+        goto out;
+    }
+    store_token row = {.id = t.id, .user_id = u.id, .created_at = util_now_ms(),
+                       .expires_at = t.expires_at};
+    snprintf(row.name, sizeof row.name, "%s", t.name);
+    cJSON *o = token_json(&row);
+    cJSON_AddStringToObject(o, "token", secret);
+    api_json(rs, 201, o);
+out:
+    cJSON_Delete(in);
+}
+
+static void token_row(void *arg, const store_token *t)
+{
+    api_list *pg = arg;
+    api_list_add(pg, token_json(t), t->id);
+}
+
+void api_token_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    store_user u;
+    int limit;
+    int64_t cursor;
+    if (user_find(ctx, rq, &u, rs) || api_page(rq, &limit, &cursor, rs))
+        return;
+    if (!may_manage_tokens(rq->who, &u)) {
+        api_forbid(rs, "tenant_admin");
+        return;
+    }
+    api_list pg = {cJSON_CreateArray(), 0, 0};
+    int rc = store_token_list(ctx->st, u.id, cursor, limit, token_row, &pg);
+    if (rc != STORE_OK) {
+        cJSON_Delete(pg.items);
+        api_store_error(rs, rc, "tokens");
+        return;
+    }
+    api_list_send(rs, &pg, limit);
+}
+
+struct token_del {
+    int64_t id;
+};
+
+static int token_revoke_write(store_tx *tx, void *arg)
+{
+    return store_token_revoke(tx, ((struct token_del *)arg)->id, util_now_ms());
+}
+
+void api_token_delete(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    store_token t;
+    int64_t id = api_id(rq->param[0]);
+    int rc = id > 0 ? store_token_get(ctx->st, id, &t) : STORE_NOTFOUND;
+    if (rc == STORE_OK && !api_is_platform_admin(rq->who) && t.tenant_id != api_tenant_of(rq->who))
+        rc = STORE_NOTFOUND;
+    if (rc == STORE_OK && t.revoked_at)
+        rc = STORE_NOTFOUND;
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, "token");
+        return;
+    }
+    if (rq->who->user.id != t.user_id && !api_is_tenant_admin(rq->who, t.tenant_id)) {
+        api_forbid(rs, "tenant_admin");
+        return;
+    }
+    struct token_del d = {id};
+    rc = store_write(ctx->st, token_revoke_write, &d);
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, "token");
+        return;
+    }
+    rs->status = 204;
+}

@@ -1,0 +1,250 @@
+/*
+ * api_volumes: datasets and workspaces as objects (create, list, get,
+ * delete, seal) and where their files live on disk:
+ *   <data_dir>/volumes/<tenant id>/<datasets|workspaces>/<volume id>/
+ * A volume's directory is named by its row id, so a deleted volume's files
+ * can never reappear under a new volume of the same name.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "api/api_int.h"
+
+static const char *const kind_dir[2] = {"datasets", "workspaces"};
+static const char *const kind_what[2] = {"dataset", "workspace"};
+
+/* mkdir -p for a path made by this file (no user input in it). */
+static int mkdirs(char *path)
+{
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        int rc = mkdir(path, 0750);
+        *p = '/';
+        if (rc != 0 && errno != EEXIST)
+            return -1;
+    }
+    return mkdir(path, 0750) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+int api_volume_root(api_ctx *ctx, store_vol_kind k, const store_volume *v, int create)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/volumes/%lld/%s/%lld", ctx->data_dir,
+             (long long)v->tenant_id, kind_dir[k], (long long)v->id);
+    if (create && mkdirs(path) != 0)
+        return -1;
+    return open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+}
+
+/* Removes everything under dirfd/name without following symlinks. */
+static void rm_tree(int parent, const char *name)
+{
+    if (unlinkat(parent, name, 0) == 0 || errno == ENOENT)
+        return;
+    int fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        rm_tree(dirfd(d), e->d_name);
+    }
+    closedir(d);
+    unlinkat(parent, name, AT_REMOVEDIR);
+}
+
+int api_volume_find(api_ctx *ctx, const store_principal *who, store_vol_kind k,
+                    const char *name, store_volume *out, api_resp *rs)
+{
+    int rc = util_name_valid(name)
+                 ? store_volume_get(ctx->st, k, api_tenant_of(who), name, k == STORE_DATASET, out)
+                 : STORE_NOTFOUND;
+    return rc == STORE_OK ? 0 : api_store_error(rs, rc, kind_what[k]);
+}
+
+static cJSON *volume_json(store_vol_kind k, const store_volume *v)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)v->id);
+    cJSON_AddStringToObject(o, "name", v->name);
+    cJSON_AddStringToObject(o, "tenant", v->tenant);
+    if (k == STORE_DATASET) {
+        cJSON_AddBoolToObject(o, "public", v->is_public);
+        cJSON_AddBoolToObject(o, "sealed", v->sealed);
+    }
+    api_add_time(o, "created_at", v->created_at);
+    return o;
+}
+
+struct vol_new {
+    store_vol_kind k;
+    int64_t tenant_id;
+    const char *name;
+    int64_t id;
+};
+
+static int vol_insert_write(store_tx *tx, void *arg)
+{
+    struct vol_new *v = arg;
+    return store_volume_insert(tx, v->k, v->tenant_id, v->name, &v->id);
+}
+
+static void volume_create(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_kind k)
+{
+    static const char *const fields[] = {"name", NULL};
+    cJSON *in = NULL;
+    struct vol_new nv = {k, api_tenant_of(rq->who), NULL, 0};
+    if (!api_can_write(rq->who)) {
+        api_forbid(rs, "member");
+        goto out;
+    }
+    if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs) ||
+        api_name(in, "name", 1, &nv.name, rs) < 0)
+        goto out;
+    int rc = store_write(ctx->st, vol_insert_write, &nv);
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, kind_what[k]);
+        goto out;
+    }
+    store_volume v;
+    rc = store_volume_get(ctx->st, k, nv.tenant_id, nv.name, 0, &v);
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, kind_what[k]);
+        goto out;
+    }
+    int fd = api_volume_root(ctx, k, &v, 1);
+    if (fd < 0) {
+        api_error(rs, 500, "internal", NULL, "cannot create the %s's directory", kind_what[k]);
+        goto out;
+    }
+    close(fd);
+    snprintf(rs->location, sizeof rs->location, "/v1/%s/%s", kind_dir[k], v.name);
+    api_json(rs, 201, volume_json(k, &v));
+out:
+    cJSON_Delete(in);
+}
+
+struct vol_list {
+    api_list pg;
+    store_vol_kind k;
+};
+
+static void vol_row(void *arg, const store_volume *v)
+{
+    struct vol_list *l = arg;
+    api_list_add(&l->pg, volume_json(l->k, v), v->id);
+}
+
+static void volume_list(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_kind k)
+{
+    int limit;
+    int64_t cursor;
+    if (api_page(rq, &limit, &cursor, rs))
+        return;
+    struct vol_list l = {{cJSON_CreateArray(), 0, 0}, k};
+    int rc = store_volume_list(ctx->st, k, api_tenant_of(rq->who), k == STORE_DATASET, cursor,
+                               limit, vol_row, &l);
+    if (rc != STORE_OK) {
+        cJSON_Delete(l.pg.items);
+        api_store_error(rs, rc, kind_what[k]);
+        return;
+    }
+    api_list_send(rs, &l.pg, limit);
+}
+
+static void volume_get(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_kind k)
+{
+    store_volume v;
+    if (api_volume_find(ctx, rq->who, k, rq->param[0], &v, rs) == 0)
+        api_json(rs, 200, volume_json(k, &v));
+}
+
+/* The caller may change v: member or above of the owning tenant. */
+int api_volume_writable(const store_principal *who, const store_volume *v, api_resp *rs)
+{
+    if (v->tenant_id != api_tenant_of(who)) {
+        api_error(rs, 403, "forbidden", NULL, "public datasets are read-only");
+        return -1;
+    }
+    if (!api_can_write(who))
+        return api_forbid(rs, "member");
+    return 0;
+}
+
+struct vol_id {
+    store_vol_kind k;
+    int64_t id;
+};
+
+static int vol_delete_write(store_tx *tx, void *arg)
+{
+    struct vol_id *v = arg;
+    return store_volume_delete(tx, v->k, v->id);
+}
+
+static int vol_seal_write(store_tx *tx, void *arg)
+{
+    return store_dataset_seal(tx, ((struct vol_id *)arg)->id);
+}
+
+static void volume_delete(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_kind k)
+{
+    store_volume v;
+    if (api_volume_find(ctx, rq->who, k, rq->param[0], &v, rs) ||
+        api_volume_writable(rq->who, &v, rs))
+        return;
+    struct vol_id d = {k, v.id};
+    int rc = store_write(ctx->st, vol_delete_write, &d);
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, kind_what[k]);
+        return;
+    }
+    char parent[4400], name[24];
+    snprintf(parent, sizeof parent, "%s/volumes/%lld/%s", ctx->data_dir, (long long)v.tenant_id,
+             kind_dir[k]);
+    snprintf(name, sizeof name, "%lld", (long long)v.id);
+    int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (pfd >= 0) {
+        rm_tree(pfd, name);
+        close(pfd);
+    }
+    rs->status = 204;
+}
+
+void api_dataset_seal(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    store_volume v;
+    if (api_volume_find(ctx, rq->who, STORE_DATASET, rq->param[0], &v, rs) ||
+        api_volume_writable(rq->who, &v, rs))
+        return;
+    struct vol_id d = {STORE_DATASET, v.id};
+    int rc = store_write(ctx->st, vol_seal_write, &d);
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, "dataset");
+        return;
+    }
+    v.sealed = 1;
+    api_json(rs, 200, volume_json(STORE_DATASET, &v));
+}
+
+void api_dataset_create(api_ctx *c, const api_req *q, api_resp *r) { volume_create(c, q, r, STORE_DATASET); }
+void api_dataset_list(api_ctx *c, const api_req *q, api_resp *r) { volume_list(c, q, r, STORE_DATASET); }
+void api_dataset_get(api_ctx *c, const api_req *q, api_resp *r) { volume_get(c, q, r, STORE_DATASET); }
+void api_dataset_delete(api_ctx *c, const api_req *q, api_resp *r) { volume_delete(c, q, r, STORE_DATASET); }
+void api_workspace_create(api_ctx *c, const api_req *q, api_resp *r) { volume_create(c, q, r, STORE_WORKSPACE); }
+void api_workspace_list(api_ctx *c, const api_req *q, api_resp *r) { volume_list(c, q, r, STORE_WORKSPACE); }
+void api_workspace_get(api_ctx *c, const api_req *q, api_resp *r) { volume_get(c, q, r, STORE_WORKSPACE); }
+void api_workspace_delete(api_ctx *c, const api_req *q, api_resp *r) { volume_delete(c, q, r, STORE_WORKSPACE); }

@@ -1,0 +1,480 @@
+/*
+ * http: libmicrohttpd glue.  Each request gets a struct req_state that
+ * lives from the first callback to the completion notice: it matches the
+ * route, authenticates before reading any body, refuses too-large bodies
+ * (413 before reading when Content-Length says so), streams uploads to the
+ * handler's file, runs the handler, and parks the connection while a
+ * durable write is committed.
+ */
+#include "server/http.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "server/metrics.h"
+
+struct http_server {
+    struct MHD_Daemon *d;
+    api_ctx *ctx;
+    FILE *log;
+    int port;
+    int in_flight; /* requests between first callback and completion */
+    int route_metrics, route_other;
+};
+
+enum phase { P_READ, P_WAIT, P_WRITTEN, P_SENT };
+
+struct req_state {
+    http_server *srv;
+    struct MHD_Connection *conn;
+    const api_route *route;
+    int route_idx;
+    api_req rq;
+    api_resp rs;
+    store_principal who;
+    char bufs[API_MAX_PARAMS][1100];
+    util_buf body;
+    int64_t t0;
+    enum phase phase;
+    int write_rc;
+    int ready;          /* rs holds the answer: send it at the next chance */
+    int discard;        /* body bytes are read and dropped */
+    int status;
+    size_t bytes;
+    char method[8];
+};
+
+/* Route labels for metrics: the patterns, then /metrics and "other". */
+static const char *labels[METRICS_ROUTES];
+
+static const char *get_value(void *h, enum MHD_ValueKind kind, const char *key)
+{
+    return MHD_lookup_connection_value(h, kind, key);
+}
+
+static const char *get_query(void *h, const char *key)
+{
+    return get_value(h, MHD_GET_ARGUMENT_KIND, key);
+}
+
+static const char *get_header(void *h, const char *key)
+{
+    return get_value(h, MHD_HEADER_KIND, key);
+}
+
+/*
+ * Percent-decoding for paths and query values.  %00 becomes 0x01 so a NUL
+ * can never silently cut a path short; validators refuse control bytes.
+ */
+static size_t unescape(void *cls, struct MHD_Connection *c, char *s)
+{
+    (void)cls;
+    (void)c;
+    char *w = s;
+    for (const char *r = s; *r; r++) {
+        if (r[0] == '%' && r[1] && r[2]) {
+            char hex[3] = {r[1], r[2], 0};
+            char *end;
+            long v = strtol(hex, &end, 16);
+            if (*end == '\0' && end == hex + 2) {
+                *w++ = v == 0 ? '\x01' : (char)v;
+                r += 2;
+                continue;
+            }
+        }
+        *w++ = *r;
+    }
+    *w = '\0';
+    return (size_t)(w - s);
+}
+
+static void log_line(struct req_state *st, const char *url)
+{
+    FILE *f = st->srv->log;
+    if (!f)
+        return;
+    char path[512];
+    size_t n = 0;
+    for (const char *p = url; *p && n < sizeof path - 1; p++)
+        path[n++] = ((unsigned char)*p < 0x20 || *p == 0x7f || *p == ' ') ? '?' : *p;
+    path[n] = '\0';
+    char ts[32];
+    util_rfc3339(util_now_ms(), ts);
+    fprintf(f, "%s %s %s %d %zu %lld %s\n", ts, st->method, path, st->status, st->bytes,
+            (long long)(util_mono_us() - st->t0), st->rs.tenant[0] ? st->rs.tenant : "-");
+}
+
+static enum MHD_Result respond(struct req_state *st)
+{
+    api_resp *rs = &st->rs;
+    struct MHD_Response *r;
+    if (rs->fd >= 0) {
+        r = MHD_create_response_from_fd64((uint64_t)rs->fsize, rs->fd);
+        if (r)
+            rs->fd = -1; /* libmicrohttpd closes it */
+        st->bytes = (size_t)rs->fsize;
+    } else {
+        r = MHD_create_response_from_buffer(rs->len, rs->body, MHD_RESPMEM_MUST_FREE);
+        if (r)
+            rs->body = NULL;
+        st->bytes = rs->len;
+    }
+    if (!r)
+        return MHD_NO;
+    if (rs->ctype)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, rs->ctype);
+    if (rs->location[0])
+        MHD_add_response_header(r, MHD_HTTP_HEADER_LOCATION, rs->location);
+    if (rs->replayed)
+        MHD_add_response_header(r, "Idempotent-Replayed", "true");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (rs->status == 401)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    st->status = rs->status ? rs->status : 500;
+    enum MHD_Result ret = MHD_queue_response(st->conn, (unsigned)st->status, r);
+    MHD_destroy_response(r);
+    st->phase = P_SENT;
+    return ret;
+}
+
+static void write_done(void *arg, int rc)
+{
+    struct req_state *st = arg;
+    st->write_rc = rc;
+    __atomic_store_n(&st->phase, P_WRITTEN, __ATOMIC_RELEASE);
+    MHD_resume_connection(st->conn);
+}
+
+/* Runs the handler (or the upload's finish) and sends, or parks for a write. */
+static enum MHD_Result complete(struct req_state *st)
+{
+    if (!st->ready) {
+        if (st->rs.upload) {
+            api_upload *up = st->rs.upload;
+            up->finish(st->srv->ctx, &st->rq, &st->rs, up);
+        } else {
+            st->rq.body = st->body.buf ? st->body.buf : "";
+            st->rq.body_len = st->body.len;
+            st->route->fn(st->srv->ctx, &st->rq, &st->rs);
+        }
+        st->ready = 1;
+    }
+    if (st->rs.write_fn) {
+        store_write_fn fn = st->rs.write_fn;
+        st->rs.write_fn = NULL;
+        st->phase = P_WAIT;
+        MHD_suspend_connection(st->conn);
+        int rc = store_submit(st->srv->ctx->st, fn, st->rs.write_ctx, write_done, st);
+        if (rc != 0) {
+            MHD_resume_connection(st->conn);
+            st->write_rc = rc;
+            st->phase = P_WRITTEN;
+        }
+        return MHD_YES;
+    }
+    return respond(st);
+}
+
+static void metrics_answer(struct req_state *st)
+{
+    util_buf b = {0};
+    metrics_render(&b, st->srv->ctx->st);
+    st->rs.status = b.oom ? 500 : 200;
+    st->rs.body = b.buf;
+    st->rs.len = b.len;
+    st->rs.ctype = "text/plain; version=0.0.4";
+    st->ready = 1;
+}
+
+static int content_type_json(const char *ct)
+{
+    if (!ct)
+        return 0;
+    size_t n = strcspn(ct, ";");
+    while (n > 0 && ct[n - 1] == ' ')
+        n--;
+    return n == 16 && !strncasecmp(ct, "application/json", 16);
+}
+
+/* First callback: everything decided from the request line and headers. */
+static void begin(struct req_state *st, const char *url, const char *method)
+{
+    http_server *srv = st->srv;
+    api_resp *rs = &st->rs;
+    enum api_method m = api_method_parse(method);
+    snprintf(st->method, sizeof st->method, "%s", method);
+    st->rq.method = m;
+    st->rq.path = url;
+    st->rq.query = get_query;
+    st->rq.header = get_header;
+    st->rq.h = st->conn;
+    st->route_idx = srv->route_other;
+    if (m == API_GET && !strcmp(url, "/metrics")) {
+        st->route_idx = srv->route_metrics;
+        metrics_answer(st);
+        return;
+    }
+    int other = 0;
+    st->route = api_route_match(m, url, &st->rq, st->bufs, &other);
+    if (!st->route) {
+        if (other)
+            api_error(rs, 405, "method_not_allowed", NULL, "%s is not allowed on %.200s",
+                      method, url);
+        else
+            api_error(rs, 404, "not_found", NULL, "no such route: %.200s", url);
+        st->ready = 1;
+        return;
+    }
+    st->route_idx = (int)(st->route - api_routes());
+    if (st->route->auth) {
+        if (api_authenticate(srv->ctx, get_header(st->conn, MHD_HTTP_HEADER_AUTHORIZATION),
+                             &st->who, rs) != 0) {
+            st->ready = 1;
+            return;
+        }
+        st->rq.who = &st->who;
+    }
+    const char *cl = get_header(st->conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    long long len = cl ? strtoll(cl, NULL, 10) : 0;
+    if (st->route->body == API_BODY_JSON) {
+        if (len > (long long)srv->ctx->body_limit) {
+            api_error(rs, 413, "too_large", NULL, "the body is larger than %zu bytes",
+                      srv->ctx->body_limit);
+            st->ready = 1;
+            return;
+        }
+        if (len > 0 && !content_type_json(get_header(st->conn, MHD_HTTP_HEADER_CONTENT_TYPE))) {
+            api_error(rs, 415, "unsupported_media_type", NULL,
+                      "send the body as Content-Type: application/json");
+            st->ready = 1;
+            return;
+        }
+    } else if (st->route->body == API_BODY_UPLOAD) {
+        if (len > srv->ctx->upload_limit) {
+            api_error(rs, 413, "too_large", NULL, "the file is larger than %lld bytes",
+                      (long long)srv->ctx->upload_limit);
+            st->ready = 1;
+            return;
+        }
+        st->route->fn(srv->ctx, &st->rq, rs); /* opens the upload, or answers */
+        if (!rs->upload)
+            st->ready = 1;
+    } else if (len > 0) {
+        api_error(rs, 413, "too_large", NULL, "this route takes no body");
+        st->ready = 1;
+    }
+}
+
+/* Takes one chunk of body. */
+static void take(struct req_state *st, const char *data, size_t n)
+{
+    api_resp *rs = &st->rs;
+    if (st->ready || st->discard)
+        return;
+    if (rs->upload) {
+        api_upload *up = rs->upload;
+        if (up->written + (int64_t)n > up->limit) {
+            up->abort(up);
+            free(up);
+            rs->upload = NULL;
+            api_error(rs, 413, "too_large", NULL, "the file is larger than %lld bytes",
+                      (long long)st->srv->ctx->upload_limit);
+            st->ready = 1;
+            return;
+        }
+        while (n > 0) {
+            ssize_t w = write(up->fd, data, n);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w < 0) {
+                int e = errno;
+                up->abort(up);
+                free(up);
+                rs->upload = NULL;
+                api_error(rs, e == ENOSPC ? 507 : 500, e == ENOSPC ? "no_space" : "internal",
+                          NULL, "cannot write the file: %s", strerror(e));
+                st->ready = 1;
+                return;
+            }
+            up->written += w;
+            data += w;
+            n -= (size_t)w;
+        }
+        return;
+    }
+    if (st->body.len + n > st->srv->ctx->body_limit) {
+        api_error(rs, 413, "too_large", NULL, "the body is larger than %zu bytes",
+                  st->srv->ctx->body_limit);
+        st->ready = 1;
+        return;
+    }
+    util_buf_append(&st->body, data, n);
+    if (st->body.oom) {
+        api_error(rs, 500, "internal", NULL, "out of memory");
+        st->ready = 1;
+    }
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
+{
+    (void)version;
+    http_server *srv = cls;
+    struct req_state *st = *con_cls;
+    if (!st) {
+        st = calloc(1, sizeof *st);
+        if (!st)
+            return MHD_NO;
+        st->srv = srv;
+        st->conn = conn;
+        st->t0 = util_mono_us();
+        st->rs.fd = -1;
+        *con_cls = st;
+        __atomic_add_fetch(&srv->in_flight, 1, __ATOMIC_RELAXED);
+        begin(st, url, method);
+        /* An answer decided from the headers alone goes out now, before any body. */
+        if (st->ready && !st->rs.write_fn)
+            return respond(st);
+        return MHD_YES;
+    }
+    if (st->phase == P_SENT)
+        return MHD_YES;
+    if (*upload_data_size) {
+        take(st, upload_data, *upload_data_size);
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (__atomic_load_n(&st->phase, __ATOMIC_ACQUIRE) == P_WAIT)
+        return MHD_YES;
+    if (st->phase == P_WRITTEN) {
+        st->rs.finish(srv->ctx, &st->rs, st->rs.write_ctx, st->write_rc);
+        st->rs.write_ctx = NULL;
+        return respond(st);
+    }
+    return complete(st);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)conn;
+    http_server *srv = cls;
+    struct req_state *st = *con_cls;
+    if (!st)
+        return;
+    if (st->phase != P_SENT)
+        st->status = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? st->status : 499;
+    metrics_observe(st->route_idx, st->status, util_mono_us() - st->t0);
+    log_line(st, st->rq.path ? st->rq.path : "?");
+    if (st->rs.upload) {
+        st->rs.upload->abort(st->rs.upload);
+        free(st->rs.upload);
+    }
+    if (st->rs.write_ctx && st->rs.finish) {
+        /* Not reached in practice: a write is always finished before sending. */
+        st->rs.finish(srv->ctx, &st->rs, st->rs.write_ctx, STORE_BUSY);
+    }
+    api_resp_clear(&st->rs);
+    free(st->body.buf);
+    free(st);
+    *con_cls = NULL;
+    __atomic_sub_fetch(&srv->in_flight, 1, __ATOMIC_RELAXED);
+}
+
+static int resolve(const char *host, int port, struct sockaddr_storage *ss, char *err,
+                   size_t errlen)
+{
+    struct addrinfo hints = {0}, *ai = NULL;
+    char ps[16];
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    snprintf(ps, sizeof ps, "%d", port);
+    int rc = getaddrinfo(host, ps, &hints, &ai);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot resolve listen address %s: %s", host, gai_strerror(rc));
+        return -1;
+    }
+    memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+    freeaddrinfo(ai);
+    return 0;
+}
+
+http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t errlen)
+{
+    http_server *s = calloc(1, sizeof *s);
+    struct sockaddr_storage ss;
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->ctx = ctx;
+    s->log = cfg->access_log;
+    int n = 0;
+    for (const api_route *r = api_routes(); r->pattern && n < METRICS_ROUTES - 2; r++)
+        labels[n++] = r->pattern;
+    s->route_metrics = n;
+    labels[n++] = "/metrics";
+    s->route_other = n;
+    labels[n++] = "other";
+    metrics_init(labels, n);
+    if (resolve(cfg->host, cfg->port, &ss, err, errlen) != 0)
+        goto fail;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_TURBO | MHD_USE_ERROR_LOG;
+    if (ss.ss_family == AF_INET6)
+        flags |= MHD_USE_IPv6;
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
+                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)10000,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                            MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
+                            MHD_OPTION_END);
+    if (!s->d) {
+        snprintf(err, errlen, "cannot listen on %s:%d: %s", cfg->host, cfg->port,
+                 errno ? strerror(errno) : "libmicrohttpd refused to start");
+        goto fail;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info ? info->port : cfg->port;
+    return s;
+fail:
+    free(s);
+    return NULL;
+}
+
+int http_port(http_server *s)
+{
+    return s->port;
+}
+
+void http_stop(http_server *s, int grace_ms)
+{
+    if (!s)
+        return;
+    MHD_socket fd = MHD_quiesce_daemon(s->d);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+    for (int waited = 0; waited < grace_ms; waited += 10) {
+        if (__atomic_load_n(&s->in_flight, __ATOMIC_RELAXED) == 0)
+            break;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    MHD_stop_daemon(s->d);
+    free(s);
+}

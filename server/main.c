@@ -1,0 +1,295 @@
+/*
+ * cohortd: the Cohort control plane.  Reads its configuration (flags, then
+ * COHORT_* variables, then defaults), opens the store under the data dir,
+ * creates the platform admin on first start, serves HTTP until SIGTERM or
+ * SIGINT, then stops accepting, lets requests in flight finish and closes
+ * the database cleanly.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "api/api.h"
+#include "server/http.h"
+
+#define DEFAULT_LISTEN "127.0.0.1:8080"
+#define DEFAULT_DATA_DIR "./cohort-data"
+#define SHUTDOWN_GRACE_MS 30000
+
+struct config {
+    char host[256];
+    int port;
+    const char *data_dir;
+    size_t body_limit;
+    int64_t upload_limit;
+    int threads;
+    const char *access_log;
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: cohortd [options]\n"
+            "\n"
+            "  --listen HOST:PORT     address to serve on (env COHORT_LISTEN; default %s;\n"
+            "                         port 0 picks a free one, written to DATA_DIR/cohortd.addr)\n"
+            "  --data-dir DIR         database and volumes (env COHORT_DATA_DIR; default %s)\n"
+            "  --body-limit BYTES     largest JSON request body (default %d)\n"
+            "  --upload-limit BYTES   largest uploaded file (default %lld)\n"
+            "  --threads N            HTTP worker threads (default: one per CPU)\n"
+            "  --access-log FILE      one line per request; '-' for stderr (default), 'off'\n"
+            "  --help                 this text\n"
+            "\n"
+            "On first start the platform admin token is COHORT_ADMIN_TOKEN when set, else a\n"
+            "new one, printed once and written to DATA_DIR/admin-token (mode 0600).\n",
+            DEFAULT_LISTEN, DEFAULT_DATA_DIR, API_DEFAULT_BODY_LIMIT,
+            (long long)API_DEFAULT_UPLOAD_LIMIT);
+}
+
+static int parse_listen(const char *s, struct config *c)
+{
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s)
+        return -1;
+    size_t hl = (size_t)(colon - s);
+    const char *h = s;
+    if (h[0] == '[' && hl >= 2 && h[hl - 1] == ']') { /* [::1]:8080 */
+        h++;
+        hl -= 2;
+    }
+    if (hl >= sizeof c->host)
+        return -1;
+    memcpy(c->host, h, hl);
+    c->host[hl] = '\0';
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (*end || p < 0 || p > 65535 || end == colon + 1)
+        return -1;
+    c->port = (int)p;
+    return 0;
+}
+
+static int parse_size(const char *s, long long min, long long max, long long *out)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || end == s || v < min || v > max)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, struct config *c)
+{
+    static const struct option opts[] = {
+        {"listen", required_argument, NULL, 'l'},
+        {"data-dir", required_argument, NULL, 'd'},
+        {"body-limit", required_argument, NULL, 'b'},
+        {"upload-limit", required_argument, NULL, 'u'},
+        {"threads", required_argument, NULL, 't'},
+        {"access-log", required_argument, NULL, 'a'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *listen = getenv("COHORT_LISTEN");
+    const char *dd = getenv("COHORT_DATA_DIR");
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long long v;
+    c->data_dir = dd && *dd ? dd : DEFAULT_DATA_DIR;
+    c->body_limit = API_DEFAULT_BODY_LIMIT;
+    c->upload_limit = API_DEFAULT_UPLOAD_LIMIT;
+    c->threads = cpus > 0 ? (int)cpus : 2;
+    c->access_log = "-";
+    if (!listen || !*listen)
+        listen = DEFAULT_LISTEN;
+    int o;
+    while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (o) {
+        case 'l':
+            listen = optarg;
+            break;
+        case 'd':
+            c->data_dir = optarg;
+            break;
+        case 'b':
+            if (parse_size(optarg, 1024, 1LL << 30, &v)) {
+                fprintf(stderr, "cohortd: --body-limit must be 1024..1073741824\n");
+                return -1;
+            }
+            c->body_limit = (size_t)v;
+            break;
+        case 'u':
+            if (parse_size(optarg, 1, 1LL << 40, &v)) {
+                fprintf(stderr, "cohortd: --upload-limit must be 1..2^40\n");
+                return -1;
+            }
+            c->upload_limit = v;
+            break;
+        case 't':
+            if (parse_size(optarg, 1, 256, &v)) {
+                fprintf(stderr, "cohortd: --threads must be 1..256\n");
+                return -1;
+            }
+            c->threads = (int)v;
+            break;
+        case 'a':
+            c->access_log = optarg;
+            break;
+        case 'h':
+            usage(stdout);
+            exit(0);
+        default:
+            usage(stderr);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "cohortd: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (parse_listen(listen, c)) {
+        fprintf(stderr, "cohortd: listen address must be HOST:PORT, got '%s'\n", listen);
+        return -1;
+    }
+    return 0;
+}
+
+static int mkdir_p(const char *dir)
+{
+    char p[PATH_MAX];
+    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p)
+        return -1;
+    for (char *s = p + 1; *s; s++) {
+        if (*s == '/') {
+            *s = '\0';
+            if (mkdir(p, 0700) != 0 && errno != EEXIST)
+                return -1;
+            *s = '/';
+        }
+    }
+    return mkdir(p, 0700) == 0 || errno == EEXIST ? 0 : -1;
+}
+
+/* Writes text to dir/name atomically with mode. */
+static int write_file(const char *dir, const char *name, const char *text, mode_t mode)
+{
+    char tmp[PATH_MAX], dst[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
+    snprintf(dst, sizeof dst, "%s/%s", dir, name);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    if (fd < 0)
+        return -1;
+    size_t n = strlen(text);
+    int ok = write(fd, text, n) == (ssize_t)n && fchmod(fd, mode) == 0 && fsync(fd) == 0;
+    close(fd);
+    if (!ok || rename(tmp, dst) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    struct config cfg = {0};
+    char err[512], path[PATH_MAX];
+    api_ctx *ctx = NULL;
+    http_server *srv = NULL;
+    FILE *alog = NULL;
+    int rc = 1;
+    sigset_t sigs;
+
+    if (parse_args(argc, argv, &cfg))
+        return 2;
+    /* Block the stop signals in every thread; main waits for them. */
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (mkdir_p(cfg.data_dir) != 0) {
+        fprintf(stderr, "cohortd: cannot create data dir %s: %s\n", cfg.data_dir, strerror(errno));
+        return 1;
+    }
+    if (!strcmp(cfg.access_log, "-")) {
+        alog = stderr;
+    } else if (strcmp(cfg.access_log, "off")) {
+        alog = fopen(cfg.access_log, "a");
+        if (!alog) {
+            fprintf(stderr, "cohortd: cannot open access log %s: %s\n", cfg.access_log,
+                    strerror(errno));
+            return 1;
+        }
+        setvbuf(alog, NULL, _IOLBF, 1 << 16);
+    }
+    ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        goto out;
+    snprintf(ctx->data_dir, sizeof ctx->data_dir, "%s", cfg.data_dir);
+    ctx->body_limit = cfg.body_limit;
+    ctx->upload_limit = cfg.upload_limit;
+    snprintf(path, sizeof path, "%s/cohort.db", cfg.data_dir);
+    ctx->st = store_open(path, err, sizeof err);
+    if (!ctx->st) {
+        fprintf(stderr, "cohortd: %s\n", err);
+        goto out;
+    }
+
+    char token[UTIL_TOKEN_LEN + 1];
+    int created = 0;
+    const char *env_token = getenv("COHORT_ADMIN_TOKEN");
+    if (api_bootstrap_admin(ctx, env_token, token, &created, err, sizeof err) != 0) {
+        fprintf(stderr, "cohortd: %s\n", err);
+        goto out;
+    }
+    if (created && !(env_token && *env_token)) {
+        char line[UTIL_TOKEN_LEN + 2];
+        snprintf(line, sizeof line, "%s\n", token);
+        if (write_file(cfg.data_dir, "admin-token", line, 0600) != 0)
+            fprintf(stderr, "cohortd: warning: cannot write %s/admin-token\n", cfg.data_dir);
+        printf("cohortd: platform admin token (shown once): %s\n", token);
+        printf("cohortd: also written to %s/admin-token\n", cfg.data_dir);
+    }
+
+    http_config hc = {cfg.host, cfg.port, cfg.threads, alog};
+    srv = http_start(&hc, ctx, err, sizeof err);
+    if (!srv) {
+        fprintf(stderr, "cohortd: %s\n", err);
+        goto out;
+    }
+    char addr[300];
+    snprintf(addr, sizeof addr, "%s:%d\n", cfg.host, http_port(srv));
+    write_file(cfg.data_dir, "cohortd.addr", addr, 0644);
+    printf("cohortd: listening on http://%s:%d (data dir %s, schema %d)\n", cfg.host,
+           http_port(srv), cfg.data_dir, store_schema_version(ctx->st));
+    fflush(stdout);
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    printf("cohortd: %s: finishing requests in flight\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    fflush(stdout);
+    http_stop(srv, SHUTDOWN_GRACE_MS);
+    srv = NULL;
+    rc = 0;
+out:
+    if (srv)
+        http_stop(srv, 0);
+    if (ctx) {
+        store_close(ctx->st);
+        free(ctx);
+    }
+    if (alog && alog != stderr)
+        fclose(alog);
+    if (rc == 0)
+        printf("cohortd: stopped cleanly\n");
+    return rc;
+}

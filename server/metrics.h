@@ -1,0 +1,22 @@
+/*
+ * metrics: request counters by route and status, a latency histogram, and
+ * their Prometheus text rendering (with jobs by state from the store).
+ * Counters are lock-free atomics; one instance per process.
+ */
+#ifndef COHORT_METRICS_H
+#define COHORT_METRICS_H
+
+#include <stdint.h>
+
+#include "storage/store.h"
+#include "storage/util.h"
+
+/* Route labels: index i names label[i]; at most METRICS_ROUTES. */
+#define METRICS_ROUTES 64
+
+int metrics_init(const char *const *labels, int n);
+void metrics_observe(int route, int status, int64_t micros);
+/* Appends the exposition text to b. */
+void metrics_render(util_buf *b, store *st);
+
+#endif

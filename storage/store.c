@@ -1,0 +1,512 @@
+/*
+ * store: connection setup (WAL, synchronous=FULL, foreign keys, busy
+ * timeout), the migration runner, per-thread read connections, the
+ * prepared-statement cache and the group-commit writer thread.
+ */
+#include "storage/store_int.h"
+#include "storage/store_migrations.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "storage/util.h"
+
+#define STMT_CACHE 96
+#define BATCH_MAX 1024
+#define BUSY_TIMEOUT_MS 10000
+
+struct store_conn {
+    sqlite3 *db;
+    pthread_t owner;
+    struct store_conn *next;
+    int nstmt;
+    struct {
+        const char *sql;
+        sqlite3_stmt *st;
+    } stmt[STMT_CACHE];
+};
+
+struct op {
+    store_write_fn fn;
+    void *ctx;
+    store_done_fn done;
+    void *arg;
+    struct op *next;
+};
+
+struct store_tx {
+    store_conn *conn;
+};
+
+struct store {
+    char path[4096];
+    unsigned gen;             /* tells one store's thread-local reader from another's */
+    store_conn *writer;
+    pthread_mutex_t lock;     /* guards readers, queue, stopping */
+    pthread_cond_t wake;
+    store_conn *readers;
+    struct op *head, *tail;
+    int stopping;
+    pthread_t thread;
+    int schema;
+    uint64_t batches, writes;
+};
+
+static unsigned store_gen_next = 1;
+static __thread struct {
+    store *s;
+    unsigned gen;
+    store_conn *c;
+} tl_reader;
+
+int store_rc(int rc)
+{
+    switch (rc & 0xff) {
+    case SQLITE_OK:
+    case SQLITE_DONE:
+    case SQLITE_ROW:
+        return STORE_OK;
+    case SQLITE_CONSTRAINT:
+        if (rc == SQLITE_CONSTRAINT_UNIQUE || rc == SQLITE_CONSTRAINT_PRIMARYKEY)
+            return STORE_CONFLICT;
+        return STORE_INVALID;
+    case SQLITE_NOMEM:
+        return STORE_NOMEM;
+    default:
+        return STORE_EIO;
+    }
+}
+
+static int exec(sqlite3 *db, const char *sql, char *err, size_t errlen)
+{
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+    if (rc != SQLITE_OK && err)
+        snprintf(err, errlen, "%s", msg ? msg : sqlite3_errstr(rc));
+    sqlite3_free(msg);
+    return rc;
+}
+
+static store_conn *conn_open(const char *path, int create, char *err, size_t errlen)
+{
+    store_conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (create ? SQLITE_OPEN_CREATE : 0);
+    int rc = sqlite3_open_v2(path, &c->db, flags, NULL);
+    if (rc != SQLITE_OK) {
+        snprintf(err, errlen, "cannot open database %s: %s", path,
+                 c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc));
+        goto fail;
+    }
+    sqlite3_extended_result_codes(c->db, 1);
+    sqlite3_busy_timeout(c->db, BUSY_TIMEOUT_MS);
+    if (exec(c->db,
+             "PRAGMA journal_mode=WAL;"
+             "PRAGMA synchronous=FULL;"
+             "PRAGMA foreign_keys=ON;",
+             err, errlen) != SQLITE_OK)
+        goto fail;
+    c->owner = pthread_self();
+    return c;
+fail:
+    sqlite3_close(c->db);
+    free(c);
+    return NULL;
+}
+
+static void conn_close(store_conn *c)
+{
+    for (int i = 0; i < c->nstmt; i++)
+        sqlite3_finalize(c->stmt[i].st);
+    sqlite3_close(c->db);
+    free(c);
+}
+
+sqlite3 *store_conn_db(store_conn *c)
+{
+    return c->db;
+}
+
+sqlite3_stmt *store_stmt(store_conn *c, const char *sql)
+{
+    for (int i = 0; i < c->nstmt; i++) {
+        if (c->stmt[i].sql == sql) {
+            sqlite3_reset(c->stmt[i].st);
+            sqlite3_clear_bindings(c->stmt[i].st);
+            return c->stmt[i].st;
+        }
+    }
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v3(c->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL) != SQLITE_OK) {
+        fprintf(stderr, "store: cannot prepare statement: %s\n%s\n", sqlite3_errmsg(c->db), sql);
+        return NULL;
+    }
+    if (c->nstmt < STMT_CACHE) {
+        c->stmt[c->nstmt].sql = sql;
+        c->stmt[c->nstmt].st = st;
+        c->nstmt++;
+    } else {
+        /* Not expected: more distinct statements than the cache holds.
+         * Evict the oldest so the statement stays owned by the cache. */
+        sqlite3_finalize(c->stmt[0].st);
+        memmove(&c->stmt[0], &c->stmt[1], sizeof c->stmt[0] * (STMT_CACHE - 1));
+        c->stmt[STMT_CACHE - 1].sql = sql;
+        c->stmt[STMT_CACHE - 1].st = st;
+    }
+    return st;
+}
+
+int store_step_row(sqlite3_stmt *st)
+{
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        return STORE_OK;
+    return rc == SQLITE_DONE ? STORE_NOTFOUND : store_rc(rc);
+}
+
+int store_step_change(store_conn *c, sqlite3_stmt *st, int64_t *id)
+{
+    int rc = store_rc(sqlite3_step(st));
+    sqlite3_reset(st);
+    if (rc != STORE_OK)
+        return rc;
+    if (id)
+        *id = sqlite3_last_insert_rowid(c->db);
+    return sqlite3_changes(c->db) > 0 ? STORE_OK : STORE_NOTFOUND;
+}
+
+void store_bind_text(sqlite3_stmt *st, int i, const char *s)
+{
+    if (s)
+        sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+char *store_col_strdup(sqlite3_stmt *st, int i)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    return strdup(t ? (const char *)t : "");
+}
+
+void store_col_copy(sqlite3_stmt *st, int i, char *out, size_t n)
+{
+    const unsigned char *t = sqlite3_column_text(st, i);
+    snprintf(out, n, "%s", t ? (const char *)t : "");
+}
+
+store_conn *store_reader(store *s)
+{
+    if (tl_reader.s == s && tl_reader.gen == s->gen)
+        return tl_reader.c;
+    pthread_t self = pthread_self();
+    store_conn *c;
+    pthread_mutex_lock(&s->lock);
+    for (c = s->readers; c; c = c->next)
+        if (pthread_equal(c->owner, self))
+            break;
+    pthread_mutex_unlock(&s->lock);
+    if (!c) {
+        char err[256];
+        c = conn_open(s->path, 0, err, sizeof err);
+        if (!c) {
+            fprintf(stderr, "store: %s\n", err);
+            return NULL;
+        }
+        pthread_mutex_lock(&s->lock);
+        c->next = s->readers;
+        s->readers = c;
+        pthread_mutex_unlock(&s->lock);
+    }
+    tl_reader.s = s;
+    tl_reader.gen = s->gen;
+    tl_reader.c = c;
+    return c;
+}
+
+store_conn *store_tx_conn(store_tx *tx)
+{
+    return tx->conn;
+}
+
+/* ---- migrations ---- */
+
+static int schema_current(sqlite3 *db)
+{
+    sqlite3_stmt *st = NULL;
+    int v = -1;
+    if (sqlite3_prepare_v2(db, "SELECT coalesce(max(version),0) FROM schema_migrations", -1,
+                           &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        v = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return v;
+}
+
+int store_schema_known(void)
+{
+    return store_migrations_count ? store_migrations[store_migrations_count - 1].version : 0;
+}
+
+static int migrate(sqlite3 *db, int *version, char *err, size_t errlen)
+{
+    if (exec(db,
+             "CREATE TABLE IF NOT EXISTS schema_migrations ("
+             " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)",
+             err, errlen) != SQLITE_OK)
+        return -1;
+    int cur = schema_current(db);
+    if (cur < 0) {
+        snprintf(err, errlen, "cannot read schema version: %s", sqlite3_errmsg(db));
+        return -1;
+    }
+    if (cur > store_schema_known()) {
+        snprintf(err, errlen,
+                 "database schema version %d is newer than this cohortd knows (%d); "
+                 "run a newer cohortd",
+                 cur, store_schema_known());
+        return -1;
+    }
+    for (int i = 0; i < store_migrations_count; i++) {
+        const struct store_migration *m = &store_migrations[i];
+        if (m->version <= cur)
+            continue;
+        char msg[400];
+        if (exec(db, "BEGIN IMMEDIATE", msg, sizeof msg) != SQLITE_OK ||
+            exec(db, m->sql, msg, sizeof msg) != SQLITE_OK) {
+            snprintf(err, errlen, "migration %s failed: %s", m->name, msg);
+            exec(db, "ROLLBACK", NULL, 0);
+            return -1;
+        }
+        sqlite3_stmt *st = NULL;
+        int rc = sqlite3_prepare_v2(
+            db, "INSERT INTO schema_migrations(version,name,applied_at) VALUES(?,?,?)", -1, &st,
+            NULL);
+        if (rc == SQLITE_OK) {
+            sqlite3_bind_int(st, 1, m->version);
+            sqlite3_bind_text(st, 2, m->name, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 3, util_now_ms());
+            rc = sqlite3_step(st);
+        }
+        sqlite3_finalize(st);
+        if ((rc != SQLITE_DONE && rc != SQLITE_OK) ||
+            exec(db, "COMMIT", msg, sizeof msg) != SQLITE_OK) {
+            snprintf(err, errlen, "migration %s could not be recorded: %s", m->name,
+                     sqlite3_errmsg(db));
+            exec(db, "ROLLBACK", NULL, 0);
+            return -1;
+        }
+        cur = m->version;
+    }
+    *version = cur;
+    return 0;
+}
+
+/* ---- the writer ---- */
+
+static void run_batch(store *s, struct op *batch)
+{
+    sqlite3 *db = s->writer->db;
+    struct store_tx tx = {s->writer};
+    int n = 0;
+    int ok = exec(db, "BEGIN IMMEDIATE", NULL, 0) == SQLITE_OK;
+    int rcs[BATCH_MAX];
+    for (struct op *o = batch; o; o = o->next, n++) {
+        if (!ok) {
+            rcs[n] = STORE_EIO;
+            continue;
+        }
+        if (exec(db, "SAVEPOINT w", NULL, 0) != SQLITE_OK) {
+            rcs[n] = STORE_EIO;
+            continue;
+        }
+        rcs[n] = o->fn(&tx, o->ctx);
+        if (rcs[n] != 0)
+            exec(db, "ROLLBACK TO w", NULL, 0);
+        exec(db, "RELEASE w", NULL, 0);
+    }
+    if (ok && exec(db, "COMMIT", NULL, 0) != SQLITE_OK) {
+        fprintf(stderr, "store: commit failed: %s\n", sqlite3_errmsg(db));
+        exec(db, "ROLLBACK", NULL, 0);
+        for (int i = 0; i < n; i++)
+            rcs[i] = STORE_EIO;
+    }
+    __atomic_add_fetch(&s->batches, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&s->writes, (uint64_t)n, __ATOMIC_RELAXED);
+    n = 0;
+    for (struct op *o = batch, *next; o; o = next, n++) {
+        next = o->next;
+        o->done(o->arg, rcs[n]);
+        free(o);
+    }
+}
+
+static void *writer_main(void *arg)
+{
+    store *s = arg;
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (!s->head && !s->stopping)
+            pthread_cond_wait(&s->wake, &s->lock);
+        if (!s->head && s->stopping)
+            break;
+        struct op *batch = s->head, *last = batch;
+        int n = 1;
+        while (last->next && n < BATCH_MAX) {
+            last = last->next;
+            n++;
+        }
+        s->head = last->next;
+        if (!s->head)
+            s->tail = NULL;
+        last->next = NULL;
+        pthread_mutex_unlock(&s->lock);
+        run_batch(s, batch);
+        pthread_mutex_lock(&s->lock);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+int store_submit(store *s, store_write_fn fn, void *ctx, store_done_fn done, void *arg)
+{
+    struct op *o = malloc(sizeof *o);
+    if (!o)
+        return STORE_NOMEM;
+    *o = (struct op){fn, ctx, done, arg, NULL};
+    pthread_mutex_lock(&s->lock);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->lock);
+        free(o);
+        return STORE_BUSY;
+    }
+    if (s->tail)
+        s->tail->next = o;
+    else
+        s->head = o;
+    s->tail = o;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+struct waiter {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    int done;
+    int rc;
+};
+
+static void waiter_done(void *arg, int rc)
+{
+    struct waiter *w = arg;
+    pthread_mutex_lock(&w->m);
+    w->rc = rc;
+    w->done = 1;
+    pthread_cond_signal(&w->c);
+    pthread_mutex_unlock(&w->m);
+}
+
+int store_write(store *s, store_write_fn fn, void *ctx)
+{
+    struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+    int rc = store_submit(s, fn, ctx, waiter_done, &w);
+    if (rc != 0)
+        return rc;
+    pthread_mutex_lock(&w.m);
+    while (!w.done)
+        pthread_cond_wait(&w.c, &w.m);
+    pthread_mutex_unlock(&w.m);
+    pthread_mutex_destroy(&w.m);
+    pthread_cond_destroy(&w.c);
+    return w.rc;
+}
+
+store *store_open(const char *path, char *err, size_t errlen)
+{
+    store *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    if (snprintf(s->path, sizeof s->path, "%s", path) >= (int)sizeof s->path) {
+        snprintf(err, errlen, "database path too long");
+        free(s);
+        return NULL;
+    }
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    s->gen = __atomic_fetch_add(&store_gen_next, 1, __ATOMIC_RELAXED);
+    s->writer = conn_open(path, 1, err, errlen);
+    if (!s->writer)
+        goto fail;
+    if (migrate(s->writer->db, &s->schema, err, errlen) != 0)
+        goto fail;
+    if (pthread_create(&s->thread, NULL, writer_main, s) != 0) {
+        snprintf(err, errlen, "cannot start the writer thread");
+        goto fail;
+    }
+    return s;
+fail:
+    if (s->writer)
+        conn_close(s->writer);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->wake);
+    free(s);
+    return NULL;
+}
+
+void store_close(store *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->lock);
+    s->stopping = 1;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
+    for (store_conn *c = s->readers, *next; c; c = next) {
+        next = c->next;
+        conn_close(c);
+    }
+    /* Fold the WAL back into the main file so the database closes clean. */
+    sqlite3_wal_checkpoint_v2(s->writer->db, NULL, SQLITE_CHECKPOINT_TRUNCATE, NULL, NULL);
+    conn_close(s->writer);
+    if (tl_reader.s == s)
+        tl_reader.s = NULL;
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->wake);
+    free(s);
+}
+
+int store_schema_version(store *s)
+{
+    return s->schema;
+}
+
+void store_writer_stats(store *s, uint64_t *batches, uint64_t *writes)
+{
+    *batches = __atomic_load_n(&s->batches, __ATOMIC_RELAXED);
+    *writes = __atomic_load_n(&s->writes, __ATOMIC_RELAXED);
+}
+
+int store_job_state_counts(store *s, void (*fn)(void *arg, const char *state, int64_t n), void *arg)
+{
+    static const char sql[] = "SELECT state, count(*) FROM jobs GROUP BY state";
+    store_conn *c = store_reader(s);
+    if (!c)
+        return STORE_EIO;
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        fn(arg, (const char *)sqlite3_column_text(st, 0), sqlite3_column_int64(st, 1));
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}

@@ -1,0 +1,68 @@
+/*
+ * store: the durable state of cohortd in one SQLite database.
+ *
+ * Owns the database file, its connections and the single writer thread.
+ * Reads run on a per-thread connection (WAL lets them run beside the
+ * writer).  Writes are functions handed to the writer, which runs many of
+ * them in one transaction (group commit), each inside its own savepoint so
+ * one failing write does not undo the others, and commits with
+ * synchronous=FULL before it reports any of them done.
+ *
+ * The table families live in store_tenant.h, store_catalog.h,
+ * store_volume.h and store_job.h.
+ */
+#ifndef COHORT_STORE_H
+#define COHORT_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+    STORE_OK = 0,
+    STORE_NOTFOUND = -1,
+    STORE_CONFLICT = -2, /* a unique key already exists */
+    STORE_EIO = -3,      /* SQLite or the disk failed */
+    STORE_INVALID = -4,  /* a constraint refused the row */
+    STORE_NOMEM = -5,
+    STORE_BUSY = -6,     /* the store is shutting down */
+};
+
+typedef struct store store;
+typedef struct store_tx store_tx; /* a write in progress, valid inside a store_write_fn */
+
+/* A write run by the writer thread inside a transaction; returns STORE_* or
+ * a caller's own negative code.  A non-zero return rolls back this write only. */
+typedef int (*store_write_fn)(store_tx *tx, void *ctx);
+/* Told when a submitted write is durable (rc 0) or failed. */
+typedef void (*store_done_fn)(void *arg, int rc);
+
+/*
+ * Opens (creating when absent) the database at path, applies migrations and
+ * starts the writer.  Refuses a database whose schema is newer than this
+ * binary.  On failure returns NULL and writes a message into err.
+ */
+store *store_open(const char *path, char *err, size_t errlen);
+
+/* Stops the writer after the queued writes, closes every connection. */
+void store_close(store *s);
+
+/* Runs fn in the writer and waits until it is committed.  Returns fn's code,
+ * or STORE_EIO when the commit failed. */
+int store_write(store *s, store_write_fn fn, void *ctx);
+
+/* Queues fn and returns at once; done(arg, rc) is called from the writer
+ * thread after the commit.  Returns 0, or STORE_BUSY when shutting down. */
+int store_submit(store *s, store_write_fn fn, void *ctx, store_done_fn done, void *arg);
+
+/* The schema version of the open database, and the newest this binary knows. */
+int store_schema_version(store *s);
+int store_schema_known(void);
+
+/* Counts per job state for /metrics: calls fn once per state present. */
+int store_job_state_counts(store *s, void (*fn)(void *arg, const char *state, int64_t n),
+                           void *arg);
+
+/* Writes per-batch statistics: batches committed and writes in them. */
+void store_writer_stats(store *s, uint64_t *batches, uint64_t *writes);
+
+#endif

@@ -1,0 +1,147 @@
+/*
+ * store_catalog: SQL for worker specs and images.
+ */
+#include "storage/store_catalog.h"
+
+#include "storage/store_int.h"
+
+#define SPEC_COLS                                                                          \
+    "id, name, cpus, memory_mb, gpus, coalesce(gpu_type, ''), price_per_hour, currency,"   \
+    " created_at, updated_at"
+
+static void spec_row(sqlite3_stmt *st, store_spec *sp)
+{
+    sp->id = sqlite3_column_int64(st, 0);
+    store_col_copy(st, 1, sp->name, sizeof sp->name);
+    sp->cpus = sqlite3_column_int64(st, 2);
+    sp->memory_mb = sqlite3_column_int64(st, 3);
+    sp->gpus = sqlite3_column_int64(st, 4);
+    store_col_copy(st, 5, sp->gpu_type, sizeof sp->gpu_type);
+    sp->price_per_hour = sqlite3_column_int64(st, 6);
+    store_col_copy(st, 7, sp->currency, sizeof sp->currency);
+    sp->created_at = sqlite3_column_int64(st, 8);
+    sp->updated_at = sqlite3_column_int64(st, 9);
+}
+
+int store_spec_get(store *s, const char *name, store_spec *out)
+{
+    static const char sql[] = "SELECT " SPEC_COLS " FROM worker_specs WHERE name = ?1";
+    store_conn *c = store_reader(s);
+    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    if (!st)
+        return STORE_EIO;
+    store_bind_text(st, 1, name);
+    int rc = store_step_row(st);
+    if (rc == STORE_OK)
+        spec_row(st, out);
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_spec_list(store *s, void (*row)(void *arg, const store_spec *sp), void *arg)
+{
+    static const char sql[] = "SELECT " SPEC_COLS " FROM worker_specs ORDER BY id";
+    store_conn *c = store_reader(s);
+    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    if (!st)
+        return STORE_EIO;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_spec sp;
+        spec_row(st, &sp);
+        row(arg, &sp);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}
+
+static void spec_bind(sqlite3_stmt *st, const store_spec *sp, int64_t now)
+{
+    store_bind_text(st, 1, sp->name);
+    sqlite3_bind_int64(st, 2, sp->cpus);
+    sqlite3_bind_int64(st, 3, sp->memory_mb);
+    sqlite3_bind_int64(st, 4, sp->gpus);
+    store_bind_text(st, 5, sp->gpu_type[0] ? sp->gpu_type : NULL);
+    sqlite3_bind_int64(st, 6, sp->price_per_hour);
+    store_bind_text(st, 7, sp->currency);
+    sqlite3_bind_int64(st, 8, now);
+}
+
+int store_spec_insert(store_tx *tx, const store_spec *sp, int64_t *id)
+{
+    static const char sql[] =
+        "INSERT INTO worker_specs(name, cpus, memory_mb, gpus, gpu_type, price_per_hour,"
+        " currency, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    spec_bind(st, sp, util_now_ms());
+    return store_step_change(c, st, id);
+}
+
+int store_spec_update(store_tx *tx, const store_spec *sp)
+{
+    static const char sql[] =
+        "UPDATE worker_specs SET cpus = ?2, memory_mb = ?3, gpus = ?4, gpu_type = ?5,"
+        " price_per_hour = ?6, currency = ?7, updated_at = ?8 WHERE name = ?1";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    spec_bind(st, sp, util_now_ms());
+    return store_step_change(c, st, NULL);
+}
+
+static void image_row(sqlite3_stmt *st, store_image *im)
+{
+    im->id = sqlite3_column_int64(st, 0);
+    store_col_copy(st, 1, im->name, sizeof im->name);
+    store_col_copy(st, 2, im->framework, sizeof im->framework);
+    im->created_at = sqlite3_column_int64(st, 3);
+}
+
+int store_image_get(store *s, const char *name, store_image *out)
+{
+    static const char sql[] = "SELECT id, name, framework, created_at FROM images WHERE name = ?1";
+    store_conn *c = store_reader(s);
+    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    if (!st)
+        return STORE_EIO;
+    store_bind_text(st, 1, name);
+    int rc = store_step_row(st);
+    if (rc == STORE_OK)
+        image_row(st, out);
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_image_list(store *s, void (*row)(void *arg, const store_image *im), void *arg)
+{
+    static const char sql[] = "SELECT id, name, framework, created_at FROM images ORDER BY id";
+    store_conn *c = store_reader(s);
+    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    if (!st)
+        return STORE_EIO;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_image im;
+        image_row(st, &im);
+        row(arg, &im);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}
+
+int store_image_insert(store_tx *tx, const store_image *im, int64_t *id)
+{
+    static const char sql[] = "INSERT INTO images(name, framework, created_at) VALUES (?1, ?2, ?3)";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    store_bind_text(st, 1, im->name);
+    store_bind_text(st, 2, im->framework);
+    sqlite3_bind_int64(st, 3, util_now_ms());
+    return store_step_change(c, st, id);
+}

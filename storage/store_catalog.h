@@ -1,0 +1,42 @@
+/*
+ * store_catalog: the platform's catalog: worker specs (with prices) and
+ * images.  Written by the platform admin, read by everyone.
+ */
+#ifndef COHORT_STORE_CATALOG_H
+#define COHORT_STORE_CATALOG_H
+
+#include <stdint.h>
+
+#include "storage/store.h"
+#include "storage/util.h"
+
+typedef struct store_spec {
+    int64_t id;
+    char name[UTIL_NAME_MAX + 1];
+    int64_t cpus;
+    int64_t memory_mb;
+    int64_t gpus;
+    char gpu_type[UTIL_NAME_MAX + 1]; /* "" when none */
+    int64_t price_per_hour;           /* minor units per worker-hour */
+    char currency[4];                 /* ISO 4217 */
+    int64_t created_at, updated_at;
+} store_spec;
+
+typedef struct store_image {
+    int64_t id;
+    char name[UTIL_NAME_MAX + 1];
+    char framework[16];
+    int64_t created_at;
+} store_image;
+
+int store_spec_get(store *s, const char *name, store_spec *out);
+int store_spec_list(store *s, void (*row)(void *arg, const store_spec *sp), void *arg);
+int store_spec_insert(store_tx *tx, const store_spec *sp, int64_t *id);
+/* Updates every field but the name; STORE_NOTFOUND when absent. */
+int store_spec_update(store_tx *tx, const store_spec *sp);
+
+int store_image_get(store *s, const char *name, store_image *out);
+int store_image_list(store *s, void (*row)(void *arg, const store_image *im), void *arg);
+int store_image_insert(store_tx *tx, const store_image *im, int64_t *id);
+
+#endif

@@ -1,0 +1,41 @@
+/*
+ * store_int: what the table modules of storage/ share and nothing outside
+ * storage/ may include: connections and the prepared-statement cache.
+ */
+#ifndef COHORT_STORE_INT_H
+#define COHORT_STORE_INT_H
+
+#include <sqlite3.h>
+
+#include "storage/store.h"
+
+typedef struct store_conn store_conn;
+
+/* The calling thread's read connection; NULL when it cannot be opened. */
+store_conn *store_reader(store *s);
+/* The writer's connection for the transaction in progress. */
+store_conn *store_tx_conn(store_tx *tx);
+
+/* A prepared statement for sql (a string literal: cached by address),
+ * reset and with its bindings cleared.  The caller resets it when done. */
+sqlite3_stmt *store_stmt(store_conn *c, const char *sql);
+sqlite3 *store_conn_db(store_conn *c);
+
+/* Maps a SQLite result code to STORE_*. */
+int store_rc(int sqlite_rc);
+
+/* Steps a statement expected to yield at most one row: STORE_OK with the
+ * row ready to read, STORE_NOTFOUND, or an error.  The caller resets. */
+int store_step_row(sqlite3_stmt *st);
+/* Steps an INSERT/UPDATE/DELETE, resets it; *id gets the new row id when
+ * not NULL.  STORE_NOTFOUND when an UPDATE/DELETE changed no row. */
+int store_step_change(store_conn *c, sqlite3_stmt *st, int64_t *id);
+
+/* Binds text or NULL. */
+void store_bind_text(sqlite3_stmt *st, int i, const char *s);
+/* Copies column i into a fresh malloc'd string ("" for NULL); caller frees. */
+char *store_col_strdup(sqlite3_stmt *st, int i);
+/* Copies column i into out[n], truncating. */
+void store_col_copy(sqlite3_stmt *st, int i, char *out, size_t n);
+
+#endif

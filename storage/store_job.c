@@ -1,0 +1,303 @@
+/*
+ * store_job: SQL for jobs and job_events.
+ */
+#include "storage/store_job.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "storage/store_int.h"
+
+#define JOB_COLS                                                                           \
+    "j.id, j.tenant_id, j.user_id, t.name, u.name, j.name, j.image, j.framework,"          \
+    " j.workspace, j.code_path, j.datasets_json, j.args_json, j.env_json, j.epochs, j.lr," \
+    " j.batch_size, j.worker_spec, j.cpus, j.memory_mb, j.gpus, j.worker_count,"           \
+    " coalesce(j.workers_per_node, 0), j.priority, coalesce(j.max_runtime_seconds, 0),"    \
+    " j.max_retries, j.currency, j.price_per_hour, coalesce(j.estimated_max, -1), j.state," \
+    " coalesce(j.reason, ''), j.attempt, coalesce(j.idempotency_key, ''), j.request_hash," \
+    " j.created_at, j.updated_at, coalesce(j.started_at, 0), coalesce(j.finished_at, 0)"
+#define JOB_FROM                                                                           \
+    " FROM jobs j JOIN tenants t ON t.id = j.tenant_id JOIN users u ON u.id = j.user_id"
+
+void store_job_clear(store_job *j)
+{
+    free(j->datasets_json);
+    free(j->args_json);
+    free(j->env_json);
+    j->datasets_json = j->args_json = j->env_json = NULL;
+}
+
+int store_job_state_final(const char *state)
+{
+    return !strcmp(state, "SUCCEEDED") || !strcmp(state, "FAILED") ||
+           !strcmp(state, "CANCELLED");
+}
+
+static int job_row(sqlite3_stmt *st, store_job *j)
+{
+    int i = 0;
+    memset(j, 0, sizeof *j);
+    j->id = sqlite3_column_int64(st, i++);
+    j->tenant_id = sqlite3_column_int64(st, i++);
+    j->user_id = sqlite3_column_int64(st, i++);
+    store_col_copy(st, i++, j->tenant, sizeof j->tenant);
+    store_col_copy(st, i++, j->user, sizeof j->user);
+    store_col_copy(st, i++, j->name, sizeof j->name);
+    store_col_copy(st, i++, j->image, sizeof j->image);
+    store_col_copy(st, i++, j->framework, sizeof j->framework);
+    store_col_copy(st, i++, j->workspace, sizeof j->workspace);
+    store_col_copy(st, i++, j->code_path, sizeof j->code_path);
+    j->datasets_json = store_col_strdup(st, i++);
+    j->args_json = store_col_strdup(st, i++);
+    j->env_json = store_col_strdup(st, i++);
+    j->epochs = sqlite3_column_int64(st, i++);
+    j->lr = sqlite3_column_double(st, i++);
+    j->batch_size = sqlite3_column_int64(st, i++);
+    store_col_copy(st, i++, j->worker_spec, sizeof j->worker_spec);
+    j->cpus = sqlite3_column_int64(st, i++);
+    j->memory_mb = sqlite3_column_int64(st, i++);
+    j->gpus = sqlite3_column_int64(st, i++);
+    j->worker_count = sqlite3_column_int64(st, i++);
+    j->workers_per_node = sqlite3_column_int64(st, i++);
+    j->priority = sqlite3_column_int64(st, i++);
+    j->max_runtime_seconds = sqlite3_column_int64(st, i++);
+    j->max_retries = sqlite3_column_int64(st, i++);
+    store_col_copy(st, i++, j->currency, sizeof j->currency);
+    j->price_per_hour = sqlite3_column_int64(st, i++);
+    j->estimated_max = sqlite3_column_int64(st, i++);
+    store_col_copy(st, i++, j->state, sizeof j->state);
+    store_col_copy(st, i++, j->reason, sizeof j->reason);
+    j->attempt = sqlite3_column_int64(st, i++);
+    store_col_copy(st, i++, j->idem_key, sizeof j->idem_key);
+    if (sqlite3_column_bytes(st, i) == UTIL_SHA256_LEN)
+        memcpy(j->request_hash, sqlite3_column_blob(st, i), UTIL_SHA256_LEN);
+    i++;
+    j->created_at = sqlite3_column_int64(st, i++);
+    j->updated_at = sqlite3_column_int64(st, i++);
+    j->started_at = sqlite3_column_int64(st, i++);
+    j->finished_at = sqlite3_column_int64(st, i++);
+    if (!j->datasets_json || !j->args_json || !j->env_json) {
+        store_job_clear(j);
+        return STORE_NOMEM;
+    }
+    return STORE_OK;
+}
+
+static int event_insert(store_conn *c, int64_t job_id, int64_t at, int64_t attempt,
+                        const char *from, const char *to, const char *reason)
+{
+    static const char sql[] =
+        "INSERT INTO job_events(job_id, at, attempt, from_state, to_state, reason)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, at);
+    sqlite3_bind_int64(st, 3, attempt);
+    store_bind_text(st, 4, from);
+    store_bind_text(st, 5, to);
+    store_bind_text(st, 6, reason && reason[0] ? reason : NULL);
+    return store_step_change(c, st, NULL);
+}
+
+int store_job_insert(store_tx *tx, store_job *j)
+{
+    static const char sql[] =
+        "INSERT INTO jobs(tenant_id, user_id, name, image, framework, workspace, code_path,"
+        " datasets_json, args_json, env_json, epochs, lr, batch_size, worker_spec, cpus,"
+        " memory_mb, gpus, worker_count, workers_per_node, priority, max_runtime_seconds,"
+        " max_retries, currency, price_per_hour, estimated_max, state, reason, attempt,"
+        " idempotency_key, request_hash, created_at, updated_at)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,"
+        " ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, 'PENDING', ?26, 1, ?27, ?28, ?29, ?29)";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    int64_t now = util_now_ms();
+    sqlite3_bind_int64(st, 1, j->tenant_id);
+    sqlite3_bind_int64(st, 2, j->user_id);
+    store_bind_text(st, 3, j->name);
+    store_bind_text(st, 4, j->image);
+    store_bind_text(st, 5, j->framework);
+    store_bind_text(st, 6, j->workspace);
+    store_bind_text(st, 7, j->code_path);
+    store_bind_text(st, 8, j->datasets_json);
+    store_bind_text(st, 9, j->args_json);
+    store_bind_text(st, 10, j->env_json);
+    sqlite3_bind_int64(st, 11, j->epochs);
+    sqlite3_bind_double(st, 12, j->lr);
+    sqlite3_bind_int64(st, 13, j->batch_size);
+    store_bind_text(st, 14, j->worker_spec);
+    sqlite3_bind_int64(st, 15, j->cpus);
+    sqlite3_bind_int64(st, 16, j->memory_mb);
+    sqlite3_bind_int64(st, 17, j->gpus);
+    sqlite3_bind_int64(st, 18, j->worker_count);
+    if (j->workers_per_node > 0)
+        sqlite3_bind_int64(st, 19, j->workers_per_node);
+    sqlite3_bind_int64(st, 20, j->priority);
+    if (j->max_runtime_seconds > 0)
+        sqlite3_bind_int64(st, 21, j->max_runtime_seconds);
+    sqlite3_bind_int64(st, 22, j->max_retries);
+    store_bind_text(st, 23, j->currency);
+    sqlite3_bind_int64(st, 24, j->price_per_hour);
+    if (j->estimated_max >= 0)
+        sqlite3_bind_int64(st, 25, j->estimated_max);
+    store_bind_text(st, 26, j->reason[0] ? j->reason : NULL);
+    if (j->idem_key[0]) {
+        store_bind_text(st, 27, j->idem_key);
+        sqlite3_bind_blob(st, 28, j->request_hash, UTIL_SHA256_LEN, SQLITE_STATIC);
+    }
+    sqlite3_bind_int64(st, 29, now);
+    int rc = store_step_change(c, st, &j->id);
+    if (rc != STORE_OK)
+        return rc;
+    snprintf(j->state, sizeof j->state, "PENDING");
+    j->attempt = 1;
+    j->created_at = j->updated_at = now;
+    return event_insert(c, j->id, now, 1, NULL, "PENDING", j->reason[0] ? j->reason : "submitted");
+}
+
+static int job_get_conn(store_conn *c, int64_t tenant_id, int64_t id, store_job *out)
+{
+    static const char sql[] =
+        "SELECT " JOB_COLS JOB_FROM " WHERE j.id = ?1 AND (?2 = 0 OR j.tenant_id = ?2)";
+    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, tenant_id);
+    int rc = store_step_row(st);
+    if (rc == STORE_OK)
+        rc = job_row(st, out);
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_job_get(store *s, int64_t tenant_id, int64_t id, store_job *out)
+{
+    return job_get_conn(store_reader(s), tenant_id, id, out);
+}
+
+int store_job_get_tx(store_tx *tx, int64_t tenant_id, int64_t id, store_job *out)
+{
+    return job_get_conn(store_tx_conn(tx), tenant_id, id, out);
+}
+
+int store_job_by_idem_tx(store_tx *tx, int64_t tenant_id, const char *key, store_job *out)
+{
+    static const char sql[] =
+        "SELECT " JOB_COLS JOB_FROM " WHERE j.tenant_id = ?1 AND j.idempotency_key = ?2";
+    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, tenant_id);
+    store_bind_text(st, 2, key);
+    int rc = store_step_row(st);
+    if (rc == STORE_OK)
+        rc = job_row(st, out);
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_job_list(store *s, const store_job_filter *f,
+                   void (*row)(void *arg, const store_job *j), void *arg)
+{
+    static const char sql[] =
+        "SELECT " JOB_COLS JOB_FROM
+        " WHERE (?1 = 0 OR j.tenant_id = ?1) AND (?2 IS NULL OR j.state = ?2)"
+        " AND (?3 IS NULL OR j.name = ?3) AND (?4 = 0 OR j.id < ?4)"
+        " ORDER BY j.id DESC LIMIT ?5";
+    store_conn *c = store_reader(s);
+    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, f->tenant_id);
+    store_bind_text(st, 2, f->state);
+    store_bind_text(st, 3, f->name);
+    sqlite3_bind_int64(st, 4, f->before);
+    sqlite3_bind_int(st, 5, f->limit);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_job j;
+        if (job_row(st, &j) != STORE_OK) {
+            rc = SQLITE_NOMEM;
+            break;
+        }
+        row(arg, &j);
+        store_job_clear(&j);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}
+
+int store_job_transition(store_tx *tx, int64_t id, const char *from, const char *to,
+                         const char *reason)
+{
+    static const char sql[] =
+        "UPDATE jobs SET state = ?2, reason = ?3, updated_at = ?4,"
+        " started_at = CASE WHEN ?2 = 'RUNNING' AND started_at IS NULL THEN ?4"
+        "  ELSE started_at END,"
+        " finished_at = CASE WHEN ?2 IN ('SUCCEEDED', 'FAILED', 'CANCELLED') THEN ?4"
+        "  ELSE finished_at END"
+        " WHERE id = ?1 AND state = ?5 RETURNING attempt";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    int64_t now = util_now_ms();
+    sqlite3_bind_int64(st, 1, id);
+    store_bind_text(st, 2, to);
+    store_bind_text(st, 3, reason && reason[0] ? reason : NULL);
+    sqlite3_bind_int64(st, 4, now);
+    store_bind_text(st, 5, from);
+    int rc = store_step_row(st);
+    int64_t attempt = rc == STORE_OK ? sqlite3_column_int64(st, 0) : 0;
+    if (rc == STORE_OK && sqlite3_step(st) != SQLITE_DONE)
+        rc = STORE_EIO;
+    sqlite3_reset(st);
+    if (rc != STORE_OK)
+        return rc;
+    return event_insert(c, id, now, attempt, from, to, reason);
+}
+
+int store_job_delete(store_tx *tx, int64_t id)
+{
+    static const char sql[] = "DELETE FROM jobs WHERE id = ?1";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    return store_step_change(c, st, NULL);
+}
+
+int store_job_events(store *s, int64_t job_id, int64_t after, int limit,
+                     void (*row)(void *arg, const store_event *e), void *arg)
+{
+    static const char sql[] =
+        "SELECT id, at, attempt, coalesce(from_state, ''), to_state, coalesce(reason, '')"
+        " FROM job_events WHERE job_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
+    store_conn *c = store_reader(s);
+    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, after);
+    sqlite3_bind_int(st, 3, limit);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_event e;
+        e.id = sqlite3_column_int64(st, 0);
+        e.at = sqlite3_column_int64(st, 1);
+        e.attempt = sqlite3_column_int64(st, 2);
+        store_col_copy(st, 3, e.from_state, sizeof e.from_state);
+        store_col_copy(st, 4, e.to_state, sizeof e.to_state);
+        store_col_copy(st, 5, e.reason, sizeof e.reason);
+        row(arg, &e);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}

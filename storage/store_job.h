@@ -1,0 +1,94 @@
+/*
+ * store_job: jobs and their event history.  Every state change of a job is
+ * written together with an event row in the same transaction.
+ */
+#ifndef COHORT_STORE_JOB_H
+#define COHORT_STORE_JOB_H
+
+#include <stdint.h>
+
+#include "storage/store.h"
+#include "storage/util.h"
+
+#define STORE_JOB_NAME_MAX 200
+#define STORE_REASON_MAX 512
+#define STORE_IDEM_MAX 255
+
+typedef struct store_job {
+    int64_t id;
+    int64_t tenant_id;
+    int64_t user_id;
+    char tenant[UTIL_NAME_MAX + 1]; /* filled on reads */
+    char user[UTIL_NAME_MAX + 1];   /* filled on reads */
+    char name[STORE_JOB_NAME_MAX + 1];
+    char image[UTIL_NAME_MAX + 1];
+    char framework[16];
+    char workspace[UTIL_NAME_MAX + 1];
+    char code_path[UTIL_PATH_MAX + 1];
+    char *datasets_json; /* owned: a JSON array of names */
+    char *args_json;     /* owned: a JSON array of strings */
+    char *env_json;      /* owned: a JSON object of strings */
+    int64_t epochs;
+    double lr;
+    int64_t batch_size;
+    char worker_spec[UTIL_NAME_MAX + 1];
+    int64_t cpus, memory_mb, gpus;
+    int64_t worker_count;
+    int64_t workers_per_node;    /* 0: fill nodes */
+    int64_t priority;
+    int64_t max_runtime_seconds; /* 0: none */
+    int64_t max_retries;
+    char currency[4];
+    int64_t price_per_hour;
+    int64_t estimated_max;       /* -1: unbounded (no max_runtime_seconds) */
+    char state[16];
+    char reason[STORE_REASON_MAX + 1];
+    int64_t attempt;
+    char idem_key[STORE_IDEM_MAX + 1]; /* "" when none */
+    uint8_t request_hash[UTIL_SHA256_LEN];
+    int64_t created_at, updated_at, started_at, finished_at; /* 0: not yet */
+} store_job;
+
+typedef struct store_event {
+    int64_t id;
+    int64_t at;
+    int64_t attempt;
+    char from_state[16]; /* "" for the submit event */
+    char to_state[16];
+    char reason[STORE_REASON_MAX + 1];
+} store_event;
+
+typedef struct store_job_filter {
+    int64_t tenant_id;   /* 0: every tenant (platform admin) */
+    const char *state;   /* NULL: any */
+    const char *name;    /* NULL: any; else exact name */
+    int64_t before;      /* cursor: ids below this; 0: from the newest */
+    int limit;
+} store_job_filter;
+
+/* Frees what a store_job owns (not the struct itself). */
+void store_job_clear(store_job *j);
+
+/* Inserts j (state PENDING) and its submit event; sets j->id and times. */
+int store_job_insert(store_tx *tx, store_job *j);
+/* Inside a write: the tenant's job submitted with this idempotency key. */
+int store_job_by_idem_tx(store_tx *tx, int64_t tenant_id, const char *key, store_job *out);
+/* The job id of tenant_id (0: any tenant); the caller clears out. */
+int store_job_get(store *s, int64_t tenant_id, int64_t id, store_job *out);
+int store_job_get_tx(store_tx *tx, int64_t tenant_id, int64_t id, store_job *out);
+/* Jobs newest first; row() borrows the job for the call only. */
+int store_job_list(store *s, const store_job_filter *f,
+                   void (*row)(void *arg, const store_job *j), void *arg);
+/* Moves a job to a new state with an event; sets started/finished times as
+ * the state implies.  STORE_NOTFOUND when the job is absent. */
+int store_job_transition(store_tx *tx, int64_t id, const char *from, const char *to,
+                         const char *reason);
+/* Deletes a job and its events. */
+int store_job_delete(store_tx *tx, int64_t id);
+int store_job_events(store *s, int64_t job_id, int64_t after, int limit,
+                     void (*row)(void *arg, const store_event *e), void *arg);
+
+/* 1 when state is one a job never leaves. */
+int store_job_state_final(const char *state);
+
+#endif

@@ -1,0 +1,14 @@
+/* The migrations compiled into the binary (generated from migrations/). */
+#ifndef COHORT_STORE_MIGRATIONS_H
+#define COHORT_STORE_MIGRATIONS_H
+
+struct store_migration {
+    int version;
+    const char *name;
+    const char *sql;
+};
+
+extern const struct store_migration store_migrations[];
+extern const int store_migrations_count;
+
+#endif

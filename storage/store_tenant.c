@@ -1,0 +1,282 @@
+/*
+ * store_tenant: SQL for tenants, users and API tokens.
+ */
+#include "storage/store_tenant.h"
+
+#include <string.h>
+
+#include "storage/store_int.h"
+
+#define USER_COLS "u.id, u.tenant_id, t.name, u.name, u.role, u.created_at, t.is_platform"
+
+static void user_row(sqlite3_stmt *st, int i, store_user *u, int *is_platform)
+{
+    u->id = sqlite3_column_int64(st, i);
+    u->tenant_id = sqlite3_column_int64(st, i + 1);
+    store_col_copy(st, i + 2, u->tenant, sizeof u->tenant);
+    store_col_copy(st, i + 3, u->name, sizeof u->name);
+    store_col_copy(st, i + 4, u->role, sizeof u->role);
+    u->created_at = sqlite3_column_int64(st, i + 5);
+    if (is_platform)
+        *is_platform = sqlite3_column_int(st, i + 6);
+}
+
+int store_token_lookup(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t now_ms,
+                       store_principal *out)
+{
+    static const char sql[] =
+        "SELECT k.id, k.hash, " USER_COLS " FROM api_tokens k"
+        " JOIN users u ON u.id = k.user_id JOIN tenants t ON t.id = u.tenant_id"
+        " WHERE k.hash = ?1 AND k.revoked_at IS NULL"
+        " AND (k.expires_at IS NULL OR k.expires_at > ?2)";
+    store_conn *c = store_reader(s);
+    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_blob(st, 1, hash, UTIL_SHA256_LEN, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, now_ms);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        const void *h = sqlite3_column_blob(st, 1);
+        if (sqlite3_column_bytes(st, 1) == UTIL_SHA256_LEN &&
+            util_ct_equal(h, hash, UTIL_SHA256_LEN)) {
+            out->token_id = sqlite3_column_int64(st, 0);
+            user_row(st, 2, &out->user, &out->tenant_is_platform);
+            rc = STORE_OK;
+        } else {
+            rc = STORE_NOTFOUND;
+        }
+    } else {
+        rc = rc == SQLITE_DONE ? STORE_NOTFOUND : store_rc(rc);
+    }
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_tenant_insert(store_tx *tx, const char *name, int64_t *id)
+{
+    static const char sql[] = "INSERT INTO tenants(name, created_at) VALUES (?1, ?2)";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    store_bind_text(st, 1, name);
+    sqlite3_bind_int64(st, 2, util_now_ms());
+    return store_step_change(c, st, id);
+}
+
+static void tenant_row(sqlite3_stmt *st, store_tenant *t)
+{
+    t->id = sqlite3_column_int64(st, 0);
+    store_col_copy(st, 1, t->name, sizeof t->name);
+    t->is_platform = sqlite3_column_int(st, 2);
+    t->created_at = sqlite3_column_int64(st, 3);
+}
+
+int store_tenant_by_name(store *s, const char *name, store_tenant *out)
+{
+    static const char sql[] =
+        "SELECT id, name, is_platform, created_at FROM tenants WHERE name = ?1";
+    store_conn *c = store_reader(s);
+    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    if (!st)
+        return STORE_EIO;
+    store_bind_text(st, 1, name);
+    int rc = store_step_row(st);
+    if (rc == STORE_OK)
+        tenant_row(st, out);
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_tenant_list(store *s, int64_t after, int limit,
+                      void (*row)(void *arg, const store_tenant *t), void *arg)
+{
+    static const char sql[] = "SELECT id, name, is_platform, created_at FROM tenants"
+                              " WHERE id > ?1 AND is_platform = 0 ORDER BY id LIMIT ?2";
+    store_conn *c = store_reader(s);
+    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, after);
+    sqlite3_bind_int(st, 2, limit);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_tenant t;
+        tenant_row(st, &t);
+        row(arg, &t);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}
+
+int store_user_insert(store_tx *tx, int64_t tenant_id, const char *name, const char *role,
+                      int64_t *id)
+{
+    static const char sql[] =
+        "INSERT INTO users(tenant_id, name, role, created_at) VALUES (?1, ?2, ?3, ?4)";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, tenant_id);
+    store_bind_text(st, 2, name);
+    store_bind_text(st, 3, role);
+    sqlite3_bind_int64(st, 4, util_now_ms());
+    return store_step_change(c, st, id);
+}
+
+int store_user_get(store *s, int64_t id, store_user *out)
+{
+    static const char sql[] = "SELECT " USER_COLS " FROM users u"
+                              " JOIN tenants t ON t.id = u.tenant_id WHERE u.id = ?1";
+    store_conn *c = store_reader(s);
+    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    int rc = store_step_row(st);
+    if (rc == STORE_OK)
+        user_row(st, 0, out, NULL);
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_user_list(store *s, int64_t tenant_id, int64_t after, int limit,
+                    void (*row)(void *arg, const store_user *u), void *arg)
+{
+    static const char sql[] = "SELECT " USER_COLS " FROM users u"
+                              " JOIN tenants t ON t.id = u.tenant_id"
+                              " WHERE u.tenant_id = ?1 AND u.id > ?2 ORDER BY u.id LIMIT ?3";
+    store_conn *c = store_reader(s);
+    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, tenant_id);
+    sqlite3_bind_int64(st, 2, after);
+    sqlite3_bind_int(st, 3, limit);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_user u;
+        user_row(st, 0, &u, NULL);
+        row(arg, &u);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}
+
+int store_platform_admin_count(store *s, int64_t *n)
+{
+    static const char sql[] = "SELECT count(*) FROM users WHERE role = 'platform_admin'";
+    store_conn *c = store_reader(s);
+    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    if (!st)
+        return STORE_EIO;
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *n = sqlite3_column_int64(st, 0);
+        rc = STORE_OK;
+    } else {
+        rc = store_rc(rc);
+    }
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_platform_tenant_tx(store_tx *tx, int64_t *id)
+{
+    static const char sql[] = "SELECT id FROM tenants WHERE is_platform = 1";
+    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    if (!st)
+        return STORE_EIO;
+    int rc = store_step_row(st);
+    if (rc == STORE_OK)
+        *id = sqlite3_column_int64(st, 0);
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_token_insert(store_tx *tx, int64_t user_id, const char *name,
+                       const uint8_t hash[UTIL_SHA256_LEN], int64_t expires_at, int64_t *id)
+{
+    static const char sql[] = "INSERT INTO api_tokens(user_id, name, hash, created_at, expires_at)"
+                              " VALUES (?1, ?2, ?3, ?4, ?5)";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, user_id);
+    store_bind_text(st, 2, name);
+    sqlite3_bind_blob(st, 3, hash, UTIL_SHA256_LEN, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, util_now_ms());
+    if (expires_at > 0)
+        sqlite3_bind_int64(st, 5, expires_at);
+    return store_step_change(c, st, id);
+}
+
+#define TOKEN_COLS                                                                         \
+    "k.id, k.user_id, u.tenant_id, k.name, k.created_at, coalesce(k.expires_at, 0),"       \
+    " coalesce(k.revoked_at, 0)"
+
+static void token_row(sqlite3_stmt *st, store_token *t)
+{
+    t->id = sqlite3_column_int64(st, 0);
+    t->user_id = sqlite3_column_int64(st, 1);
+    t->tenant_id = sqlite3_column_int64(st, 2);
+    store_col_copy(st, 3, t->name, sizeof t->name);
+    t->created_at = sqlite3_column_int64(st, 4);
+    t->expires_at = sqlite3_column_int64(st, 5);
+    t->revoked_at = sqlite3_column_int64(st, 6);
+}
+
+int store_token_get(store *s, int64_t id, store_token *out)
+{
+    static const char sql[] = "SELECT " TOKEN_COLS " FROM api_tokens k"
+                              " JOIN users u ON u.id = k.user_id WHERE k.id = ?1";
+    store_conn *c = store_reader(s);
+    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    int rc = store_step_row(st);
+    if (rc == STORE_OK)
+        token_row(st, out);
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_token_list(store *s, int64_t user_id, int64_t after, int limit,
+                     void (*row)(void *arg, const store_token *t), void *arg)
+{
+    static const char sql[] = "SELECT " TOKEN_COLS " FROM api_tokens k"
+                              " JOIN users u ON u.id = k.user_id"
+                              " WHERE k.user_id = ?1 AND k.id > ?2 ORDER BY k.id LIMIT ?3";
+    store_conn *c = store_reader(s);
+    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, user_id);
+    sqlite3_bind_int64(st, 2, after);
+    sqlite3_bind_int(st, 3, limit);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_token t;
+        token_row(st, &t);
+        row(arg, &t);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}
+
+int store_token_revoke(store_tx *tx, int64_t id, int64_t now_ms)
+{
+    static const char sql[] =
+        "UPDATE api_tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, now_ms);
+    return store_step_change(c, st, NULL);
+}

@@ -1,0 +1,121 @@
+/*
+ * store_volume: SQL for datasets and workspaces.  The two tables have the
+ * same shape; each statement exists once per table.
+ */
+#include "storage/store_volume.h"
+
+#include "storage/store_int.h"
+
+#define VOL_SELECT(table, sealed)                                                          \
+    "SELECT v.id, v.tenant_id, t.name, v.name, " sealed ", t.is_platform, v.created_at"    \
+    " FROM " table " v JOIN tenants t ON t.id = v.tenant_id"
+
+static const char *const get_sql[2] = {
+    VOL_SELECT("datasets", "v.sealed")
+    " WHERE v.name = ?1 AND (v.tenant_id = ?2 OR (?3 AND t.is_platform = 1))"
+    " ORDER BY t.is_platform LIMIT 1",
+    VOL_SELECT("workspaces", "0") " WHERE v.name = ?1 AND v.tenant_id = ?2",
+};
+
+static const char *const list_sql[2] = {
+    VOL_SELECT("datasets", "v.sealed")
+    " WHERE (v.tenant_id = ?1 OR (?2 AND t.is_platform = 1)) AND v.id > ?3"
+    " ORDER BY v.id LIMIT ?4",
+    VOL_SELECT("workspaces", "0") " WHERE v.tenant_id = ?1 AND v.id > ?3 ORDER BY v.id LIMIT ?4",
+};
+
+static const char *const insert_sql[2] = {
+    "INSERT INTO datasets(tenant_id, name, created_at) VALUES (?1, ?2, ?3)",
+    "INSERT INTO workspaces(tenant_id, name, created_at) VALUES (?1, ?2, ?3)",
+};
+
+static const char *const delete_sql[2] = {
+    "DELETE FROM datasets WHERE id = ?1",
+    "DELETE FROM workspaces WHERE id = ?1",
+};
+
+static void vol_row(sqlite3_stmt *st, store_volume *v)
+{
+    v->id = sqlite3_column_int64(st, 0);
+    v->tenant_id = sqlite3_column_int64(st, 1);
+    store_col_copy(st, 2, v->tenant, sizeof v->tenant);
+    store_col_copy(st, 3, v->name, sizeof v->name);
+    v->sealed = sqlite3_column_int(st, 4);
+    v->is_public = sqlite3_column_int(st, 5);
+    v->created_at = sqlite3_column_int64(st, 6);
+}
+
+int store_volume_get(store *s, store_vol_kind k, int64_t tenant_id, const char *name,
+                     int with_public, store_volume *out)
+{
+    store_conn *c = store_reader(s);
+    sqlite3_stmt *st = c ? store_stmt(c, get_sql[k]) : NULL;
+    if (!st)
+        return STORE_EIO;
+    store_bind_text(st, 1, name);
+    sqlite3_bind_int64(st, 2, tenant_id);
+    if (k == STORE_DATASET)
+        sqlite3_bind_int(st, 3, with_public != 0);
+    int rc = store_step_row(st);
+    if (rc == STORE_OK)
+        vol_row(st, out);
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_volume_list(store *s, store_vol_kind k, int64_t tenant_id, int with_public,
+                      int64_t after, int limit, void (*row)(void *arg, const store_volume *v),
+                      void *arg)
+{
+    store_conn *c = store_reader(s);
+    sqlite3_stmt *st = c ? store_stmt(c, list_sql[k]) : NULL;
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, tenant_id);
+    if (k == STORE_DATASET)
+        sqlite3_bind_int(st, 2, with_public != 0);
+    sqlite3_bind_int64(st, 3, after);
+    sqlite3_bind_int(st, 4, limit);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_volume v;
+        vol_row(st, &v);
+        row(arg, &v);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}
+
+int store_volume_insert(store_tx *tx, store_vol_kind k, int64_t tenant_id, const char *name,
+                        int64_t *id)
+{
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, insert_sql[k]);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, tenant_id);
+    store_bind_text(st, 2, name);
+    sqlite3_bind_int64(st, 3, util_now_ms());
+    return store_step_change(c, st, id);
+}
+
+int store_volume_delete(store_tx *tx, store_vol_kind k, int64_t id)
+{
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, delete_sql[k]);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    return store_step_change(c, st, NULL);
+}
+
+int store_dataset_seal(store_tx *tx, int64_t id)
+{
+    static const char sql[] = "UPDATE datasets SET sealed = 1 WHERE id = ?1";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    return store_step_change(c, st, NULL);
+}

@@ -1,0 +1,169 @@
+/*
+ * util: clock, randomness, hashing and validation helpers shared by every
+ * layer.  Owns nothing beyond the buffers callers pass in.
+ */
+#include "storage/util.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
+
+int64_t util_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t util_mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+void util_rfc3339(int64_t ms, char out[32])
+{
+    time_t s = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    size_t n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out + n, 32 - n, ".%03dZ", (int)(ms % 1000));
+}
+
+int util_random(void *buf, size_t n)
+{
+    unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t r = getrandom(p, n, 0);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += r;
+        n -= (size_t)r;
+    }
+    return 0;
+}
+
+int util_token_new(char out[UTIL_TOKEN_LEN + 1])
+{
+    uint8_t raw[UTIL_TOKEN_BYTES];
+    if (util_random(raw, sizeof raw) != 0)
+        return -1;
+    memcpy(out, UTIL_TOKEN_PREFIX, 4);
+    util_hex(raw, sizeof raw, out + 4);
+    OPENSSL_cleanse(raw, sizeof raw);
+    return 0;
+}
+
+void util_sha256(const void *data, size_t len, uint8_t out[UTIL_SHA256_LEN])
+{
+    SHA256(data, len, out);
+}
+
+void util_hex(const uint8_t *in, size_t n, char *out)
+{
+    static const char d[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = d[in[i] >> 4];
+        out[2 * i + 1] = d[in[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+int util_ct_equal(const void *a, const void *b, size_t n)
+{
+    return CRYPTO_memcmp(a, b, n) == 0;
+}
+
+int util_name_valid(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > UTIL_NAME_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        int alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+        if (i == 0 ? !alnum : !(alnum || c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+int util_relpath_valid(const char *p, size_t len)
+{
+    if (len == 0 || len > UTIL_PATH_MAX)
+        return 0;
+    size_t start = 0;
+    for (size_t i = 0; i <= len; i++) {
+        if (i < len) {
+            unsigned char c = (unsigned char)p[i];
+            if (c < 0x20 || c == 0x7f || c == '\\')
+                return 0;
+            if (c != '/')
+                continue;
+        }
+        size_t clen = i - start;
+        if (clen == 0)
+            return 0;
+        if (clen == 1 && p[start] == '.')
+            return 0;
+        if (clen == 2 && p[start] == '.' && p[start + 1] == '.')
+            return 0;
+        if (clen > 255)
+            return 0;
+        start = i + 1;
+    }
+    return 1;
+}
+
+static int buf_grow(util_buf *b, size_t need)
+{
+    if (b->oom)
+        return -1;
+    if (b->len + need + 1 <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + need + 1)
+        cap *= 2;
+    char *nb = realloc(b->buf, cap);
+    if (!nb) {
+        b->oom = 1;
+        return -1;
+    }
+    b->buf = nb;
+    b->cap = cap;
+    return 0;
+}
+
+void util_buf_append(util_buf *b, const void *data, size_t n)
+{
+    if (buf_grow(b, n) != 0)
+        return;
+    memcpy(b->buf + b->len, data, n);
+    b->len += n;
+    b->buf[b->len] = '\0';
+}
+
+void util_buf_printf(util_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0 || buf_grow(b, (size_t)n) != 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(b->buf + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}

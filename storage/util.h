@@ -1,0 +1,60 @@
+/*
+ * util: small helpers every layer needs and no layer owns: clock, random
+ * tokens, SHA-256, hex, constant-time compare, name and path validation,
+ * and a growable string buffer.  Lowest layer; depends on libc and libcrypto.
+ */
+#ifndef COHORT_UTIL_H
+#define COHORT_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define UTIL_TOKEN_BYTES 32            /* 256 random bits */
+#define UTIL_TOKEN_PREFIX "coh_"
+#define UTIL_TOKEN_LEN (4 + 2 * UTIL_TOKEN_BYTES) /* prefix + hex */
+#define UTIL_SHA256_LEN 32
+#define UTIL_NAME_MAX 63
+#define UTIL_PATH_MAX 1024
+
+/* Wall clock in milliseconds since the epoch; monotonic clock in microseconds. */
+int64_t util_now_ms(void);
+int64_t util_mono_us(void);
+
+/* Formats ms since the epoch as RFC 3339 UTC with milliseconds into out[32]. */
+void util_rfc3339(int64_t ms, char out[32]);
+
+/* Fills buf with n bytes from the kernel's CSPRNG.  0 or -1. */
+int util_random(void *buf, size_t n);
+
+/* Writes a fresh bearer token ("coh_" + 64 hex) into out[UTIL_TOKEN_LEN + 1]. */
+int util_token_new(char out[UTIL_TOKEN_LEN + 1]);
+
+void util_sha256(const void *data, size_t len, uint8_t out[UTIL_SHA256_LEN]);
+void util_hex(const uint8_t *in, size_t n, char *out); /* out holds 2n+1 */
+
+/* Constant-time equality of two equal-length buffers: 1 when equal. */
+int util_ct_equal(const void *a, const void *b, size_t n);
+
+/* 1 when s matches [a-z0-9][a-z0-9._-]{0,62}. */
+int util_name_valid(const char *s);
+
+/*
+ * 1 when p is an acceptable relative file path: 1..UTIL_PATH_MAX bytes,
+ * components separated by single '/', no empty, "." or ".." component,
+ * no leading '/', no NUL or control characters, no backslash.
+ */
+int util_relpath_valid(const char *p, size_t len);
+
+/* Growable byte buffer.  The owner frees buf with free(). */
+typedef struct util_buf {
+    char *buf;
+    size_t len;
+    size_t cap;
+    int oom;      /* set once an allocation failed; later appends are ignored */
+} util_buf;
+
+void util_buf_append(util_buf *b, const void *data, size_t n);
+void util_buf_printf(util_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#endif
