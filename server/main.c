@@ -45,6 +45,7 @@ static void usage(FILE *f)
             "  --upload-limit BYTES   largest uploaded file (default %lld)\n"
             "  --threads N            HTTP worker threads (default: one per CPU)\n"
             "  --access-log FILE      one line per request; '-' for stderr (default), 'off'\n"
+            "  --routes               print the routes served and exit\n"
             "  --help                 this text\n"
             "\n"
             "On first start the platform admin token is COHORT_ADMIN_TOKEN when set, else a\n"
@@ -97,6 +98,7 @@ static int parse_args(int argc, char **argv, struct config *c)
         {"threads", required_argument, NULL, 't'},
         {"access-log", required_argument, NULL, 'a'},
         {"help", no_argument, NULL, 'h'},
+        {"routes", no_argument, NULL, 'r'},
         {NULL, 0, NULL, 0},
     };
     const char *listen = getenv("COHORT_LISTEN");
@@ -145,6 +147,11 @@ static int parse_args(int argc, char **argv, struct config *c)
             break;
         case 'h':
             usage(stdout);
+            exit(0);
+        case 'r': /* the routes served, for the OpenAPI check */
+            for (const api_route *r = api_routes(); r->pattern; r++)
+                printf("%s %s\n", api_method_name(r->method), r->pattern);
+            printf("GET /metrics\n");
             exit(0);
         default:
             usage(stderr);

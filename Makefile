@@ -1,0 +1,39 @@
+# Thin wrapper over CMake: the two commands a newcomer runs are `make run`
+# and `make test`.  Both install missing Debian packages first.
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc)
+
+.PHONY: all deps build build-asan run test test-normal test-asan bench clean
+
+all: build
+
+deps:
+	@scripts/install-deps
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build $(BUILD) -j$(JOBS)
+
+build-asan: deps
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCOHORT_SANITIZE=ON >/dev/null
+	@cmake --build $(ASAN_BUILD) -j$(JOBS)
+
+run: build
+	@BUILD=$(BUILD) scripts/run
+
+# The whole suite, in the normal build and again under ASan+UBSan.
+test: test-normal test-asan
+
+test-normal: build
+	@scripts/test $(BUILD)
+
+test-asan: build-asan
+	@scripts/test $(ASAN_BUILD)
+
+bench: build
+	@bench/api/run $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,309 @@
+/*
+ * harness: process control and HTTP for the integration tests.
+ */
+#include "tests/harness.h"
+
+#include <criterion/criterion.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void launch(th_daemon *d, const char *const *extra)
+{
+    char addr[300];
+    snprintf(addr, sizeof addr, "%s/cohortd.addr", d->dir);
+    unlink(addr);
+    pid_t pid = fork();
+    cr_assert(pid >= 0, "fork: %s", strerror(errno));
+    if (pid == 0) {
+        const char *argv[32] = {COHORTD_BIN, "--listen", "127.0.0.1:0", "--data-dir", d->dir,
+                                "--threads", "2", "--access-log", "off"};
+        int n = 9;
+        for (int i = 0; extra && extra[i] && n < 30; i++)
+            argv[n++] = extra[i];
+        argv[n] = NULL;
+        setenv("COHORT_ADMIN_TOKEN", TH_ADMIN, 1);
+        char logp[300];
+        snprintf(logp, sizeof logp, "%s/cohortd.log", d->dir);
+        FILE *f = freopen(logp, "a", stdout);
+        (void)f;
+        dup2(1, 2);
+        execv(COHORTD_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    d->pid = pid;
+    for (int i = 0; i < 1000; i++) {
+        FILE *f = fopen(addr, "r");
+        if (f) {
+            char line[128] = "";
+            char *ok = fgets(line, sizeof line, f);
+            fclose(f);
+            if (ok && strchr(line, ':')) {
+                line[strcspn(line, "\n")] = '\0';
+                snprintf(d->base, sizeof d->base, "http://%s", line);
+                return;
+            }
+        }
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            cr_assert_fail("cohortd exited during start-up (status %d); see %s/cohortd.log", st,
+                           d->dir);
+        sleep_ms(10);
+    }
+    cr_assert_fail("cohortd did not start within 10 s");
+}
+
+void th_start(th_daemon *d, const char *const *extra)
+{
+    memset(d, 0, sizeof *d);
+    snprintf(d->dir, sizeof d->dir, "/tmp/cohort-test-XXXXXX");
+    cr_assert(mkdtemp(d->dir) != NULL);
+    snprintf(d->db, sizeof d->db, "%s/cohort.db", d->dir);
+    launch(d, extra);
+}
+
+void th_restart(th_daemon *d, const char *const *extra)
+{
+    launch(d, extra);
+}
+
+int th_stop(th_daemon *d)
+{
+    int st = 0;
+    if (d->pid <= 0)
+        return 0;
+    kill(d->pid, SIGTERM);
+    waitpid(d->pid, &st, 0);
+    d->pid = 0;
+    if (WIFEXITED(st))
+        return WEXITSTATUS(st);
+    return 128 + WTERMSIG(st);
+}
+
+void th_kill9(th_daemon *d)
+{
+    if (d->pid <= 0)
+        return;
+    kill(d->pid, SIGKILL);
+    waitpid(d->pid, NULL, 0);
+    d->pid = 0;
+}
+
+void th_cleanup(th_daemon *d)
+{
+    if (d->pid > 0)
+        th_kill9(d);
+    char cmd[300];
+    if (d->dir[0] && !strncmp(d->dir, "/tmp/cohort-test-", 17)) {
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->dir);
+        int rc = system(cmd);
+        (void)rc;
+    }
+}
+
+struct sink {
+    char *buf;
+    size_t len;
+};
+
+static size_t on_body(char *p, size_t size, size_t n, void *arg)
+{
+    struct sink *s = arg;
+    size_t add = size * n;
+    char *nb = realloc(s->buf, s->len + add + 1);
+    if (!nb)
+        return 0;
+    memcpy(nb + s->len, p, add);
+    s->buf = nb;
+    s->len += add;
+    s->buf[s->len] = '\0';
+    return add;
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *arg)
+{
+    th_resp *r = arg;
+    size_t len = size * n;
+    if (len > 10 && !strncasecmp(p, "Location: ", 10)) {
+        size_t l = len - 10;
+        while (l > 0 && (p[10 + l - 1] == '\r' || p[10 + l - 1] == '\n'))
+            l--;
+        if (l >= sizeof r->location)
+            l = sizeof r->location - 1;
+        memcpy(r->location, p + 10, l);
+        r->location[l] = '\0';
+    }
+    if (len > 20 && !strncasecmp(p, "Idempotent-Replayed:", 20))
+        r->replayed = 1;
+    return len;
+}
+
+th_resp th_req(th_daemon *d, const char *method, const char *path, const char *token,
+               const char *ctype, const void *body, size_t len, const char *extra_header)
+{
+    th_resp r = {0};
+    struct sink s = {0};
+    char url[2048], auth[400], ct[200];
+    CURL *c = curl_easy_init();
+    cr_assert(c);
+    struct curl_slist *h = NULL;
+    snprintf(url, sizeof url, "%s%s", d->base, path);
+    if (token) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
+        h = curl_slist_append(h, auth);
+    }
+    if (body || ctype) {
+        snprintf(ct, sizeof ct, "Content-Type: %s", ctype ? ctype : "application/json");
+        h = curl_slist_append(h, ct);
+    }
+    if (extra_header)
+        h = curl_slist_append(h, extra_header);
+    h = curl_slist_append(h, "Expect:");
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &r);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    }
+    if (!strcmp(method, "HEAD"))
+        curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    CURLcode rc = curl_easy_perform(c);
+    if (rc == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r.status);
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    r.body = s.buf ? s.buf : strdup("");
+    r.len = s.len;
+    r.json = cJSON_Parse(r.body);
+    return r;
+}
+
+th_resp th_get(th_daemon *d, const char *path, const char *token)
+{
+    return th_req(d, "GET", path, token, NULL, NULL, 0, NULL);
+}
+
+th_resp th_del(th_daemon *d, const char *path, const char *token)
+{
+    return th_req(d, "DELETE", path, token, NULL, NULL, 0, NULL);
+}
+
+th_resp th_post(th_daemon *d, const char *path, const char *token, const char *json)
+{
+    return th_req(d, "POST", path, token, json ? "application/json" : NULL, json,
+                  json ? strlen(json) : 0, NULL);
+}
+
+th_resp th_put_file(th_daemon *d, const char *path, const char *token, const void *data,
+                    size_t len)
+{
+    return th_req(d, "PUT", path, token, "application/octet-stream", data, len, NULL);
+}
+
+void th_free(th_resp *r)
+{
+    free(r->body);
+    cJSON_Delete(r->json);
+    memset(r, 0, sizeof *r);
+}
+
+static const char *err_member(const th_resp *r, const char *key)
+{
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(r->json, "error");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, key);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+const char *th_err_code(const th_resp *r)
+{
+    return err_member(r, "code");
+}
+
+const char *th_err_field(const th_resp *r)
+{
+    return err_member(r, "field");
+}
+
+const char *th_str(const th_resp *r, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->json, key);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+double th_num(const th_resp *r, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->json, key);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1;
+}
+
+int th_items(const th_resp *r)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(r->json, "items");
+    return cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+}
+
+long th_user(th_daemon *d, const char *tenant, const char *user, const char *role, char *tok)
+{
+    char body[256], path[256];
+    snprintf(body, sizeof body, "{\"name\":\"%s\"}", tenant);
+    th_resp r = th_post(d, "/v1/tenants", TH_ADMIN, body);
+    cr_assert(r.status == 201 || r.status == 409, "tenant %s: %ld %s", tenant, r.status, r.body);
+    th_free(&r);
+    snprintf(body, sizeof body, "{\"name\":\"%s\",\"role\":\"%s\"}", user, role);
+    snprintf(path, sizeof path, "/v1/tenants/%s/users", tenant);
+    r = th_post(d, path, TH_ADMIN, body);
+    cr_assert_eq(r.status, 201, "user %s: %ld %s", user, r.status, r.body);
+    long id = (long)th_num(&r, "id");
+    th_free(&r);
+    snprintf(path, sizeof path, "/v1/users/%ld/tokens", id);
+    r = th_post(d, path, TH_ADMIN, "{\"name\":\"test\"}");
+    cr_assert_eq(r.status, 201, "token: %ld %s", r.status, r.body);
+    snprintf(tok, 80, "%s", th_str(&r, "token"));
+    th_free(&r);
+    return id;
+}
+
+static void run_capture(const char *cmd, char *out, size_t n)
+{
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "popen %s", cmd);
+    size_t got = fread(out, 1, n - 1, p);
+    out[got] = '\0';
+    pclose(p);
+}
+
+void th_db_digest(th_daemon *d, char out[65])
+{
+    char cmd[600], buf[128];
+    snprintf(cmd, sizeof cmd, "sqlite3 -readonly '%s' .dump | sha256sum", d->db);
+    run_capture(cmd, buf, sizeof buf);
+    memcpy(out, buf, 64);
+    out[64] = '\0';
+}
+
+void th_db_query(th_daemon *d, const char *sql, char *out, size_t n)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "sqlite3 '%s' \"%s\"", d->db, sql);
+    run_capture(cmd, out, n);
+}

@@ -1,0 +1,368 @@
+/*
+ * The whole happy path over HTTP against a real cohortd: tenant, users,
+ * tokens, a workspace with an uploaded file, a dataset, and a job through
+ * create / get / list / cancel / delete / events; idempotent submits;
+ * token revocation and expiry; pagination.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+
+static th_daemon d;
+
+static void setup(void)
+{
+    th_start(&d, NULL);
+}
+
+static void teardown(void)
+{
+    int st = th_stop(&d);
+    th_cleanup(&d);
+    cr_expect_eq(st, 0, "cohortd did not stop cleanly (status %d)", st);
+}
+
+TestSuite(api_flow, .init = setup, .fini = teardown, .timeout = 120);
+
+#define JOB_BODY                                                                               \
+    "{\"name\":\"mnist\",\"image\":\"native\",\"datasets\":[\"mnist\"],\"workspace\":\"ws\","  \
+    "\"code_path\":\"bin/train\",\"args\":[\"--hidden\",\"256\"],\"epochs\":3,\"lr\":0.05,"   \
+    "\"batch_size\":64,\"worker_spec\":\"cpu-small\",\"worker_count\":4,"                      \
+    "\"workers_per_node\":2,\"max_runtime_seconds\":5400,\"max_retries\":2,"                    \
+    "\"env\":{\"OMP_NUM_THREADS\":\"1\"}}"
+
+static void make_volumes(const char *tok)
+{
+    th_resp r = th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}");
+    cr_assert_eq(r.status, 201, "%s", r.body);
+    cr_expect_str_eq(r.location, "/v1/workspaces/ws");
+    th_free(&r);
+    const char prog[] = "#!/bin/sh\necho hello\n";
+    r = th_req(&d, "PUT", "/v1/workspaces/ws/files/bin/train?mode=755", tok,
+               "application/octet-stream", prog, sizeof prog - 1, NULL);
+    cr_assert_eq(r.status, 201, "%s", r.body);
+    cr_expect_eq(th_num(&r, "size"), sizeof prog - 1);
+    cr_expect_str_eq(th_str(&r, "mode"), "755");
+    th_free(&r);
+    r = th_post(&d, "/v1/datasets", tok, "{\"name\":\"mnist\"}");
+    cr_assert_eq(r.status, 201, "%s", r.body);
+    th_free(&r);
+    r = th_put_file(&d, "/v1/datasets/mnist/files/raw/train-images-idx3-ubyte", tok, "IDX", 3);
+    cr_assert_eq(r.status, 201, "%s", r.body);
+    th_free(&r);
+}
+
+Test(api_flow, tenant_user_token_and_whoami)
+{
+    char tok[80];
+    long uid = th_user(&d, "acme", "alice", "member", tok);
+    th_resp r = th_get(&d, "/v1/whoami", tok);
+    cr_assert_eq(r.status, 200);
+    cr_expect_str_eq(th_str(&r, "user"), "alice");
+    cr_expect_str_eq(th_str(&r, "tenant"), "acme");
+    cr_expect_str_eq(th_str(&r, "role"), "member");
+    cr_expect_eq((long)th_num(&r, "user_id"), uid);
+    th_free(&r);
+
+    r = th_get(&d, "/v1/tenants", TH_ADMIN);
+    cr_assert_eq(r.status, 200);
+    cr_expect_eq(th_items(&r), 1);
+    th_free(&r);
+    r = th_get(&d, "/v1/tenants/acme/users", tok);
+    cr_assert_eq(r.status, 200);
+    cr_expect_eq(th_items(&r), 1);
+    th_free(&r);
+
+    /* The token is stored only as a hash. */
+    char out[256];
+    th_db_query(&d, "SELECT count(*) FROM api_tokens WHERE instr(hash, 'coh_') > 0", out,
+                sizeof out);
+    cr_expect_str_eq(out, "0\n");
+    th_db_query(&d, "SELECT length(hash) FROM api_tokens WHERE id = 2", out, sizeof out);
+    cr_expect_str_eq(out, "32\n");
+}
+
+Test(api_flow, token_revoke_and_expiry)
+{
+    char tok[80], path[64];
+    long uid = th_user(&d, "acme", "bob", "member", tok);
+    snprintf(path, sizeof path, "/v1/users/%ld/tokens", uid);
+    th_resp r = th_post(&d, path, tok, "{\"name\":\"short\",\"expires_in_seconds\":1}");
+    cr_assert_eq(r.status, 201, "%s", r.body);
+    char shortlived[80];
+    snprintf(shortlived, sizeof shortlived, "%s", th_str(&r, "token"));
+    cr_expect_eq(strlen(shortlived), 68);
+    th_free(&r);
+    r = th_get(&d, "/v1/whoami", shortlived);
+    cr_expect_eq(r.status, 200);
+    th_free(&r);
+    sleep(2);
+    r = th_get(&d, "/v1/whoami", shortlived);
+    cr_expect_eq(r.status, 401, "an expired token still works");
+    th_free(&r);
+
+    r = th_get(&d, path, tok);
+    cr_assert_eq(r.status, 200);
+    cr_expect_eq(th_items(&r), 2);
+    const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItem(r.json, "items"), 0);
+    long tid = (long)cJSON_GetObjectItem(first, "id")->valuedouble;
+    th_free(&r);
+    snprintf(path, sizeof path, "/v1/tokens/%ld", tid);
+    r = th_del(&d, path, tok);
+    cr_expect_eq(r.status, 204, "%s", r.body);
+    th_free(&r);
+    r = th_get(&d, "/v1/whoami", tok);
+    cr_expect_eq(r.status, 401, "a revoked token still works");
+    th_free(&r);
+}
+
+Test(api_flow, job_lifecycle)
+{
+    char tok[80];
+    th_user(&d, "acme", "alice", "member", tok);
+    make_volumes(tok);
+
+    th_resp r = th_post(&d, "/v1/jobs", tok, JOB_BODY);
+    cr_assert_eq(r.status, 201, "%s", r.body);
+    cr_expect_str_eq(th_str(&r, "state"), "PENDING");
+    cr_expect_str_eq(th_str(&r, "tenant"), "acme");
+    cr_expect_str_eq(th_str(&r, "user"), "alice");
+    cr_expect_str_eq(th_str(&r, "framework"), "native");
+    const cJSON *price = cJSON_GetObjectItem(r.json, "price");
+    cr_expect_str_eq(cJSON_GetObjectItem(price, "currency")->valuestring, "USD");
+    /* cpu-small costs 5 per worker-hour: 4 workers for 1.5 h = 30. */
+    cr_expect_eq(cJSON_GetObjectItem(price, "per_hour")->valuedouble, 20);
+    cr_expect_eq(cJSON_GetObjectItem(price, "estimated_max")->valuedouble, 30);
+    long id = (long)th_num(&r, "id");
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%ld", id);
+    cr_expect_str_eq(r.location, path);
+    th_free(&r);
+
+    r = th_get(&d, path, tok);
+    cr_assert_eq(r.status, 200);
+    cr_expect_str_eq(th_str(&r, "name"), "mnist");
+    cr_expect_str_eq(th_str(&r, "code_path"), "bin/train");
+    cr_expect_eq(th_num(&r, "worker_count"), 4);
+    cr_expect_eq(th_num(&r, "workers_per_node"), 2);
+    cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "env"), "OMP_NUM_THREADS")
+                         ->valuestring,
+                     "1");
+    th_free(&r);
+
+    r = th_get(&d, "/v1/jobs?state=PENDING", tok);
+    cr_expect_eq(th_items(&r), 1);
+    th_free(&r);
+    r = th_get(&d, "/v1/jobs?state=RUNNING", tok);
+    cr_expect_eq(th_items(&r), 0);
+    th_free(&r);
+    r = th_get(&d, "/v1/jobs?name=mnist", tok);
+    cr_expect_eq(th_items(&r), 1);
+    th_free(&r);
+
+    /* A pending job cannot be deleted; cancel it first. */
+    r = th_del(&d, path, tok);
+    cr_expect_eq(r.status, 409, "%s", r.body);
+    th_free(&r);
+    snprintf(path, sizeof path, "/v1/jobs/%ld/cancel", id);
+    r = th_post(&d, path, tok, NULL);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_expect_str_eq(th_str(&r, "state"), "CANCELLED");
+    th_free(&r);
+    r = th_post(&d, path, tok, NULL);
+    cr_expect_eq(r.status, 409, "cancelling twice: %s", r.body);
+    th_free(&r);
+
+    snprintf(path, sizeof path, "/v1/jobs/%ld/events", id);
+    r = th_get(&d, path, tok);
+    cr_assert_eq(r.status, 200);
+    cr_assert_eq(th_items(&r), 2);
+    const cJSON *items = cJSON_GetObjectItem(r.json, "items");
+    cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(items, 0), "to")->valuestring,
+                     "PENDING");
+    cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(items, 1), "to")->valuestring,
+                     "CANCELLED");
+    cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(items, 1), "from")->valuestring,
+                     "PENDING");
+    th_free(&r);
+
+    snprintf(path, sizeof path, "/v1/jobs/%ld", id);
+    r = th_del(&d, path, tok);
+    cr_expect_eq(r.status, 204, "%s", r.body);
+    th_free(&r);
+    r = th_get(&d, path, tok);
+    cr_expect_eq(r.status, 404);
+    th_free(&r);
+    char out[64];
+    th_db_query(&d, "SELECT count(*) FROM job_events", out, sizeof out);
+    cr_expect_str_eq(out, "0\n", "events outlived their job");
+}
+
+Test(api_flow, files_roundtrip_and_listing)
+{
+    char tok[80];
+    th_user(&d, "acme", "alice", "member", tok);
+    make_volumes(tok);
+    th_resp r = th_get(&d, "/v1/workspaces/ws/files/bin/train", tok);
+    cr_assert_eq(r.status, 200);
+    cr_expect_str_eq(r.body, "#!/bin/sh\necho hello\n");
+    th_free(&r);
+    /* Overwrite keeps one file, whole. */
+    r = th_put_file(&d, "/v1/workspaces/ws/files/bin/train", tok, "v2", 2);
+    cr_expect_eq(r.status, 201);
+    th_free(&r);
+    r = th_get(&d, "/v1/workspaces/ws/files/bin/train", tok);
+    cr_expect_str_eq(r.body, "v2");
+    th_free(&r);
+    for (int i = 0; i < 5; i++) {
+        char p[80];
+        snprintf(p, sizeof p, "/v1/workspaces/ws/files/data/f%d.txt", i);
+        r = th_put_file(&d, p, tok, "x", 1);
+        cr_expect_eq(r.status, 201);
+        th_free(&r);
+    }
+    r = th_get(&d, "/v1/workspaces/ws/files?limit=4", tok);
+    cr_assert_eq(r.status, 200);
+    cr_expect_eq(th_items(&r), 4);
+    char cursor[256];
+    snprintf(cursor, sizeof cursor, "%s", th_str(&r, "next_cursor"));
+    cr_expect_str_eq(cursor, "data/f2.txt"); /* bin/train, data/f0..f2 */
+    th_free(&r);
+    char p[400];
+    snprintf(p, sizeof p, "/v1/workspaces/ws/files?limit=4&cursor=%s", cursor);
+    r = th_get(&d, p, tok);
+    cr_expect_eq(th_items(&r), 2, "%s", r.body); /* data/f3.txt, data/f4.txt */
+    th_free(&r);
+    r = th_del(&d, "/v1/workspaces/ws/files/data/f0.txt", tok);
+    cr_expect_eq(r.status, 204);
+    th_free(&r);
+    r = th_get(&d, "/v1/workspaces/ws/files/data/f0.txt", tok);
+    cr_expect_eq(r.status, 404);
+    th_free(&r);
+
+    /* A sealed dataset takes no more writes. */
+    r = th_post(&d, "/v1/datasets/mnist/seal", tok, NULL);
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    th_free(&r);
+    r = th_put_file(&d, "/v1/datasets/mnist/files/more", tok, "x", 1);
+    cr_expect_eq(r.status, 409);
+    cr_expect_str_eq(th_err_code(&r), "sealed");
+    th_free(&r);
+
+    /* Deleting a workspace removes its files from disk. */
+    r = th_del(&d, "/v1/workspaces/ws", tok);
+    cr_expect_eq(r.status, 204);
+    th_free(&r);
+    r = th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}");
+    cr_expect_eq(r.status, 201);
+    th_free(&r);
+    r = th_get(&d, "/v1/workspaces/ws/files", tok);
+    cr_expect_eq(th_items(&r), 0, "a new workspace sees an old one's files: %s", r.body);
+    th_free(&r);
+}
+
+Test(api_flow, idempotent_submit)
+{
+    char tok[80];
+    th_user(&d, "acme", "alice", "member", tok);
+    make_volumes(tok);
+    th_resp a = th_req(&d, "POST", "/v1/jobs", tok, NULL, JOB_BODY, strlen(JOB_BODY),
+                       "Idempotency-Key: run-42");
+    cr_assert_eq(a.status, 201, "%s", a.body);
+    th_resp b = th_req(&d, "POST", "/v1/jobs", tok, NULL, JOB_BODY, strlen(JOB_BODY),
+                       "Idempotency-Key: run-42");
+    cr_assert_eq(b.status, 201, "%s", b.body);
+    cr_expect_eq(th_num(&a, "id"), th_num(&b, "id"), "the same key made two jobs");
+    cr_expect(b.replayed);
+    const char other[] = "{\"name\":\"other\",\"image\":\"native\",\"workspace\":\"ws\","
+                         "\"code_path\":\"bin/train\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                         "\"worker_spec\":\"cpu-small\",\"worker_count\":1}";
+    th_resp c = th_req(&d, "POST", "/v1/jobs", tok, NULL, other, strlen(other),
+                       "Idempotency-Key: run-42");
+    cr_expect_eq(c.status, 409, "%s", c.body);
+    th_resp l = th_get(&d, "/v1/jobs", tok);
+    cr_expect_eq(th_items(&l), 1);
+    th_free(&a);
+    th_free(&b);
+    th_free(&c);
+    th_free(&l);
+}
+
+Test(api_flow, job_list_pagination)
+{
+    char tok[80];
+    th_user(&d, "acme", "alice", "member", tok);
+    make_volumes(tok);
+    for (int i = 0; i < 7; i++) {
+        th_resp r = th_post(&d, "/v1/jobs", tok, JOB_BODY);
+        cr_assert_eq(r.status, 201);
+        th_free(&r);
+    }
+    int seen = 0, pages = 0;
+    char path[128] = "/v1/jobs?limit=3";
+    double last = 1e18;
+    for (;;) {
+        th_resp r = th_get(&d, path, tok);
+        cr_assert_eq(r.status, 200);
+        const cJSON *it;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(r.json, "items"))
+        {
+            double id = cJSON_GetObjectItem(it, "id")->valuedouble;
+            cr_expect_lt(id, last, "pages overlap or are out of order");
+            last = id;
+            seen++;
+        }
+        pages++;
+        const cJSON *next = cJSON_GetObjectItem(r.json, "next_cursor");
+        if (!cJSON_IsString(next)) {
+            th_free(&r);
+            break;
+        }
+        snprintf(path, sizeof path, "/v1/jobs?limit=3&cursor=%s", next->valuestring);
+        th_free(&r);
+    }
+    cr_expect_eq(seen, 7);
+    cr_expect_eq(pages, 3);
+    th_resp r = th_get(&d, "/v1/jobs?limit=201", tok);
+    cr_expect_eq(r.status, 400);
+    th_free(&r);
+}
+
+Test(api_flow, catalog_and_health)
+{
+    th_resp r = th_get(&d, "/healthz", NULL);
+    cr_expect_eq(r.status, 200);
+    th_free(&r);
+    char tok[80];
+    th_user(&d, "acme", "alice", "viewer", tok);
+    r = th_get(&d, "/v1/worker-specs", tok);
+    cr_assert_eq(r.status, 200);
+    cr_expect_geq(th_items(&r), 4);
+    th_free(&r);
+    r = th_get(&d, "/v1/images", tok);
+    cr_expect_eq(th_items(&r), 3);
+    th_free(&r);
+    r = th_post(&d, "/v1/worker-specs", TH_ADMIN,
+                "{\"name\":\"a100\",\"cpus\":12,\"memory_mb\":98304,\"gpus\":1,"
+                "\"gpu_type\":\"a100\",\"price_per_hour\":310,\"currency\":\"EUR\"}");
+    cr_expect_eq(r.status, 201, "%s", r.body);
+    th_free(&r);
+    r = th_req(&d, "PUT", "/v1/worker-specs/a100", TH_ADMIN, NULL, "{\"price_per_hour\":290}",
+               22, NULL);
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    cr_expect_eq(th_num(&r, "price_per_hour"), 290);
+    cr_expect_eq(th_num(&r, "cpus"), 12);
+    th_free(&r);
+    r = th_post(&d, "/v1/images", TH_ADMIN, "{\"name\":\"jax\",\"framework\":\"native\"}");
+    cr_expect_eq(r.status, 201, "%s", r.body);
+    th_free(&r);
+    r = th_get(&d, "/metrics", NULL);
+    cr_expect_eq(r.status, 200);
+    cr_expect(strstr(r.body, "cohort_http_requests_total{route=\"/v1/images\",status=\"201\"} 1"),
+              "%s", r.body);
+    cr_expect(strstr(r.body, "cohort_http_request_duration_seconds_bucket{le=\"+Inf\"}"));
+    th_free(&r);
+}

@@ -1,0 +1,316 @@
+/*
+ * Bad input gets a clear error (status, code, field) and changes nothing:
+ * the database dump is byte-identical before and after, and nothing is
+ * written outside a volume.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+
+static th_daemon d;
+static char tok[80];
+static long ws_id, tenant_id;
+static char digest[65];
+
+static void setup(void)
+{
+    th_start(&d, NULL);
+    th_user(&d, "acme", "alice", "member", tok);
+    th_resp r = th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}");
+    cr_assert_eq(r.status, 201);
+    ws_id = (long)th_num(&r, "id");
+    th_free(&r);
+    r = th_put_file(&d, "/v1/workspaces/ws/files/train.py", tok, "x", 1);
+    cr_assert_eq(r.status, 201);
+    th_free(&r);
+    r = th_get(&d, "/v1/tenants/acme", TH_ADMIN);
+    tenant_id = (long)th_num(&r, "id");
+    th_free(&r);
+    th_db_digest(&d, digest);
+}
+
+static void teardown(void)
+{
+    char after[65];
+    th_db_digest(&d, after);
+    cr_expect_str_eq(after, digest, "bad input changed the database");
+    cr_expect_eq(th_stop(&d), 0);
+    th_cleanup(&d);
+}
+
+TestSuite(bad_input, .init = setup, .fini = teardown, .timeout = 120);
+
+#define BASE                                                                                   \
+    "\"name\":\"j\",\"image\":\"pytorch\",\"workspace\":\"ws\",\"code_path\":\"train.py\","   \
+    "\"epochs\":1,\"lr\":0.1,\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":1"
+
+struct bad {
+    const char *why;
+    const char *body;
+    long status;
+    const char *code;
+    const char *field;
+};
+
+static void submit_bad(const struct bad *b)
+{
+    th_resp r = th_post(&d, "/v1/jobs", tok, b->body);
+    cr_expect_eq(r.status, b->status, "%s: want %ld got %ld %s", b->why, b->status, r.status,
+                 r.body);
+    if (b->code)
+        cr_expect_str_eq(th_err_code(&r), b->code, "%s: %s", b->why, r.body);
+    if (b->field)
+        cr_expect_str_eq(th_err_field(&r), b->field, "%s: %s", b->why, r.body);
+    cr_expect(strstr(r.body, "\"message\":\"") != NULL, "%s: no message: %s", b->why, r.body);
+    th_free(&r);
+}
+
+Test(bad_input, job_bodies)
+{
+    static const struct bad cases[] = {
+        {"malformed", "{\"name\":", 400, "invalid_json", NULL},
+        {"not an object", "[1,2]", 400, "invalid_json", NULL},
+        {"trailing data", "{" BASE "} x", 400, "invalid_json", NULL},
+        {"NaN literal", "{" BASE ",\"lr\":NaN}", 400, "invalid_json", NULL},
+        {"NUL in a string", "{\"name\":\"a\\u0000b\"}", 400, "invalid_json", NULL},
+        {"epochs as string", "{\"name\":\"j\",\"image\":\"pytorch\",\"workspace\":\"ws\","
+                             "\"code_path\":\"train.py\",\"epochs\":\"3\",\"lr\":0.1,"
+                             "\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":1}",
+         400, "invalid_type", "epochs"},
+        {"lr as string NaN", "{\"name\":\"j\",\"image\":\"pytorch\",\"workspace\":\"ws\","
+                             "\"code_path\":\"train.py\",\"epochs\":3,\"lr\":\"NaN\","
+                             "\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":1}",
+         400, "invalid_type", "lr"},
+        {"fractional batch", "{\"name\":\"j\",\"image\":\"pytorch\",\"workspace\":\"ws\","
+                             "\"code_path\":\"train.py\",\"epochs\":3,\"lr\":0.1,"
+                             "\"batch_size\":8.5,\"worker_spec\":\"cpu-small\",\"worker_count\":1}",
+         400, "invalid_type", "batch_size"},
+        {"negative epochs", "{\"name\":\"j\",\"image\":\"pytorch\",\"workspace\":\"ws\","
+                            "\"code_path\":\"train.py\",\"epochs\":-1,\"lr\":0.1,"
+                            "\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":1}",
+         422, "invalid_value", "epochs"},
+        {"10^9 workers", "{\"name\":\"j\",\"image\":\"pytorch\",\"workspace\":\"ws\","
+                         "\"code_path\":\"train.py\",\"epochs\":1,\"lr\":0.1,"
+                         "\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":1e9}",
+         422, "invalid_value", "worker_count"},
+        {"lr overflow", "{\"name\":\"j\",\"image\":\"pytorch\",\"workspace\":\"ws\","
+                        "\"code_path\":\"train.py\",\"epochs\":1,\"lr\":1e400,"
+                        "\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":1}",
+         422, "invalid_value", "lr"},
+        {"lr zero", "{\"name\":\"j\",\"image\":\"pytorch\",\"workspace\":\"ws\","
+                    "\"code_path\":\"train.py\",\"epochs\":1,\"lr\":0,"
+                    "\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":1}",
+         422, "invalid_value", "lr"},
+        {"missing workspace", "{\"name\":\"j\",\"image\":\"pytorch\",\"code_path\":\"train.py\","
+                              "\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                              "\"worker_spec\":\"cpu-small\",\"worker_count\":1}",
+         400, "missing_field", "workspace"},
+        {"set state", "{" BASE ",\"state\":\"RUNNING\"}", 400, "unknown_field", "state"},
+        {"set tenant", "{" BASE ",\"tenant\":\"other\"}", 400, "unknown_field", "tenant"},
+        {"set price", "{" BASE ",\"price\":0}", 400, "unknown_field", "price"},
+        {"duplicate key", "{" BASE ",\"name\":\"again\"}", 400, "duplicate_field", "name"},
+        {"env RANK", "{" BASE ",\"env\":{\"RANK\":\"0\"}}", 422, "reserved", "env"},
+        {"env MASTER_ADDR", "{" BASE ",\"env\":{\"MASTER_ADDR\":\"evil\"}}", 422, "reserved", "env"},
+        {"env bad name", "{" BASE ",\"env\":{\"A-B\":\"x\"}}", 422, "invalid_value", "env"},
+        {"env non-string", "{" BASE ",\"env\":{\"A\":1}}", 400, "invalid_type", "env"},
+        {"args non-string", "{" BASE ",\"args\":[1]}", 400, "invalid_type", "args"},
+        {"unknown image", "{\"name\":\"j\",\"image\":\"nope\",\"workspace\":\"ws\","
+                          "\"code_path\":\"train.py\",\"epochs\":1,\"lr\":0.1,"
+                          "\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":1}",
+         422, "not_found", "image"},
+        {"unknown spec", "{\"name\":\"j\",\"image\":\"pytorch\",\"workspace\":\"ws\","
+                         "\"code_path\":\"train.py\",\"epochs\":1,\"lr\":0.1,"
+                         "\"batch_size\":8,\"worker_spec\":\"huge\",\"worker_count\":1}",
+         422, "not_found", "worker_spec"},
+        {"unknown dataset", "{" BASE ",\"datasets\":[\"nope\"]}", 422, "not_found", "datasets"},
+        {"uneven per node", "{" BASE ",\"workers_per_node\":2}", 422, "invalid_value",
+         "workers_per_node"},
+        {"name with newline", "{\"name\":\"a\\nb\",\"image\":\"pytorch\",\"workspace\":\"ws\","
+                              "\"code_path\":\"train.py\",\"epochs\":1,\"lr\":0.1,"
+                              "\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":1}",
+         422, "invalid_value", "name"},
+        {NULL, NULL, 0, NULL, NULL},
+    };
+    for (const struct bad *b = cases; b->why; b++)
+        submit_bad(b);
+}
+
+Test(bad_input, code_path_outside_workspace)
+{
+    static const char *const paths[] = {"../train.py", "/etc/passwd", "a/../../x", "./train.py",
+                                        "..", "a//b", "missing.py", NULL};
+    char body[512];
+    for (int i = 0; paths[i]; i++) {
+        snprintf(body, sizeof body,
+                 "{\"name\":\"j\",\"image\":\"pytorch\",\"workspace\":\"ws\",\"code_path\":\"%s\","
+                 "\"epochs\":1,\"lr\":0.1,\"batch_size\":8,\"worker_spec\":\"cpu-small\","
+                 "\"worker_count\":1}",
+                 paths[i]);
+        struct bad b = {paths[i], body, 422, NULL, "code_path"};
+        submit_bad(&b);
+    }
+}
+
+Test(bad_input, bodies_too_large_deep_or_not_json)
+{
+    size_t n = 10u << 20;
+    char *big = malloc(n);
+    cr_assert(big);
+    memset(big, ' ', n);
+    big[0] = '{';
+    big[n - 1] = '}';
+    th_resp r = th_req(&d, "POST", "/v1/jobs", tok, NULL, big, n, NULL);
+    cr_expect_eq(r.status, 413, "%s", r.body);
+    cr_expect_str_eq(th_err_code(&r), "too_large");
+    th_free(&r);
+    /* Chunked, so the size is not known up front. */
+    r = th_req(&d, "POST", "/v1/jobs", tok, NULL, big, n, "Transfer-Encoding: chunked");
+    cr_expect_eq(r.status, 413, "%s", r.body);
+    th_free(&r);
+    free(big);
+
+    size_t depth = 10000;
+    char *deep = malloc(2 * depth + 1);
+    memset(deep, '[', depth);
+    memset(deep + depth, ']', depth);
+    deep[2 * depth] = '\0';
+    r = th_post(&d, "/v1/jobs", tok, deep);
+    cr_expect_eq(r.status, 400);
+    cr_expect_str_eq(th_err_code(&r), "invalid_json");
+    th_free(&r);
+    free(deep);
+
+    r = th_req(&d, "POST", "/v1/jobs", tok, "application/x-www-form-urlencoded", "name=x", 6,
+               NULL);
+    cr_expect_eq(r.status, 415);
+    th_free(&r);
+    r = th_post(&d, "/v1/jobs", "coh_0000000000000000000000000000000000000000000000000000000000000000",
+                "{}");
+    cr_expect_eq(r.status, 401);
+    th_free(&r);
+    r = th_post(&d, "/v1/jobs", NULL, "{}");
+    cr_expect_eq(r.status, 401);
+    th_free(&r);
+}
+
+Test(bad_input, file_paths_that_try_to_leave)
+{
+    static const char *const paths[] = {
+        "/v1/workspaces/ws/files/../../etc/passwd",
+        "/v1/workspaces/ws/files/%2e%2e/%2e%2e/etc/passwd",
+        "/v1/workspaces/ws/files/a/%2E%2E/%2E%2E/x",
+        "/v1/workspaces/ws/files//etc/passwd",
+        "/v1/workspaces/ws/files/a%00b",
+        "/v1/workspaces/ws/files/a%2f..%2f..%2fx",
+        "/v1/workspaces/ws/files/a\\..\\x",
+        NULL,
+    };
+    for (int i = 0; paths[i]; i++) {
+        th_resp r = th_req(&d, "PUT", paths[i], tok, "application/octet-stream", "pwn", 3, NULL);
+        cr_expect(r.status == 422 || r.status == 404, "PUT %s: %ld %s", paths[i], r.status,
+                  r.body);
+        th_free(&r);
+        r = th_get(&d, paths[i], tok);
+        cr_expect(r.status == 422 || r.status == 404, "GET %s: %ld %s", paths[i], r.status,
+                  r.body);
+        cr_expect_null(strstr(r.body, "root:"), "GET %s leaked a host file", paths[i]);
+        th_free(&r);
+    }
+    struct stat sb;
+    cr_expect(stat("/x", &sb) != 0 && errno == ENOENT);
+}
+
+Test(bad_input, planted_symlinks_are_never_followed)
+{
+    char outside[300], wsdir[512], link[700], cmd[1024];
+    snprintf(outside, sizeof outside, "%s/outside", d.dir);
+    mkdir(outside, 0755);
+    snprintf(cmd, sizeof cmd, "printf original > %s/victim", outside);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(wsdir, sizeof wsdir, "%s/volumes/%ld/workspaces/%ld", d.dir, tenant_id, ws_id);
+    snprintf(link, sizeof link, "%s/evil-dir", wsdir);
+    cr_assert_eq(symlink(outside, link), 0, "%s: %s", link, strerror(errno));
+    snprintf(link, sizeof link, "%s/evil-file", wsdir);
+    snprintf(cmd, sizeof cmd, "%s/victim", outside);
+    cr_assert_eq(symlink(cmd, link), 0);
+
+    th_resp r = th_get(&d, "/v1/workspaces/ws/files/evil-dir/victim", tok);
+    cr_expect_eq(r.status, 422, "%s", r.body);
+    th_free(&r);
+    r = th_get(&d, "/v1/workspaces/ws/files/evil-file", tok);
+    cr_expect_eq(r.status, 422, "%s", r.body);
+    cr_expect_null(strstr(r.body, "original"));
+    th_free(&r);
+    r = th_put_file(&d, "/v1/workspaces/ws/files/evil-dir/victim", tok, "pwned", 5);
+    cr_expect_eq(r.status, 422, "%s", r.body);
+    th_free(&r);
+    r = th_put_file(&d, "/v1/workspaces/ws/files/evil-dir/new", tok, "pwned", 5);
+    cr_expect_eq(r.status, 422, "%s", r.body);
+    th_free(&r);
+    r = th_del(&d, "/v1/workspaces/ws/files/evil-dir/victim", tok);
+    cr_expect_eq(r.status, 422, "%s", r.body);
+    th_free(&r);
+    r = th_post(&d, "/v1/jobs", tok,
+                "{\"name\":\"j\",\"image\":\"pytorch\",\"workspace\":\"ws\","
+                "\"code_path\":\"evil-dir/victim\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                "\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
+    cr_expect_eq(r.status, 422, "%s", r.body);
+    cr_expect_str_eq(th_err_field(&r), "code_path");
+    th_free(&r);
+
+    /* The files outside are untouched and nothing new appeared there. */
+    FILE *f = fopen(cmd, "r");
+    char buf[32] = "";
+    cr_assert(f);
+    cr_expect(fgets(buf, sizeof buf, f) != NULL);
+    fclose(f);
+    cr_expect_str_eq(buf, "original");
+    snprintf(link, sizeof link, "%s/new", outside);
+    struct stat sb;
+    cr_expect(stat(link, &sb) != 0, "a file was created outside the workspace");
+}
+
+Test(bad_input, bad_names_and_catalog_values)
+{
+    th_resp r = th_post(&d, "/v1/workspaces", tok, "{\"name\":\"Bad Name\"}");
+    cr_expect_eq(r.status, 422);
+    cr_expect_str_eq(th_err_field(&r), "name");
+    th_free(&r);
+    r = th_post(&d, "/v1/workspaces", tok, "{\"name\":\"../up\"}");
+    cr_expect_eq(r.status, 422);
+    th_free(&r);
+    r = th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}");
+    cr_expect_eq(r.status, 409);
+    th_free(&r);
+    r = th_post(&d, "/v1/worker-specs", TH_ADMIN,
+                "{\"name\":\"x\",\"cpus\":-1,\"memory_mb\":1,\"price_per_hour\":1,"
+                "\"currency\":\"USD\"}");
+    cr_expect_eq(r.status, 422);
+    cr_expect_str_eq(th_err_field(&r), "cpus");
+    th_free(&r);
+    r = th_post(&d, "/v1/worker-specs", TH_ADMIN,
+                "{\"name\":\"x\",\"cpus\":1,\"memory_mb\":1,\"price_per_hour\":1.5,"
+                "\"currency\":\"USD\"}");
+    cr_expect_eq(r.status, 400, "money must be integer minor units");
+    th_free(&r);
+    r = th_post(&d, "/v1/worker-specs", TH_ADMIN,
+                "{\"name\":\"x\",\"cpus\":1,\"memory_mb\":1,\"price_per_hour\":1,"
+                "\"currency\":\"dollars\"}");
+    cr_expect_eq(r.status, 422);
+    th_free(&r);
+    r = th_post(&d, "/v1/images", TH_ADMIN, "{\"name\":\"x\",\"framework\":\"caffe\"}");
+    cr_expect_eq(r.status, 422);
+    th_free(&r);
+    r = th_get(&d, "/v1/jobs/abc", tok);
+    cr_expect_eq(r.status, 404);
+    th_free(&r);
+    r = th_get(&d, "/v1/jobs?state=BOGUS", tok);
+    cr_expect_eq(r.status, 400);
+    th_free(&r);
+}

@@ -1,0 +1,178 @@
+/*
+ * Isolation between tenants: with tenant B's token, every object of tenant
+ * A (job, dataset, workspace, file, user, token, tenant) is 404, absent
+ * from every list, and cannot be changed.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tests/harness.h"
+
+static th_daemon d;
+static char ta[80], tb[80];
+static long alice, job;
+static long alice_token;
+
+static void setup(void)
+{
+    th_start(&d, NULL);
+    alice = th_user(&d, "tenant-a", "alice", "tenant_admin", ta);
+    th_user(&d, "tenant-b", "mallory", "tenant_admin", tb);
+    th_resp r = th_post(&d, "/v1/workspaces", ta, "{\"name\":\"secret-ws\"}");
+    cr_assert_eq(r.status, 201);
+    th_free(&r);
+    r = th_put_file(&d, "/v1/workspaces/secret-ws/files/train.py", ta, "secret", 6);
+    cr_assert_eq(r.status, 201);
+    th_free(&r);
+    r = th_post(&d, "/v1/datasets", ta, "{\"name\":\"secret-ds\"}");
+    cr_assert_eq(r.status, 201);
+    th_free(&r);
+    r = th_put_file(&d, "/v1/datasets/secret-ds/files/x.bin", ta, "secret", 6);
+    cr_assert_eq(r.status, 201);
+    th_free(&r);
+    r = th_post(&d, "/v1/jobs", ta,
+                "{\"name\":\"a-job\",\"image\":\"pytorch\",\"datasets\":[\"secret-ds\"],"
+                "\"workspace\":\"secret-ws\",\"code_path\":\"train.py\",\"epochs\":1,\"lr\":0.1,"
+                "\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
+    cr_assert_eq(r.status, 201, "%s", r.body);
+    job = (long)th_num(&r, "id");
+    th_free(&r);
+    char path[64];
+    snprintf(path, sizeof path, "/v1/users/%ld/tokens", alice);
+    r = th_get(&d, path, ta);
+    alice_token = (long)cJSON_GetObjectItem(
+                      cJSON_GetArrayItem(cJSON_GetObjectItem(r.json, "items"), 0), "id")
+                      ->valuedouble;
+    th_free(&r);
+}
+
+static void teardown(void)
+{
+    cr_expect_eq(th_stop(&d), 0);
+    th_cleanup(&d);
+}
+
+TestSuite(isolation, .init = setup, .fini = teardown, .timeout = 120);
+
+static void expect_404(const char *method, const char *path, const char *body)
+{
+    th_resp r = th_req(&d, method, path, tb, body ? "application/json" : NULL, body,
+                       body ? strlen(body) : 0, NULL);
+    cr_expect_eq(r.status, 404, "%s %s as tenant B: %ld %s", method, path, r.status, r.body);
+    cr_expect_null(strstr(r.body, "secret"), "%s %s leaked data: %s", method, path, r.body);
+    cr_expect_null(strstr(r.body, "a-job"), "%s %s leaked data: %s", method, path, r.body);
+    th_free(&r);
+}
+
+Test(isolation, every_object_of_tenant_a_is_404_for_b)
+{
+    char p[128];
+    snprintf(p, sizeof p, "/v1/jobs/%ld", job);
+    expect_404("GET", p, NULL);
+    expect_404("DELETE", p, NULL);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", job);
+    expect_404("POST", p, NULL);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/events", job);
+    expect_404("GET", p, NULL);
+    expect_404("GET", "/v1/workspaces/secret-ws", NULL);
+    expect_404("DELETE", "/v1/workspaces/secret-ws", NULL);
+    expect_404("GET", "/v1/workspaces/secret-ws/files", NULL);
+    expect_404("GET", "/v1/workspaces/secret-ws/files/train.py", NULL);
+    expect_404("DELETE", "/v1/workspaces/secret-ws/files/train.py", NULL);
+    expect_404("PUT", "/v1/workspaces/secret-ws/files/evil.py", "{}");
+    expect_404("GET", "/v1/datasets/secret-ds", NULL);
+    expect_404("POST", "/v1/datasets/secret-ds/seal", NULL);
+    expect_404("GET", "/v1/datasets/secret-ds/files/x.bin", NULL);
+    expect_404("DELETE", "/v1/datasets/secret-ds", NULL);
+    expect_404("GET", "/v1/tenants/tenant-a", NULL);
+    expect_404("GET", "/v1/tenants/tenant-a/users", NULL);
+    expect_404("POST", "/v1/tenants/tenant-a/users", "{\"name\":\"spy\",\"role\":\"member\"}");
+    snprintf(p, sizeof p, "/v1/users/%ld", alice);
+    expect_404("GET", p, NULL);
+    snprintf(p, sizeof p, "/v1/users/%ld/tokens", alice);
+    expect_404("GET", p, NULL);
+    expect_404("POST", p, "{\"name\":\"stolen\"}");
+    snprintf(p, sizeof p, "/v1/tokens/%ld", alice_token);
+    expect_404("DELETE", p, NULL);
+}
+
+Test(isolation, lists_of_b_hold_nothing_of_a)
+{
+    static const char *const lists[] = {"/v1/jobs", "/v1/workspaces", "/v1/datasets",
+                                        "/v1/tenants", NULL};
+    for (int i = 0; lists[i]; i++) {
+        th_resp r = th_get(&d, lists[i], tb);
+        cr_expect_eq(r.status, 200, "%s", lists[i]);
+        cr_expect_null(strstr(r.body, "secret"), "%s leaked: %s", lists[i], r.body);
+        cr_expect_null(strstr(r.body, "tenant-a"), "%s leaked: %s", lists[i], r.body);
+        th_free(&r);
+    }
+}
+
+Test(isolation, nothing_of_a_changed_by_b)
+{
+    /* After every attempt above, A's objects are intact. */
+    char p[64];
+    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", job);
+    th_resp r = th_post(&d, p, tb, NULL);
+    th_free(&r);
+    r = th_del(&d, "/v1/workspaces/secret-ws/files/train.py", tb);
+    th_free(&r);
+    snprintf(p, sizeof p, "/v1/jobs/%ld", job);
+    r = th_get(&d, p, ta);
+    cr_expect_str_eq(th_str(&r, "state"), "PENDING");
+    th_free(&r);
+    r = th_get(&d, "/v1/workspaces/secret-ws/files/train.py", ta);
+    cr_expect_eq(r.status, 200);
+    cr_expect_str_eq(r.body, "secret");
+    th_free(&r);
+    r = th_get(&d, "/v1/whoami", ta);
+    cr_expect_eq(r.status, 200, "alice's token was revoked by another tenant");
+    th_free(&r);
+}
+
+Test(isolation, b_cannot_use_a_dataset_or_workspace_in_a_job)
+{
+    th_resp r = th_post(&d, "/v1/workspaces", tb, "{\"name\":\"mine\"}");
+    th_free(&r);
+    r = th_put_file(&d, "/v1/workspaces/mine/files/t.py", tb, "x", 1);
+    th_free(&r);
+    r = th_post(&d, "/v1/jobs", tb,
+                "{\"name\":\"j\",\"image\":\"pytorch\",\"datasets\":[\"secret-ds\"],"
+                "\"workspace\":\"mine\",\"code_path\":\"t.py\",\"epochs\":1,\"lr\":0.1,"
+                "\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
+    cr_expect_eq(r.status, 422, "%s", r.body);
+    cr_expect_str_eq(th_err_field(&r), "datasets");
+    th_free(&r);
+    r = th_post(&d, "/v1/jobs", tb,
+                "{\"name\":\"j\",\"image\":\"pytorch\",\"workspace\":\"secret-ws\","
+                "\"code_path\":\"train.py\",\"epochs\":1,\"lr\":0.1,"
+                "\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
+    cr_expect_eq(r.status, 422, "%s", r.body);
+    cr_expect_str_eq(th_err_field(&r), "workspace");
+    th_free(&r);
+}
+
+Test(isolation, public_datasets_are_readable_but_not_writable)
+{
+    th_resp r = th_post(&d, "/v1/datasets", TH_ADMIN, "{\"name\":\"mnist-public\"}");
+    cr_assert_eq(r.status, 201, "%s", r.body);
+    th_free(&r);
+    r = th_put_file(&d, "/v1/datasets/mnist-public/files/a", TH_ADMIN, "pub", 3);
+    cr_assert_eq(r.status, 201);
+    th_free(&r);
+    r = th_get(&d, "/v1/datasets/mnist-public/files/a", tb);
+    cr_expect_eq(r.status, 200);
+    cr_expect_str_eq(r.body, "pub");
+    th_free(&r);
+    r = th_get(&d, "/v1/datasets", tb);
+    cr_expect(strstr(r.body, "mnist-public") != NULL);
+    th_free(&r);
+    r = th_put_file(&d, "/v1/datasets/mnist-public/files/a", tb, "evil", 4);
+    cr_expect_eq(r.status, 403, "%s", r.body);
+    th_free(&r);
+    r = th_del(&d, "/v1/datasets/mnist-public", tb);
+    cr_expect_eq(r.status, 403);
+    th_free(&r);
+}
