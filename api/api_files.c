@@ -396,7 +396,8 @@ static void file_list(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_k
         return;
     struct scan sc = {0};
     scan_dir(root, "", &sc, 0);
-    qsort(sc.e, sc.n, sizeof *sc.e, entry_cmp);
+    if (sc.n > 1)
+        qsort(sc.e, sc.n, sizeof *sc.e, entry_cmp);
     cJSON *o = cJSON_CreateObject();
     cJSON *items = cJSON_AddArrayToObject(o, "items");
     int64_t count = 0;

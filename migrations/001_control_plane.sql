@@ -1,17 +1,19 @@
 -- 001: tenants, users, tokens, the catalog (worker specs, images),
 -- datasets, workspaces, jobs and their events.
+-- Ids of rows that can be deleted are AUTOINCREMENT: never reused, so a
+-- deleted job, token or volume (whose directory is named by id) never comes back.
 -- Times are integer milliseconds since the epoch (UTC); money is integer
 -- minor units of the row's currency.
 
 CREATE TABLE tenants (
-    id          INTEGER PRIMARY KEY,
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
     name        TEXT NOT NULL UNIQUE,
     is_platform INTEGER NOT NULL DEFAULT 0 CHECK (is_platform IN (0, 1)),
     created_at  INTEGER NOT NULL
 );
 
 CREATE TABLE users (
-    id         INTEGER PRIMARY KEY,
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
     tenant_id  INTEGER NOT NULL REFERENCES tenants(id),
     name       TEXT NOT NULL,
     role       TEXT NOT NULL
@@ -21,7 +23,7 @@ CREATE TABLE users (
 );
 
 CREATE TABLE api_tokens (
-    id         INTEGER PRIMARY KEY,
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
     user_id    INTEGER NOT NULL REFERENCES users(id),
     name       TEXT NOT NULL,
     hash       BLOB NOT NULL UNIQUE,      -- SHA-256 of the token; the token is never stored
@@ -53,7 +55,7 @@ CREATE TABLE images (
 
 -- Datasets of the platform tenant are public: readable by every tenant.
 CREATE TABLE datasets (
-    id         INTEGER PRIMARY KEY,
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
     tenant_id  INTEGER NOT NULL REFERENCES tenants(id),
     name       TEXT NOT NULL,
     sealed     INTEGER NOT NULL DEFAULT 0 CHECK (sealed IN (0, 1)),
@@ -62,7 +64,7 @@ CREATE TABLE datasets (
 );
 
 CREATE TABLE workspaces (
-    id         INTEGER PRIMARY KEY,
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
     tenant_id  INTEGER NOT NULL REFERENCES tenants(id),
     name       TEXT NOT NULL,
     created_at INTEGER NOT NULL,
@@ -73,7 +75,7 @@ CREATE TABLE workspaces (
 -- parts (scheduler, agents, billing, console) add columns or tables keyed by
 -- job id without rewriting this one.  The price is a snapshot taken at submit.
 CREATE TABLE jobs (
-    id                  INTEGER PRIMARY KEY,
+    id                  INTEGER PRIMARY KEY AUTOINCREMENT,
     tenant_id           INTEGER NOT NULL REFERENCES tenants(id),
     user_id             INTEGER NOT NULL REFERENCES users(id),
     name                TEXT NOT NULL,
@@ -117,7 +119,7 @@ CREATE INDEX jobs_tenant_state ON jobs(tenant_id, state, id);
 CREATE INDEX jobs_state ON jobs(state, priority, id);
 
 CREATE TABLE job_events (
-    id         INTEGER PRIMARY KEY,
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
     job_id     INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
     at         INTEGER NOT NULL,
     attempt    INTEGER NOT NULL,

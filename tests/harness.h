@@ -16,7 +16,7 @@
 typedef struct th_daemon {
     pid_t pid;
     char dir[256];   /* data dir */
-    char base[128];  /* http://127.0.0.1:PORT */
+    char base[160];  /* http://127.0.0.1:PORT */
     char db[300];    /* the SQLite file */
 } th_daemon;
 

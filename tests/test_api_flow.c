@@ -199,6 +199,11 @@ Test(api_flow, job_lifecycle)
     char out[64];
     th_db_query(&d, "SELECT count(*) FROM job_events", out, sizeof out);
     cr_expect_str_eq(out, "0\n", "events outlived their job");
+    /* A deleted job's id is never handed out again. */
+    r = th_post(&d, "/v1/jobs", tok, JOB_BODY);
+    cr_assert_eq(r.status, 201);
+    cr_expect_gt((long)th_num(&r, "id"), id, "job id %ld reused", id);
+    th_free(&r);
 }
 
 Test(api_flow, files_roundtrip_and_listing)
