@@ -46,7 +46,7 @@ struct req_state {
     enum phase phase;
     int write_rc;
     int ready;          /* rs holds the answer: send it at the next chance */
-    int discard;        /* body bytes are read and dropped */
+    int admitted;       /* authentication and bounds checked */
     int status;
     size_t bytes;
     char method[8];
@@ -101,15 +101,17 @@ static void log_line(struct req_state *st, const char *url)
     FILE *f = st->srv->log;
     if (!f)
         return;
-    char path[512];
+    char path[512], ts[32], line[768];
     size_t n = 0;
     for (const char *p = url; *p && n < sizeof path - 1; p++)
         path[n++] = ((unsigned char)*p < 0x20 || *p == 0x7f || *p == ' ') ? '?' : *p;
     path[n] = '\0';
-    char ts[32];
     util_rfc3339(util_now_ms(), ts);
-    fprintf(f, "%s %s %s %d %zu %lld %s\n", ts, st->method, path, st->status, st->bytes,
-            (long long)(util_mono_us() - st->t0), st->rs.tenant[0] ? st->rs.tenant : "-");
+    /* Formatted outside the stream's lock; one fputs keeps lines whole. */
+    snprintf(line, sizeof line, "%s %s %s %d %zu %lld %s\n", ts, st->method, path, st->status,
+             st->bytes, (long long)(util_mono_us() - st->t0),
+             st->rs.tenant[0] ? st->rs.tenant : "-");
+    fputs(line, f);
 }
 
 static enum MHD_Result respond(struct req_state *st)
@@ -205,11 +207,10 @@ static int content_type_json(const char *ct)
     return n == 16 && !strncasecmp(ct, "application/json", 16);
 }
 
-/* First callback: everything decided from the request line and headers. */
-static void begin(struct req_state *st, const char *url, const char *method)
+/* Matches the route; answers 404/405 and /metrics.  No I/O. */
+static void route(struct req_state *st, const char *url, const char *method)
 {
     http_server *srv = st->srv;
-    api_resp *rs = &st->rs;
     enum api_method m = api_method_parse(method);
     snprintf(st->method, sizeof st->method, "%s", method);
     st->rq.method = m;
@@ -227,14 +228,23 @@ static void begin(struct req_state *st, const char *url, const char *method)
     st->route = api_route_match(m, url, &st->rq, st->bufs, &other);
     if (!st->route) {
         if (other)
-            api_error(rs, 405, "method_not_allowed", NULL, "%s is not allowed on %.200s",
+            api_error(&st->rs, 405, "method_not_allowed", NULL, "%s is not allowed on %.200s",
                       method, url);
         else
-            api_error(rs, 404, "not_found", NULL, "no such route: %.200s", url);
+            api_error(&st->rs, 404, "not_found", NULL, "no such route: %.200s", url);
         st->ready = 1;
         return;
     }
     st->route_idx = (int)(st->route - api_routes());
+}
+
+/* Authenticates and checks the body's bounds before any of it is read;
+ * an upload route opens its file here. */
+static void admit(struct req_state *st)
+{
+    http_server *srv = st->srv;
+    api_resp *rs = &st->rs;
+    st->admitted = 1;
     if (st->route->auth) {
         if (api_authenticate(srv->ctx, get_header(st->conn, MHD_HTTP_HEADER_AUTHORIZATION),
                              &st->who, rs) != 0) {
@@ -268,17 +278,25 @@ static void begin(struct req_state *st, const char *url, const char *method)
         st->route->fn(srv->ctx, &st->rq, rs); /* opens the upload, or answers */
         if (!rs->upload)
             st->ready = 1;
-    } else if (len > 0) {
+    } else if (len > 0 || get_header(st->conn, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
         api_error(rs, 413, "too_large", NULL, "this route takes no body");
         st->ready = 1;
     }
+}
+
+/* The request says a body follows. */
+static int has_body(struct MHD_Connection *c)
+{
+    const char *cl = get_header(c, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    return (cl && strtoll(cl, NULL, 10) > 0) ||
+           get_header(c, MHD_HTTP_HEADER_TRANSFER_ENCODING) != NULL;
 }
 
 /* Takes one chunk of body. */
 static void take(struct req_state *st, const char *data, size_t n)
 {
     api_resp *rs = &st->rs;
-    if (st->ready || st->discard)
+    if (st->ready)
         return;
     if (rs->upload) {
         api_upload *up = rs->upload;
@@ -342,11 +360,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         st->rs.fd = -1;
         *con_cls = st;
         __atomic_add_fetch(&srv->in_flight, 1, __ATOMIC_RELAXED);
-        begin(st, url, method);
-        /* An answer decided from the headers alone goes out now, before any body. */
-        if (st->ready && !st->rs.write_fn)
-            return respond(st);
-        return MHD_YES;
+        route(st, url, method);
+        if (!has_body(conn))
+            return MHD_YES; /* answered in the next callback, keeping the connection alive */
+        /* A body follows: refuse it, when it must be refused, before reading it. */
+        if (!st->ready) {
+            store_read_begin(srv->ctx->st);
+            admit(st);
+            store_read_end(srv->ctx->st);
+        }
+        return st->ready ? respond(st) : MHD_YES;
     }
     if (st->phase == P_SENT)
         return MHD_YES;
@@ -357,12 +380,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (__atomic_load_n(&st->phase, __ATOMIC_ACQUIRE) == P_WAIT)
         return MHD_YES;
+    /* One read snapshot per callback: SQLite's locks are taken once. */
+    store_read_begin(srv->ctx->st);
+    enum MHD_Result ret;
+    if (!st->ready && !st->admitted)
+        admit(st);
     if (st->phase == P_WRITTEN) {
         st->rs.finish(srv->ctx, &st->rs, st->rs.write_ctx, st->write_rc);
         st->rs.write_ctx = NULL;
-        return respond(st);
+        ret = respond(st);
+    } else {
+        ret = complete(st);
     }
-    return complete(st);
+    store_read_end(srv->ctx->st);
+    return ret;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,

@@ -229,6 +229,7 @@ int main(int argc, char **argv)
     }
     if (!strcmp(cfg.access_log, "-")) {
         alog = stderr;
+        setvbuf(stderr, NULL, _IOFBF, 1 << 16); /* flushed every second */
     } else if (strcmp(cfg.access_log, "off")) {
         alog = fopen(cfg.access_log, "a");
         if (!alog) {
@@ -236,7 +237,7 @@ int main(int argc, char **argv)
                     strerror(errno));
             return 1;
         }
-        setvbuf(alog, NULL, _IOLBF, 1 << 16);
+        setvbuf(alog, NULL, _IOFBF, 1 << 16); /* flushed every second */
     }
     ctx = calloc(1, sizeof *ctx);
     if (!ctx)
@@ -280,8 +281,13 @@ int main(int argc, char **argv)
            http_port(srv), cfg.data_dir, store_schema_version(ctx->st));
     fflush(stdout);
 
-    int sig = 0;
-    sigwait(&sigs, &sig);
+    /* Wait for a stop signal; meanwhile the access log is flushed each second. */
+    int sig;
+    struct timespec tick = {1, 0};
+    while ((sig = sigtimedwait(&sigs, NULL, &tick)) < 0) {
+        if (alog)
+            fflush(alog);
+    }
     printf("cohortd: %s: finishing requests in flight\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     fflush(stdout);
     http_stop(srv, SHUTDOWN_GRACE_MS);
@@ -296,6 +302,8 @@ out:
     }
     if (alog && alog != stderr)
         fclose(alog);
+    else if (alog)
+        fflush(alog);
     if (rc == 0)
         printf("cohortd: stopped cleanly\n");
     return rc;

@@ -16,6 +16,7 @@
 #define STMT_CACHE 96
 #define BATCH_MAX 1024
 #define BUSY_TIMEOUT_MS 10000
+#define CHECKPOINT_FRAMES 4000 /* about 16 MiB of WAL */
 
 struct store_conn {
     sqlite3 *db;
@@ -50,11 +51,24 @@ struct store {
     struct op *head, *tail;
     int stopping;
     pthread_t thread;
+    pthread_t ckpt_thread;
+    pthread_cond_t ckpt_wake;
+    int ckpt_due;             /* WAL frames past the threshold: checkpoint now */
     int schema;
     uint64_t batches, writes;
 };
 
 static unsigned store_gen_next = 1;
+static pthread_once_t sqlite_once = PTHREAD_ONCE_INIT;
+
+/* Every connection is used by one thread at a time: no SQLite mutexes on
+ * connections, and no global mutex for memory statistics. */
+static void sqlite_setup(void)
+{
+    sqlite3_config(SQLITE_CONFIG_MULTITHREAD);
+    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+    sqlite3_initialize();
+}
 static __thread struct {
     store *s;
     unsigned gen;
@@ -229,6 +243,24 @@ store_conn *store_reader(store *s)
     return c;
 }
 
+int store_read_begin(store *s)
+{
+    store_conn *c = store_reader(s);
+    if (!c)
+        return STORE_EIO;
+    if (!sqlite3_get_autocommit(c->db))
+        return STORE_OK;
+    return exec(c->db, "BEGIN", NULL, 0) == SQLITE_OK ? STORE_OK : STORE_EIO;
+}
+
+void store_read_end(store *s)
+{
+    if (tl_reader.s != s || tl_reader.gen != s->gen || !tl_reader.c)
+        return;
+    if (!sqlite3_get_autocommit(tl_reader.c->db))
+        exec(tl_reader.c->db, "COMMIT", NULL, 0);
+}
+
 store_conn *store_tx_conn(store_tx *tx)
 {
     return tx->conn;
@@ -346,6 +378,50 @@ static void run_batch(store *s, struct op *batch)
     }
 }
 
+/* After each commit: wake the checkpointer once the WAL has grown. */
+static int wal_hook(void *arg, sqlite3 *db, const char *name, int frames)
+{
+    (void)db;
+    (void)name;
+    store *s = arg;
+    if (frames >= CHECKPOINT_FRAMES) {
+        pthread_mutex_lock(&s->lock);
+        s->ckpt_due = 1;
+        pthread_cond_signal(&s->ckpt_wake);
+        pthread_mutex_unlock(&s->lock);
+    }
+    return SQLITE_OK;
+}
+
+/*
+ * Copies the WAL back into the database from its own connection, PASSIVE so
+ * the writer is never blocked: commits never pay for a checkpoint.
+ */
+static void *checkpointer_main(void *arg)
+{
+    store *s = arg;
+    char err[256];
+    store_conn *c = conn_open(s->path, 0, err, sizeof err);
+    if (!c) {
+        fprintf(stderr, "store: checkpointer: %s\n", err);
+        return NULL;
+    }
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (!s->ckpt_due && !s->stopping)
+            pthread_cond_wait(&s->ckpt_wake, &s->lock);
+        if (s->stopping)
+            break;
+        s->ckpt_due = 0;
+        pthread_mutex_unlock(&s->lock);
+        sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        pthread_mutex_lock(&s->lock);
+    }
+    pthread_mutex_unlock(&s->lock);
+    conn_close(c);
+    return NULL;
+}
+
 static void *writer_main(void *arg)
 {
     store *s = arg;
@@ -375,6 +451,8 @@ static void *writer_main(void *arg)
 
 int store_submit(store *s, store_write_fn fn, void *ctx, store_done_fn done, void *arg)
 {
+    /* Reads after this write must see it: end the caller's snapshot. */
+    store_read_end(s);
     struct op *o = malloc(sizeof *o);
     if (!o)
         return STORE_NOMEM;
@@ -439,16 +517,29 @@ store *store_open(const char *path, char *err, size_t errlen)
         free(s);
         return NULL;
     }
+    pthread_once(&sqlite_once, sqlite_setup);
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->wake, NULL);
+    pthread_cond_init(&s->ckpt_wake, NULL);
     s->gen = __atomic_fetch_add(&store_gen_next, 1, __ATOMIC_RELAXED);
     s->writer = conn_open(path, 1, err, errlen);
     if (!s->writer)
         goto fail;
     if (migrate(s->writer->db, &s->schema, err, errlen) != 0)
         goto fail;
+    sqlite3_wal_autocheckpoint(s->writer->db, 0);
+    sqlite3_wal_hook(s->writer->db, wal_hook, s);
+    if (pthread_create(&s->ckpt_thread, NULL, checkpointer_main, s) != 0) {
+        snprintf(err, errlen, "cannot start the checkpoint thread");
+        goto fail;
+    }
     if (pthread_create(&s->thread, NULL, writer_main, s) != 0) {
         snprintf(err, errlen, "cannot start the writer thread");
+        pthread_mutex_lock(&s->lock);
+        s->stopping = 1;
+        pthread_cond_signal(&s->ckpt_wake);
+        pthread_mutex_unlock(&s->lock);
+        pthread_join(s->ckpt_thread, NULL);
         goto fail;
     }
     return s;
@@ -457,6 +548,7 @@ fail:
         conn_close(s->writer);
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->wake);
+    pthread_cond_destroy(&s->ckpt_wake);
     free(s);
     return NULL;
 }
@@ -468,8 +560,10 @@ void store_close(store *s)
     pthread_mutex_lock(&s->lock);
     s->stopping = 1;
     pthread_cond_signal(&s->wake);
+    pthread_cond_signal(&s->ckpt_wake);
     pthread_mutex_unlock(&s->lock);
     pthread_join(s->thread, NULL);
+    pthread_join(s->ckpt_thread, NULL);
     for (store_conn *c = s->readers, *next; c; c = next) {
         next = c->next;
         conn_close(c);
@@ -481,6 +575,7 @@ void store_close(store *s)
         tl_reader.s = NULL;
     pthread_mutex_destroy(&s->lock);
     pthread_cond_destroy(&s->wake);
+    pthread_cond_destroy(&s->ckpt_wake);
     free(s);
 }
 

@@ -54,6 +54,16 @@ int store_write(store *s, store_write_fn fn, void *ctx);
  * thread after the commit.  Returns 0, or STORE_BUSY when shutting down. */
 int store_submit(store *s, store_write_fn fn, void *ctx, store_done_fn done, void *arg);
 
+/*
+ * A read snapshot on the calling thread's connection: every read until
+ * store_read_end sees the same committed state and takes SQLite's locks
+ * once.  store_write and store_submit end the caller's snapshot, so what
+ * the caller reads after a write includes it.  Never keep one open across
+ * a wait.
+ */
+int store_read_begin(store *s);
+void store_read_end(store *s);
+
 /* The schema version of the open database, and the newest this binary knows. */
 int store_schema_version(store *s);
 int store_schema_known(void);

@@ -36,8 +36,7 @@ int store_job_state_final(const char *state)
 
 static int job_row(sqlite3_stmt *st, store_job *j)
 {
-    int i = 0;
-    memset(j, 0, sizeof *j);
+    int i = 0; /* every field is assigned below: no memset of the large struct */
     j->id = sqlite3_column_int64(st, i++);
     j->tenant_id = sqlite3_column_int64(st, i++);
     j->user_id = sqlite3_column_int64(st, i++);
@@ -72,6 +71,8 @@ static int job_row(sqlite3_stmt *st, store_job *j)
     store_col_copy(st, i++, j->idem_key, sizeof j->idem_key);
     if (sqlite3_column_bytes(st, i) == UTIL_SHA256_LEN)
         memcpy(j->request_hash, sqlite3_column_blob(st, i), UTIL_SHA256_LEN);
+    else
+        memset(j->request_hash, 0, UTIL_SHA256_LEN);
     i++;
     j->created_at = sqlite3_column_int64(st, i++);
     j->updated_at = sqlite3_column_int64(st, i++);

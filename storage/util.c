@@ -29,13 +29,40 @@ int64_t util_mono_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/*
+ * Civil date from days since 1970-01-01 (proleptic Gregorian), by whole
+ * 400-year eras.  Pure arithmetic: gmtime_r would take glibc's global
+ * time-zone lock on every call.
+ */
+static void civil(int64_t days, int *y, unsigned *m, unsigned *d)
+{
+    days += 719468;
+    int64_t era = (days >= 0 ? days : days - 146096) / 146097;
+    unsigned doe = (unsigned)(days - era * 146097);
+    unsigned yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    unsigned doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    unsigned mp = (5 * doy + 2) / 153;
+    *d = doy - (153 * mp + 2) / 5 + 1;
+    *m = mp < 10 ? mp + 3 : mp - 9;
+    *y = (int)(yoe + era * 400 + (*m <= 2));
+}
+
 void util_rfc3339(int64_t ms, char out[32])
 {
-    time_t s = (time_t)(ms / 1000);
-    struct tm tm;
-    gmtime_r(&s, &tm);
-    size_t n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out + n, 32 - n, ".%03dZ", (int)(ms % 1000));
+    int64_t secs = ms >= 0 ? ms / 1000 : (ms - 999) / 1000;
+    int64_t days = secs >= 0 ? secs / 86400 : (secs - 86399) / 86400;
+    int64_t sod = secs - days * 86400;
+    int y;
+    unsigned mo, d;
+    civil(days, &y, &mo, &d);
+    char b[96];
+    int n = snprintf(b, sizeof b, "%04d-%02u-%02uT%02u:%02u:%02u.%03uZ", y, mo, d,
+                     (unsigned)(sod / 3600), (unsigned)(sod / 60 % 60), (unsigned)(sod % 60),
+                     (unsigned)(ms - secs * 1000));
+    if (n < 0 || n > 31) /* only for years past 9999 */
+        n = 31;
+    memcpy(out, b, (size_t)n);
+    out[n] = '\0';
 }
 
 int util_random(void *buf, size_t n)

@@ -2,7 +2,9 @@
  * util: path and name validation, tokens, hashing.
  */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "storage/util.h"
 
@@ -63,4 +65,22 @@ Test(util, sha256_known_vector)
     cr_expect_str_eq(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     cr_expect(util_ct_equal("abcd", "abcd", 4));
     cr_expect(!util_ct_equal("abcd", "abce", 4));
+}
+
+Test(util, rfc3339_matches_gmtime)
+{
+    static const long long cases[] = {0, 1, 999, 86399999, 951782400000LL /* 2000-02-29 */,
+                                      1798675200123LL, 4102444799999LL, 253402300799999LL,
+                                      -1, -86400000LL, -2208988800000LL};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char got[32], want[40];
+        util_rfc3339(cases[i], got);
+        long long ms = cases[i];
+        time_t s = (time_t)(ms >= 0 ? ms / 1000 : (ms - 999) / 1000);
+        struct tm tm;
+        gmtime_r(&s, &tm);
+        size_t n = strftime(want, sizeof want, "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(want + n, sizeof want - n, ".%03dZ", (int)(ms - (long long)s * 1000));
+        cr_expect_str_eq(got, want, "%lld", ms);
+    }
 }

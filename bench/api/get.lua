@@ -1,0 +1,15 @@
+-- wrk script: single-job reads (GET /v1/jobs/{id}) with authentication.
+wrk.method = "GET"
+wrk.headers["Authorization"] = "Bearer " .. os.getenv("COHORT_TOKEN")
+wrk.path = "/v1/jobs/" .. os.getenv("COHORT_JOB")
+
+done = function(summary, latency, requests)
+  local secs = summary.duration / 1e6
+  io.write(string.format(
+    "RESULT op=get requests=%d seconds=%.2f per_s=%.0f p50_ms=%.2f p99_ms=%.2f max_ms=%.2f " ..
+    "non2xx=%d socket_errors=%d\n",
+    summary.requests, secs, summary.requests / secs,
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000, latency.max / 1000,
+    summary.errors.status,
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout))
+end
