@@ -1,7 +1,14 @@
 /*
  * api_auth: bearer tokens to principals, role checks, the first platform
  * admin, and GET /v1/whoami.
+ *
+ * Owns a small cache of token hash -> principal, so most requests skip the
+ * token query.  It is exact because cohortd is the only process that writes
+ * the database (it holds the data dir's lock) and every revocation goes
+ * through api_auth_forget; an entry also lives at most CACHE_TTL_MS and
+ * never past the token's own expiry.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -10,6 +17,61 @@
 
 #define TOKEN_MIN 16
 #define TOKEN_MAX 256
+#define CACHE_SLOTS 1024
+#define CACHE_STRIPES 32
+#define CACHE_TTL_MS 10000
+
+struct cache_entry {
+    uint8_t hash[UTIL_SHA256_LEN];
+    int64_t until; /* 0: empty */
+    store_principal who;
+};
+
+static struct cache_entry cache[CACHE_SLOTS];
+static pthread_mutex_t cache_lock[CACHE_STRIPES] = {[0 ... CACHE_STRIPES - 1] =
+                                                         PTHREAD_MUTEX_INITIALIZER};
+
+static unsigned slot_of(const uint8_t *h)
+{
+    return ((unsigned)h[0] | (unsigned)h[1] << 8) % CACHE_SLOTS;
+}
+
+static int cache_get(const uint8_t *h, int64_t now, store_principal *who)
+{
+    unsigned i = slot_of(h);
+    int hit = 0;
+    pthread_mutex_lock(&cache_lock[i % CACHE_STRIPES]);
+    struct cache_entry *e = &cache[i];
+    if (e->until > now && util_ct_equal(e->hash, h, UTIL_SHA256_LEN)) {
+        *who = e->who;
+        hit = 1;
+    }
+    pthread_mutex_unlock(&cache_lock[i % CACHE_STRIPES]);
+    return hit;
+}
+
+static void cache_put(const uint8_t *h, int64_t now, const store_principal *who)
+{
+    unsigned i = slot_of(h);
+    int64_t until = now + CACHE_TTL_MS;
+    if (who->token_expires_at > 0 && who->token_expires_at < until)
+        until = who->token_expires_at;
+    pthread_mutex_lock(&cache_lock[i % CACHE_STRIPES]);
+    memcpy(cache[i].hash, h, UTIL_SHA256_LEN);
+    cache[i].who = *who;
+    cache[i].until = until;
+    pthread_mutex_unlock(&cache_lock[i % CACHE_STRIPES]);
+}
+
+void api_auth_forget(int64_t token_id)
+{
+    for (unsigned i = 0; i < CACHE_SLOTS; i++) {
+        pthread_mutex_lock(&cache_lock[i % CACHE_STRIPES]);
+        if (cache[i].until && cache[i].who.token_id == token_id)
+            cache[i].until = 0;
+        pthread_mutex_unlock(&cache_lock[i % CACHE_STRIPES]);
+    }
+}
 
 int api_authenticate(api_ctx *ctx, const char *authorization, store_principal *who,
                      api_resp *rs)
@@ -29,13 +91,17 @@ int api_authenticate(api_ctx *ctx, const char *authorization, store_principal *w
     }
     uint8_t h[UTIL_SHA256_LEN];
     util_sha256(tok, n, h);
-    int rc = store_token_lookup(ctx->st, h, util_now_ms(), who);
-    if (rc == STORE_NOTFOUND) {
-        api_error(rs, 401, "unauthorized", NULL, "the token is not valid, expired or revoked");
-        return -1;
+    int64_t now = util_now_ms();
+    if (!cache_get(h, now, who)) {
+        int rc = store_token_lookup(ctx->st, h, now, who);
+        if (rc == STORE_NOTFOUND) {
+            api_error(rs, 401, "unauthorized", NULL, "the token is not valid, expired or revoked");
+            return -1;
+        }
+        if (rc != STORE_OK)
+            return api_store_error(rs, rc, "token");
+        cache_put(h, now, who);
     }
-    if (rc != STORE_OK)
-        return api_store_error(rs, rc, "token");
     snprintf(rs->tenant, sizeof rs->tenant, "%s", who->user.tenant);
     return 0;
 }

@@ -50,6 +50,8 @@ void api_list_add(api_list *pg, cJSON *item, int64_t id);
 void api_add_time(cJSON *o, const char *key, int64_t ms); /* RFC 3339, or null when 0 */
 
 /* ---- roles (api_auth.c) ---- */
+/* Drops a revoked token from the authentication cache. */
+void api_auth_forget(int64_t token_id);
 int api_is_platform_admin(const store_principal *p);
 /* May manage users and tokens of tenant_id. */
 int api_is_tenant_admin(const store_principal *p, int64_t tenant_id);

@@ -54,13 +54,10 @@ static int env_name_ok(const char *s)
     return 1;
 }
 
-static cJSON *parse_or(const char *json, cJSON *fallback)
+/* Stored JSON (written by this file, so already valid) goes out as it is. */
+static cJSON *raw_or(const char *json, const char *fallback)
 {
-    cJSON *v = json ? cJSON_Parse(json) : NULL;
-    if (!v)
-        return fallback;
-    cJSON_Delete(fallback);
-    return v;
+    return cJSON_CreateRaw(json && json[0] ? json : fallback);
 }
 
 static cJSON *job_json(const store_job *j)
@@ -79,11 +76,11 @@ static cJSON *job_json(const store_job *j)
     cJSON_AddNumberToObject(o, "attempt", (double)j->attempt);
     cJSON_AddStringToObject(o, "image", j->image);
     cJSON_AddStringToObject(o, "framework", j->framework);
-    cJSON_AddItemToObject(o, "datasets", parse_or(j->datasets_json, cJSON_CreateArray()));
+    cJSON_AddItemToObject(o, "datasets", raw_or(j->datasets_json, "[]"));
     cJSON_AddStringToObject(o, "workspace", j->workspace);
     cJSON_AddStringToObject(o, "code_path", j->code_path);
-    cJSON_AddItemToObject(o, "args", parse_or(j->args_json, cJSON_CreateArray()));
-    cJSON_AddItemToObject(o, "env", parse_or(j->env_json, cJSON_CreateObject()));
+    cJSON_AddItemToObject(o, "args", raw_or(j->args_json, "[]"));
+    cJSON_AddItemToObject(o, "env", raw_or(j->env_json, "{}"));
     cJSON_AddNumberToObject(o, "epochs", (double)j->epochs);
     cJSON_AddNumberToObject(o, "lr", j->lr);
     cJSON_AddNumberToObject(o, "batch_size", (double)j->batch_size);

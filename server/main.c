@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -185,6 +186,27 @@ static int mkdir_p(const char *dir)
     return mkdir(p, 0700) == 0 || errno == EEXIST ? 0 : -1;
 }
 
+/*
+ * Holds DIR/cohortd.lock for the life of the process: one cohortd per data
+ * dir, which the store's writer and the token cache rely on.
+ */
+static int lock_data_dir(const char *dir)
+{
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/cohortd.lock", dir);
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        fprintf(stderr, "cohortd: cannot open %s: %s\n", p, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        fprintf(stderr, "cohortd: another cohortd is already using %s (%s is locked)\n", dir, p);
+        close(fd);
+        return -1;
+    }
+    return fd; /* kept open until exit */
+}
+
 /* Writes text to dir/name atomically with mode. */
 static int write_file(const char *dir, const char *name, const char *text, mode_t mode)
 {
@@ -227,6 +249,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "cohortd: cannot create data dir %s: %s\n", cfg.data_dir, strerror(errno));
         return 1;
     }
+    int lock_fd = lock_data_dir(cfg.data_dir);
+    if (lock_fd < 0)
+        return 1;
     if (!strcmp(cfg.access_log, "-")) {
         alog = stderr;
         setvbuf(stderr, NULL, _IOFBF, 1 << 16); /* flushed every second */
@@ -306,5 +331,6 @@ out:
         fflush(alog);
     if (rc == 0)
         printf("cohortd: stopped cleanly\n");
+    close(lock_fd);
     return rc;
 }

@@ -25,7 +25,7 @@ int store_token_lookup(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t no
                        store_principal *out)
 {
     static const char sql[] =
-        "SELECT k.id, k.hash, " USER_COLS " FROM api_tokens k"
+        "SELECT k.id, k.hash, " USER_COLS ", coalesce(k.expires_at, 0) FROM api_tokens k"
         " JOIN users u ON u.id = k.user_id JOIN tenants t ON t.id = u.tenant_id"
         " WHERE k.hash = ?1 AND k.revoked_at IS NULL"
         " AND (k.expires_at IS NULL OR k.expires_at > ?2)";
@@ -42,6 +42,7 @@ int store_token_lookup(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t no
             util_ct_equal(h, hash, UTIL_SHA256_LEN)) {
             out->token_id = sqlite3_column_int64(st, 0);
             user_row(st, 2, &out->user, &out->tenant_is_platform);
+            out->token_expires_at = sqlite3_column_int64(st, 9);
             rc = STORE_OK;
         } else {
             rc = STORE_NOTFOUND;

@@ -39,6 +39,7 @@ typedef struct store_token {
 /* Who a live token belongs to. */
 typedef struct store_principal {
     int64_t token_id;
+    int64_t token_expires_at; /* 0: never */
     store_user user;
     int tenant_is_platform;
 } store_principal;

@@ -307,3 +307,18 @@ void th_db_query(th_daemon *d, const char *sql, char *out, size_t n)
     snprintf(cmd, sizeof cmd, "sqlite3 '%s' \"%s\"", d->db, sql);
     run_capture(cmd, out, n);
 }
+
+int th_cohortd_once(const char *const *args, char *out, size_t n)
+{
+    char cmd[4096];
+    size_t len = (size_t)snprintf(cmd, sizeof cmd, "timeout 10 %s", COHORTD_BIN);
+    for (int i = 0; args && args[i] && len < sizeof cmd; i++)
+        len += (size_t)snprintf(cmd + len, sizeof cmd - len, " '%s'", args[i]);
+    snprintf(cmd + len, sizeof cmd - len, " 2>&1");
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "popen %s", cmd);
+    size_t got = fread(out, 1, n - 1, p);
+    out[got] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}

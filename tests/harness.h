@@ -39,6 +39,10 @@ void th_kill9(th_daemon *d);
 /* Removes the data dir. */
 void th_cleanup(th_daemon *d);
 
+/* Runs cohortd with args to its end (at most 10 s), capturing its output into
+ * out; returns its exit status. */
+int th_cohortd_once(const char *const *args, char *out, size_t n);
+
 /* One request.  body may be NULL; ctype defaults to application/json when body is set. */
 th_resp th_req(th_daemon *d, const char *method, const char *path, const char *token,
                const char *ctype, const void *body, size_t len, const char *extra_header);

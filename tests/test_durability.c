@@ -154,3 +154,29 @@ Test(durability, sigterm_lets_a_request_in_flight_finish)
     th_db_query(&d, "PRAGMA integrity_check", out, sizeof out);
     cr_expect_str_eq(out, "ok\n");
 }
+
+Test(durability, one_cohortd_per_data_dir)
+{
+    char out[2048];
+    const char *args[] = {"--listen", "127.0.0.1:0", "--data-dir", d.dir, NULL};
+    int st = th_cohortd_once(args, out, sizeof out);
+    cr_expect_eq(st, 1, "a second cohortd on the same data dir: status %d, %s", st, out);
+    cr_expect(strstr(out, "already using") != NULL, "%s", out);
+    th_resp r = th_get(&d, "/healthz", NULL);
+    cr_expect_eq(r.status, 200, "the first one was disturbed");
+    th_free(&r);
+}
+
+Test(durability, help_lists_every_option)
+{
+    char out[4096];
+    const char *args[] = {"--help", NULL};
+    cr_expect_eq(th_cohortd_once(args, out, sizeof out), 0);
+    static const char *const opts[] = {"--listen", "--data-dir", "--body-limit", "--upload-limit",
+                                       "--threads", "--access-log", "COHORT_LISTEN",
+                                       "COHORT_DATA_DIR", "COHORT_ADMIN_TOKEN", NULL};
+    for (int i = 0; opts[i]; i++)
+        cr_expect(strstr(out, opts[i]) != NULL, "--help does not mention %s", opts[i]);
+    const char *bad[] = {"--listen", "nonsense", NULL};
+    cr_expect_eq(th_cohortd_once(bad, out, sizeof out), 2, "%s", out);
+}
