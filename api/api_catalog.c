@@ -32,27 +32,23 @@ static cJSON *spec_json(const store_spec *sp)
 
 static void spec_row(void *arg, const store_spec *sp)
 {
-    cJSON_AddItemToArray(arg, spec_json(sp));
-}
-
-static void send_items(api_resp *rs, cJSON *items)
-{
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToObject(o, "items", items);
-    api_json(rs, 200, o);
+    api_list_add(arg, spec_json(sp), sp->id);
 }
 
 void api_spec_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
-    (void)rq;
-    cJSON *items = cJSON_CreateArray();
-    int rc = store_spec_list(ctx->st, spec_row, items);
+    int limit;
+    int64_t cursor;
+    if (api_page(rq, &limit, &cursor, rs))
+        return;
+    api_list pg = {cJSON_CreateArray(), 0, 0};
+    int rc = store_spec_list(ctx->st, cursor, limit, spec_row, &pg);
     if (rc != STORE_OK) {
-        cJSON_Delete(items);
+        cJSON_Delete(pg.items);
         api_store_error(rs, rc, "worker specs");
         return;
     }
-    send_items(rs, items);
+    api_list_send(rs, &pg, limit);
 }
 
 void api_spec_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
@@ -176,20 +172,23 @@ static cJSON *image_json(const store_image *im)
 
 static void image_row(void *arg, const store_image *im)
 {
-    cJSON_AddItemToArray(arg, image_json(im));
+    api_list_add(arg, image_json(im), im->id);
 }
 
 void api_image_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
-    (void)rq;
-    cJSON *items = cJSON_CreateArray();
-    int rc = store_image_list(ctx->st, image_row, items);
+    int limit;
+    int64_t cursor;
+    if (api_page(rq, &limit, &cursor, rs))
+        return;
+    api_list pg = {cJSON_CreateArray(), 0, 0};
+    int rc = store_image_list(ctx->st, cursor, limit, image_row, &pg);
     if (rc != STORE_OK) {
-        cJSON_Delete(items);
+        cJSON_Delete(pg.items);
         api_store_error(rs, rc, "images");
         return;
     }
-    send_items(rs, items);
+    api_list_send(rs, &pg, limit);
 }
 
 void api_image_get(api_ctx *ctx, const api_req *rq, api_resp *rs)

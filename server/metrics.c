@@ -45,9 +45,16 @@ void metrics_observe(int route, int status, int64_t us)
     __atomic_add_fetch(&hist_count, 1, __ATOMIC_RELAXED);
 }
 
+static const char *const job_states[] = {"PENDING", "STARTING", "RUNNING", "SUCCEEDED",
+                                         "FAILED", "CANCELLED"};
+#define NSTATES ((int)(sizeof job_states / sizeof job_states[0]))
+
 static void job_state(void *arg, const char *state, int64_t n)
 {
-    util_buf_printf(arg, "cohort_jobs{state=\"%s\"} %lld\n", state, (long long)n);
+    int64_t *counts = arg;
+    for (int i = 0; i < NSTATES; i++)
+        if (!strcmp(job_states[i], state))
+            counts[i] = n;
 }
 
 void metrics_render(util_buf *b, store *st)
@@ -86,7 +93,11 @@ void metrics_render(util_buf *b, store *st)
     util_buf_printf(b, "cohort_http_request_duration_seconds_count %llu\n",
                     (unsigned long long)__atomic_load_n(&hist_count, __ATOMIC_RELAXED));
     util_buf_printf(b, "# HELP cohort_jobs Jobs by state.\n# TYPE cohort_jobs gauge\n");
-    store_job_state_counts(st, job_state, b);
+    int64_t counts[NSTATES] = {0};
+    store_job_state_counts(st, job_state, counts);
+    for (int i = 0; i < NSTATES; i++)
+        util_buf_printf(b, "cohort_jobs{state=\"%s\"} %lld\n", job_states[i],
+                        (long long)counts[i]);
     uint64_t batches, writes;
     store_writer_stats(st, &batches, &writes);
     util_buf_printf(b, "# HELP cohort_store_commits_total Write transactions committed.\n"

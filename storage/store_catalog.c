@@ -38,13 +38,17 @@ int store_spec_get(store *s, const char *name, store_spec *out)
     return rc;
 }
 
-int store_spec_list(store *s, void (*row)(void *arg, const store_spec *sp), void *arg)
+int store_spec_list(store *s, int64_t after, int limit,
+                    void (*row)(void *arg, const store_spec *sp), void *arg)
 {
-    static const char sql[] = "SELECT " SPEC_COLS " FROM worker_specs ORDER BY id";
+    static const char sql[] =
+        "SELECT " SPEC_COLS " FROM worker_specs WHERE id > ?1 ORDER BY id LIMIT ?2";
     store_conn *c = store_reader(s);
     sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
     if (!st)
         return STORE_EIO;
+    sqlite3_bind_int64(st, 1, after);
+    sqlite3_bind_int(st, 2, limit);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         store_spec sp;
@@ -116,13 +120,17 @@ int store_image_get(store *s, const char *name, store_image *out)
     return rc;
 }
 
-int store_image_list(store *s, void (*row)(void *arg, const store_image *im), void *arg)
+int store_image_list(store *s, int64_t after, int limit,
+                     void (*row)(void *arg, const store_image *im), void *arg)
 {
-    static const char sql[] = "SELECT id, name, framework, created_at FROM images ORDER BY id";
+    static const char sql[] = "SELECT id, name, framework, created_at FROM images"
+                              " WHERE id > ?1 ORDER BY id LIMIT ?2";
     store_conn *c = store_reader(s);
     sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
     if (!st)
         return STORE_EIO;
+    sqlite3_bind_int64(st, 1, after);
+    sqlite3_bind_int(st, 2, limit);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         store_image im;

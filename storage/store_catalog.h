@@ -30,13 +30,16 @@ typedef struct store_image {
 } store_image;
 
 int store_spec_get(store *s, const char *name, store_spec *out);
-int store_spec_list(store *s, void (*row)(void *arg, const store_spec *sp), void *arg);
+/* Lists with id > after, in id order, at most limit. */
+int store_spec_list(store *s, int64_t after, int limit,
+                    void (*row)(void *arg, const store_spec *sp), void *arg);
 int store_spec_insert(store_tx *tx, const store_spec *sp, int64_t *id);
 /* Updates every field but the name; STORE_NOTFOUND when absent. */
 int store_spec_update(store_tx *tx, const store_spec *sp);
 
 int store_image_get(store *s, const char *name, store_image *out);
-int store_image_list(store *s, void (*row)(void *arg, const store_image *im), void *arg);
+int store_image_list(store *s, int64_t after, int limit,
+                     void (*row)(void *arg, const store_image *im), void *arg);
 int store_image_insert(store_tx *tx, const store_image *im, int64_t *id);
 
 #endif

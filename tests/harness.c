@@ -35,7 +35,10 @@ static void launch(th_daemon *d, const char *const *extra)
         for (int i = 0; extra && extra[i] && n < 30; i++)
             argv[n++] = extra[i];
         argv[n] = NULL;
-        setenv("COHORT_ADMIN_TOKEN", TH_ADMIN, 1);
+        if (d->no_admin_env)
+            unsetenv("COHORT_ADMIN_TOKEN");
+        else
+            setenv("COHORT_ADMIN_TOKEN", TH_ADMIN, 1);
         char logp[300];
         snprintf(logp, sizeof logp, "%s/cohortd.log", d->dir);
         FILE *f = freopen(logp, "a", stdout);
@@ -69,6 +72,16 @@ static void launch(th_daemon *d, const char *const *extra)
 void th_start(th_daemon *d, const char *const *extra)
 {
     memset(d, 0, sizeof *d);
+    snprintf(d->dir, sizeof d->dir, "/tmp/cohort-test-XXXXXX");
+    cr_assert(mkdtemp(d->dir) != NULL);
+    snprintf(d->db, sizeof d->db, "%s/cohort.db", d->dir);
+    launch(d, extra);
+}
+
+void th_start_no_admin(th_daemon *d, const char *const *extra)
+{
+    memset(d, 0, sizeof *d);
+    d->no_admin_env = 1;
     snprintf(d->dir, sizeof d->dir, "/tmp/cohort-test-XXXXXX");
     cr_assert(mkdtemp(d->dir) != NULL);
     snprintf(d->db, sizeof d->db, "%s/cohort.db", d->dir);

@@ -15,6 +15,7 @@
 
 typedef struct th_daemon {
     pid_t pid;
+    int no_admin_env; /* start without COHORT_ADMIN_TOKEN: cohortd makes a token */
     char dir[256];   /* data dir */
     char base[160];  /* http://127.0.0.1:PORT */
     char db[300];    /* the SQLite file */
@@ -31,6 +32,8 @@ typedef struct th_resp {
 
 /* Starts cohortd with a new data dir; extra_args may be NULL. Aborts the test on failure. */
 void th_start(th_daemon *d, const char *const *extra_args);
+/* The same, without COHORT_ADMIN_TOKEN in its environment. */
+void th_start_no_admin(th_daemon *d, const char *const *extra_args);
 /* Starts it again on the same data dir (after th_stop or th_kill9). */
 void th_restart(th_daemon *d, const char *const *extra_args);
 /* SIGTERM and wait; returns the exit status (0 on a clean stop). */

@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/harness.h"
@@ -369,5 +370,98 @@ Test(api_flow, catalog_and_health)
     cr_expect(strstr(r.body, "cohort_http_requests_total{route=\"/v1/images\",status=\"201\"} 1"),
               "%s", r.body);
     cr_expect(strstr(r.body, "cohort_http_request_duration_seconds_bucket{le=\"+Inf\"}"));
+    cr_expect(strstr(r.body, "cohort_jobs{state=\"PENDING\"} 0\n"), "%s", r.body);
+    cr_expect(strstr(r.body, "cohort_jobs{state=\"CANCELLED\"} 0\n"), "%s", r.body);
     th_free(&r);
+}
+
+/* Start-up behaviour, each test with a daemon of its own. */
+TestSuite(startup, .timeout = 60);
+
+static int read_file(const char *path, char *out, size_t n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t got = fread(out, 1, n - 1, f);
+    out[got] = '\0';
+    fclose(f);
+    return 0;
+}
+
+Test(startup, generated_admin_token_is_printed_once_and_saved_0600)
+{
+    th_daemon g;
+    th_start_no_admin(&g, NULL);
+    char path[400], tokfile[128], log[4096];
+    snprintf(path, sizeof path, "%s/admin-token", g.dir);
+    cr_assert_eq(read_file(path, tokfile, sizeof tokfile), 0, "no %s", path);
+    tokfile[strcspn(tokfile, "\n")] = '\0';
+    cr_expect_eq(strlen(tokfile), 68);
+    struct stat sb;
+    cr_assert_eq(stat(path, &sb), 0);
+    cr_expect_eq(sb.st_mode & 0777, 0600, "admin-token mode %o", sb.st_mode & 0777);
+    th_resp r = th_get(&g, "/v1/whoami", tokfile);
+    cr_expect_eq(r.status, 200);
+    cr_expect_str_eq(th_str(&r, "role"), "platform_admin");
+    th_free(&r);
+    cr_expect_eq(th_stop(&g), 0);
+    snprintf(path, sizeof path, "%s/cohortd.log", g.dir);
+    cr_assert_eq(read_file(path, log, sizeof log), 0);
+    cr_expect(strstr(log, tokfile) != NULL, "the token was not printed");
+    /* A restart prints no token and keeps the same one. */
+    th_restart(&g, NULL);
+    r = th_get(&g, "/v1/whoami", tokfile);
+    cr_expect_eq(r.status, 200);
+    th_free(&r);
+    cr_expect_eq(th_stop(&g), 0);
+    cr_assert_eq(read_file(path, log, sizeof log), 0);
+    const char *first = strstr(log, tokfile);
+    cr_expect(first && !strstr(first + 1, tokfile), "the token was printed twice");
+    th_cleanup(&g);
+}
+
+Test(startup, access_log_has_one_line_per_request)
+{
+    th_daemon g;
+    char logpath[128];
+    snprintf(logpath, sizeof logpath, "/tmp/cohort-access-%d.log", (int)getpid());
+    unlink(logpath);
+    const char *args[] = {"--access-log", logpath, NULL};
+    th_start(&g, args);
+    th_resp r = th_get(&g, "/v1/whoami", TH_ADMIN);
+    th_free(&r);
+    r = th_get(&g, "/v1/jobs/999", TH_ADMIN);
+    th_free(&r);
+    r = th_get(&g, "/v1/whoami", NULL);
+    th_free(&r);
+    cr_expect_eq(th_stop(&g), 0);
+    char log[4096];
+    cr_assert_eq(read_file(logpath, log, sizeof log), 0);
+    int lines = 0;
+    char ts[64], method[16], p[256], tenant[64];
+    int status;
+    long bytes, micros;
+    for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
+        cr_assert_eq(sscanf(line, "%63s %15s %255s %d %ld %ld %63s", ts, method, p, &status, &bytes,
+                            &micros, tenant),
+                     7, "bad line: %s", line);
+        cr_expect_gt(bytes, 0);
+        cr_expect_geq(micros, 0);
+        lines++;
+        if (lines == 1) {
+            cr_expect_str_eq(p, "/v1/whoami");
+            cr_expect_eq(status, 200);
+            cr_expect_str_eq(tenant, "platform");
+        } else if (lines == 2) {
+            cr_expect_str_eq(p, "/v1/jobs/999");
+            cr_expect_eq(status, 404);
+        } else {
+            cr_expect_eq(status, 401);
+            cr_expect_str_eq(tenant, "-");
+        }
+    }
+    cr_expect_eq(lines, 3);
+    unlink(logpath);
+    th_cleanup(&g);
 }

@@ -3,7 +3,11 @@
  * the database dump is byte-identical before and after, and nothing is
  * written outside a volume.
  */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -313,4 +317,31 @@ Test(bad_input, bad_names_and_catalog_values)
     r = th_get(&d, "/v1/jobs?state=BOGUS", tok);
     cr_expect_eq(r.status, 400);
     th_free(&r);
+}
+
+/* The answer to an oversized body comes from the headers alone: no byte of
+ * the body is sent, and the 413 arrives anyway. */
+Test(bad_input, too_large_is_refused_before_the_body_is_read)
+{
+    const char *port = strrchr(d.base, ':') + 1;
+    static const char *const routes[] = {"POST /v1/jobs", "PUT /v1/workspaces/ws/files/big", NULL};
+    for (int i = 0; routes[i]; i++) {
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(port))};
+        inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+        cr_assert_eq(connect(s, (struct sockaddr *)&a, sizeof a), 0);
+        char head[512];
+        int n = snprintf(head, sizeof head,
+                         "%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                         "Content-Type: application/json\r\nContent-Length: 1099511627776\r\n\r\n",
+                         routes[i], tok);
+        cr_assert_eq(write(s, head, (size_t)n), n);
+        struct pollfd p = {s, POLLIN, 0};
+        cr_assert_eq(poll(&p, 1, 5000), 1, "%s: no answer without the body", routes[i]);
+        char resp[512] = "";
+        ssize_t got = read(s, resp, sizeof resp - 1);
+        close(s);
+        cr_assert_gt(got, 0);
+        cr_expect(!strncmp(resp, "HTTP/1.1 413", 12), "%s: %s", routes[i], resp);
+    }
 }
