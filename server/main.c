@@ -317,6 +317,8 @@ int main(int argc, char **argv)
     fflush(stdout);
     http_stop(srv, SHUTDOWN_GRACE_MS);
     srv = NULL;
+    snprintf(path, sizeof path, "%s/cohortd.addr", cfg.data_dir);
+    unlink(path);
     rc = 0;
 out:
     if (srv)
