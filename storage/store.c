@@ -175,6 +175,21 @@ sqlite3_stmt *store_stmt(store_conn *c, const char *sql)
     return st;
 }
 
+sqlite3_stmt *store_read_stmt(store *s, const char *sql)
+{
+    store_conn *c = store_reader(s);
+    return c ? store_stmt(c, sql) : NULL;
+}
+
+int store_tx_exec_id(store_tx *tx, const char *sql, int64_t id)
+{
+    sqlite3_stmt *st = store_stmt(tx->conn, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    return store_step_change(tx->conn, st, NULL);
+}
+
 int store_step_row(sqlite3_stmt *st)
 {
     int rc = sqlite3_step(st);
@@ -593,10 +608,7 @@ void store_writer_stats(store *s, uint64_t *batches, uint64_t *writes)
 int store_job_state_counts(store *s, void (*fn)(void *arg, const char *state, int64_t n), void *arg)
 {
     static const char sql[] = "SELECT state, count(*) FROM jobs GROUP BY state";
-    store_conn *c = store_reader(s);
-    if (!c)
-        return STORE_EIO;
-    sqlite3_stmt *st = store_stmt(c, sql);
+    sqlite3_stmt *st = store_read_stmt(s, sql);
     if (!st)
         return STORE_EIO;
     int rc;

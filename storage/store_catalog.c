@@ -26,8 +26,7 @@ static void spec_row(sqlite3_stmt *st, store_spec *sp)
 int store_spec_get(store *s, const char *name, store_spec *out)
 {
     static const char sql[] = "SELECT " SPEC_COLS " FROM worker_specs WHERE name = ?1";
-    store_conn *c = store_reader(s);
-    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    sqlite3_stmt *st = store_read_stmt(s, sql);
     if (!st)
         return STORE_EIO;
     store_bind_text(st, 1, name);
@@ -43,8 +42,7 @@ int store_spec_list(store *s, int64_t after, int limit,
 {
     static const char sql[] =
         "SELECT " SPEC_COLS " FROM worker_specs WHERE id > ?1 ORDER BY id LIMIT ?2";
-    store_conn *c = store_reader(s);
-    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    sqlite3_stmt *st = store_read_stmt(s, sql);
     if (!st)
         return STORE_EIO;
     sqlite3_bind_int64(st, 1, after);
@@ -108,8 +106,7 @@ static void image_row(sqlite3_stmt *st, store_image *im)
 int store_image_get(store *s, const char *name, store_image *out)
 {
     static const char sql[] = "SELECT id, name, framework, created_at FROM images WHERE name = ?1";
-    store_conn *c = store_reader(s);
-    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    sqlite3_stmt *st = store_read_stmt(s, sql);
     if (!st)
         return STORE_EIO;
     store_bind_text(st, 1, name);
@@ -125,8 +122,7 @@ int store_image_list(store *s, int64_t after, int limit,
 {
     static const char sql[] = "SELECT id, name, framework, created_at FROM images"
                               " WHERE id > ?1 ORDER BY id LIMIT ?2";
-    store_conn *c = store_reader(s);
-    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    sqlite3_stmt *st = store_read_stmt(s, sql);
     if (!st)
         return STORE_EIO;
     sqlite3_bind_int64(st, 1, after);

@@ -20,6 +20,11 @@ store_conn *store_tx_conn(store_tx *tx);
  * reset and with its bindings cleared.  The caller resets it when done. */
 sqlite3_stmt *store_stmt(store_conn *c, const char *sql);
 sqlite3 *store_conn_db(store_conn *c);
+/* The calling thread's reader and a prepared statement on it; NULL on failure. */
+sqlite3_stmt *store_read_stmt(store *s, const char *sql);
+/* Runs a write statement whose only parameter, ?1, is id.
+ * STORE_NOTFOUND when it changed no row. */
+int store_tx_exec_id(store_tx *tx, const char *sql, int64_t id);
 
 /* Maps a SQLite result code to STORE_*. */
 int store_rc(int sqlite_rc);

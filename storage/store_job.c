@@ -165,7 +165,7 @@ static int job_get_conn(store_conn *c, int64_t tenant_id, int64_t id, store_job 
 {
     static const char sql[] =
         "SELECT " JOB_COLS JOB_FROM " WHERE j.id = ?1 AND (?2 = 0 OR j.tenant_id = ?2)";
-    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    sqlite3_stmt *st = store_stmt(c, sql);
     if (!st)
         return STORE_EIO;
     sqlite3_bind_int64(st, 1, id);
@@ -179,7 +179,8 @@ static int job_get_conn(store_conn *c, int64_t tenant_id, int64_t id, store_job 
 
 int store_job_get(store *s, int64_t tenant_id, int64_t id, store_job *out)
 {
-    return job_get_conn(store_reader(s), tenant_id, id, out);
+    store_conn *c = store_reader(s);
+    return c ? job_get_conn(c, tenant_id, id, out) : STORE_EIO;
 }
 
 int store_job_get_tx(store_tx *tx, int64_t tenant_id, int64_t id, store_job *out)
@@ -211,8 +212,7 @@ int store_job_list(store *s, const store_job_filter *f,
         " WHERE (?1 = 0 OR j.tenant_id = ?1) AND (?2 IS NULL OR j.state = ?2)"
         " AND (?3 IS NULL OR j.name = ?3) AND (?4 = 0 OR j.id < ?4)"
         " ORDER BY j.id DESC LIMIT ?5";
-    store_conn *c = store_reader(s);
-    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    sqlite3_stmt *st = store_read_stmt(s, sql);
     if (!st)
         return STORE_EIO;
     sqlite3_bind_int64(st, 1, f->tenant_id);
@@ -267,12 +267,7 @@ int store_job_transition(store_tx *tx, int64_t id, const char *from, const char 
 int store_job_delete(store_tx *tx, int64_t id)
 {
     static const char sql[] = "DELETE FROM jobs WHERE id = ?1";
-    store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, id);
-    return store_step_change(c, st, NULL);
+    return store_tx_exec_id(tx, sql, id);
 }
 
 int store_job_events(store *s, int64_t job_id, int64_t after, int limit,
@@ -281,8 +276,7 @@ int store_job_events(store *s, int64_t job_id, int64_t after, int limit,
     static const char sql[] =
         "SELECT id, at, attempt, coalesce(from_state, ''), to_state, coalesce(reason, '')"
         " FROM job_events WHERE job_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
-    store_conn *c = store_reader(s);
-    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    sqlite3_stmt *st = store_read_stmt(s, sql);
     if (!st)
         return STORE_EIO;
     sqlite3_bind_int64(st, 1, job_id);

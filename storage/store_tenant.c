@@ -29,8 +29,7 @@ int store_token_lookup(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t no
         " JOIN users u ON u.id = k.user_id JOIN tenants t ON t.id = u.tenant_id"
         " WHERE k.hash = ?1 AND k.revoked_at IS NULL"
         " AND (k.expires_at IS NULL OR k.expires_at > ?2)";
-    store_conn *c = store_reader(s);
-    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    sqlite3_stmt *st = store_read_stmt(s, sql);
     if (!st)
         return STORE_EIO;
     sqlite3_bind_blob(st, 1, hash, UTIL_SHA256_LEN, SQLITE_STATIC);
@@ -78,8 +77,7 @@ int store_tenant_by_name(store *s, const char *name, store_tenant *out)
 {
     static const char sql[] =
         "SELECT id, name, is_platform, created_at FROM tenants WHERE name = ?1";
-    store_conn *c = store_reader(s);
-    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    sqlite3_stmt *st = store_read_stmt(s, sql);
     if (!st)
         return STORE_EIO;
     store_bind_text(st, 1, name);
@@ -95,8 +93,7 @@ int store_tenant_list(store *s, int64_t after, int limit,
 {
     static const char sql[] = "SELECT id, name, is_platform, created_at FROM tenants"
                               " WHERE id > ?1 AND is_platform = 0 ORDER BY id LIMIT ?2";
-    store_conn *c = store_reader(s);
-    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    sqlite3_stmt *st = store_read_stmt(s, sql);
     if (!st)
         return STORE_EIO;
     sqlite3_bind_int64(st, 1, after);
@@ -131,8 +128,7 @@ int store_user_get(store *s, int64_t id, store_user *out)
 {
     static const char sql[] = "SELECT " USER_COLS " FROM users u"
                               " JOIN tenants t ON t.id = u.tenant_id WHERE u.id = ?1";
-    store_conn *c = store_reader(s);
-    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    sqlite3_stmt *st = store_read_stmt(s, sql);
     if (!st)
         return STORE_EIO;
     sqlite3_bind_int64(st, 1, id);
@@ -149,8 +145,7 @@ int store_user_list(store *s, int64_t tenant_id, int64_t after, int limit,
     static const char sql[] = "SELECT " USER_COLS " FROM users u"
                               " JOIN tenants t ON t.id = u.tenant_id"
                               " WHERE u.tenant_id = ?1 AND u.id > ?2 ORDER BY u.id LIMIT ?3";
-    store_conn *c = store_reader(s);
-    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    sqlite3_stmt *st = store_read_stmt(s, sql);
     if (!st)
         return STORE_EIO;
     sqlite3_bind_int64(st, 1, tenant_id);
@@ -169,8 +164,7 @@ int store_user_list(store *s, int64_t tenant_id, int64_t after, int limit,
 int store_platform_admin_count(store *s, int64_t *n)
 {
     static const char sql[] = "SELECT count(*) FROM users WHERE role = 'platform_admin'";
-    store_conn *c = store_reader(s);
-    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    sqlite3_stmt *st = store_read_stmt(s, sql);
     if (!st)
         return STORE_EIO;
     int rc = sqlite3_step(st);
@@ -234,8 +228,7 @@ int store_token_get(store *s, int64_t id, store_token *out)
 {
     static const char sql[] = "SELECT " TOKEN_COLS " FROM api_tokens k"
                               " JOIN users u ON u.id = k.user_id WHERE k.id = ?1";
-    store_conn *c = store_reader(s);
-    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    sqlite3_stmt *st = store_read_stmt(s, sql);
     if (!st)
         return STORE_EIO;
     sqlite3_bind_int64(st, 1, id);
@@ -252,8 +245,7 @@ int store_token_list(store *s, int64_t user_id, int64_t after, int limit,
     static const char sql[] = "SELECT " TOKEN_COLS " FROM api_tokens k"
                               " JOIN users u ON u.id = k.user_id"
                               " WHERE k.user_id = ?1 AND k.id > ?2 ORDER BY k.id LIMIT ?3";
-    store_conn *c = store_reader(s);
-    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    sqlite3_stmt *st = store_read_stmt(s, sql);
     if (!st)
         return STORE_EIO;
     sqlite3_bind_int64(st, 1, user_id);

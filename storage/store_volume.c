@@ -48,8 +48,7 @@ static void vol_row(sqlite3_stmt *st, store_volume *v)
 int store_volume_get(store *s, store_vol_kind k, int64_t tenant_id, const char *name,
                      int with_public, store_volume *out)
 {
-    store_conn *c = store_reader(s);
-    sqlite3_stmt *st = c ? store_stmt(c, get_sql[k]) : NULL;
+    sqlite3_stmt *st = store_read_stmt(s, get_sql[k]);
     if (!st)
         return STORE_EIO;
     store_bind_text(st, 1, name);
@@ -67,8 +66,7 @@ int store_volume_list(store *s, store_vol_kind k, int64_t tenant_id, int with_pu
                       int64_t after, int limit, void (*row)(void *arg, const store_volume *v),
                       void *arg)
 {
-    store_conn *c = store_reader(s);
-    sqlite3_stmt *st = c ? store_stmt(c, list_sql[k]) : NULL;
+    sqlite3_stmt *st = store_read_stmt(s, list_sql[k]);
     if (!st)
         return STORE_EIO;
     sqlite3_bind_int64(st, 1, tenant_id);
@@ -101,21 +99,11 @@ int store_volume_insert(store_tx *tx, store_vol_kind k, int64_t tenant_id, const
 
 int store_volume_delete(store_tx *tx, store_vol_kind k, int64_t id)
 {
-    store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, delete_sql[k]);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, id);
-    return store_step_change(c, st, NULL);
+    return store_tx_exec_id(tx, delete_sql[k], id);
 }
 
 int store_dataset_seal(store_tx *tx, int64_t id)
 {
     static const char sql[] = "UPDATE datasets SET sealed = 1 WHERE id = ?1";
-    store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, id);
-    return store_step_change(c, st, NULL);
+    return store_tx_exec_id(tx, sql, id);
 }
