@@ -374,6 +374,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (st->phase == P_SENT)
         return MHD_YES;
     if (*upload_data_size) {
+        /* Past its bound a chunked body is drained and dropped, and answered
+         * 413 at its end: libmicrohttpd 0.9.75 resets a connection answered
+         * mid-body instead of sending the answer. */
         take(st, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return MHD_YES;
