@@ -36,6 +36,7 @@ test-asan: build-asan
 	@scripts/test $(ASAN_BUILD)
 
 bench: build
+	@$(BUILD)/bench_fsync /tmp 10
 	@bench/api/run $(BUILD)
 
 clean:

@@ -78,30 +78,24 @@ const char *api_method_name(enum api_method m)
     return names[m];
 }
 
-/* Matches path against pattern; copies captures into bufs. */
-static int match(const char *pat, const char *path, const char **param,
-                 char bufs[API_MAX_PARAMS][1100])
+/* Matches path against pattern; copies the captures one after another into buf. */
+static int match(const char *pat, const char *path, const char **param, char *buf)
 {
     int n = 0;
     while (*pat) {
-        if (pat[0] == '{' && pat[1] == '*') {
-            size_t len = strlen(path);
-            if (len == 0 || len >= 1100 || n >= API_MAX_PARAMS)
-                return 0;
-            memcpy(bufs[n], path, len + 1);
-            param[n] = bufs[n];
-            return 1;
-        }
         if (pat[0] == '{') {
-            size_t len = strcspn(path, "/");
-            if (len == 0 || len >= 1100 || n >= API_MAX_PARAMS)
+            int rest = pat[1] == '*';
+            size_t len = rest ? strlen(path) : strcspn(path, "/");
+            if (len == 0 || n >= API_MAX_PARAMS)
                 return 0;
-            memcpy(bufs[n], path, len);
-            bufs[n][len] = '\0';
-            param[n] = bufs[n];
-            n++;
+            memcpy(buf, path, len);
+            buf[len] = '\0';
+            param[n++] = buf;
+            buf += len + 1;
             path += len;
             pat += 2;
+            if (rest)
+                return 1;
             continue;
         }
         if (*pat != *path)
@@ -112,13 +106,13 @@ static int match(const char *pat, const char *path, const char **param,
     return *path == '\0';
 }
 
-const api_route *api_route_match(enum api_method m, const char *path, api_req *rq,
-                                 char bufs[API_MAX_PARAMS][1100], int *other_method)
+const api_route *api_route_match(enum api_method m, const char *path, api_req *rq, char *buf,
+                                 int *other_method)
 {
     *other_method = 0;
     for (const api_route *r = routes; r->pattern; r++) {
         const char *param[API_MAX_PARAMS] = {0};
-        if (!match(r->pattern, path, param, bufs))
+        if (!match(r->pattern, path, param, buf))
             continue;
         if (r->method != m) {
             *other_method = 1;

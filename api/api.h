@@ -85,12 +85,13 @@ typedef struct api_route {
     int auth;               /* 1: a bearer token is required */
 } api_route;
 
-/* The route for method and path, filling rq->param (pointing into bufs,
- * which the caller provides: API_MAX_PARAMS buffers of 1100 bytes).
+/* The route for method and path, filling rq->param with the captures,
+ * copied one after another into buf (the caller's: at least
+ * strlen(path) + API_MAX_PARAMS + 1 bytes, alive as long as rq).
  * NULL when none; *other_method is set when the path exists for another
  * method (405). */
-const api_route *api_route_match(enum api_method m, const char *path, api_req *rq,
-                                 char bufs[API_MAX_PARAMS][1100], int *other_method);
+const api_route *api_route_match(enum api_method m, const char *path, api_req *rq, char *buf,
+                                 int *other_method);
 /* Every route, ending with a zeroed entry (for the OpenAPI check). */
 const api_route *api_routes(void);
 enum api_method api_method_parse(const char *s);

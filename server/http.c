@@ -30,6 +30,8 @@ struct http_server {
     int route_metrics, route_other;
 };
 
+#define HTTP_PATH_MAX 4096
+
 enum phase { P_READ, P_WAIT, P_WRITTEN, P_SENT };
 
 struct req_state {
@@ -40,7 +42,7 @@ struct req_state {
     api_req rq;
     api_resp rs;
     store_principal who;
-    char bufs[API_MAX_PARAMS][1100];
+    char *pbuf;         /* path captures, owned */
     util_buf body;
     int64_t t0;
     enum phase phase;
@@ -225,7 +227,19 @@ static void route(struct req_state *st, const char *url, const char *method)
         return;
     }
     int other = 0;
-    st->route = api_route_match(m, url, &st->rq, st->bufs, &other);
+    size_t ulen = strlen(url);
+    if (ulen > HTTP_PATH_MAX) {
+        api_error(&st->rs, 414, "uri_too_long", NULL, "paths are at most %d bytes", HTTP_PATH_MAX);
+        st->ready = 1;
+        return;
+    }
+    st->pbuf = malloc(ulen + API_MAX_PARAMS + 1);
+    if (!st->pbuf) {
+        api_error(&st->rs, 500, "internal", NULL, "out of memory");
+        st->ready = 1;
+        return;
+    }
+    st->route = api_route_match(m, url, &st->rq, st->pbuf, &other);
     if (!st->route) {
         if (other)
             api_error(&st->rs, 405, "method_not_allowed", NULL, "%s is not allowed on %.200s",
@@ -420,6 +434,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         st->rs.finish(srv->ctx, &st->rs, st->rs.write_ctx, STORE_BUSY);
     }
     api_resp_clear(&st->rs);
+    free(st->pbuf);
     free(st->body.buf);
     free(st);
     *con_cls = NULL;

@@ -6,7 +6,7 @@
 #include <string.h>
 
 static const int statuses[] = {200, 201, 204, 400, 401, 403, 404, 405, 409,
-                               413, 415, 422, 500, 503, 507, 0 /* other */};
+                               413, 414, 415, 422, 500, 503, 507, 0 /* other */};
 #define NSTATUS ((int)(sizeof statuses / sizeof statuses[0]))
 
 static const int64_t buckets_us[] = {100,    250,    500,    1000,    2500,    5000,   10000,

@@ -7,6 +7,9 @@
 #include "storage/store_migrations.h"
 
 #include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +19,9 @@
 #define STMT_CACHE 96
 #define BATCH_MAX 1024
 #define BUSY_TIMEOUT_MS 10000
-#define CHECKPOINT_FRAMES 4000 /* about 16 MiB of WAL */
+#define SLOW_BATCH_US 100000 /* a batch slower than this is reported */
+#define WRITER_NICE -5
+#define CHECKPOINT_FRAMES 1000 /* about 4 MiB of WAL: short fsyncs of the database file */
 
 struct store_conn {
     sqlite3 *db;
@@ -361,6 +366,7 @@ static void run_batch(store *s, struct op *batch)
     sqlite3 *db = s->writer->db;
     struct store_tx tx = {s->writer};
     int n = 0;
+    int64_t t0 = util_mono_us();
     int ok = exec(db, "BEGIN IMMEDIATE", NULL, 0) == SQLITE_OK;
     int rcs[BATCH_MAX];
     for (struct op *o = batch; o; o = o->next, n++) {
@@ -377,12 +383,17 @@ static void run_batch(store *s, struct op *batch)
             exec(db, "ROLLBACK TO w", NULL, 0);
         exec(db, "RELEASE w", NULL, 0);
     }
+    int64_t t1 = util_mono_us();
     if (ok && exec(db, "COMMIT", NULL, 0) != SQLITE_OK) {
         fprintf(stderr, "store: commit failed: %s\n", sqlite3_errmsg(db));
         exec(db, "ROLLBACK", NULL, 0);
         for (int i = 0; i < n; i++)
             rcs[i] = STORE_EIO;
     }
+    int64_t t2 = util_mono_us();
+    if (t2 - t0 > SLOW_BATCH_US)
+        fprintf(stderr, "store: slow commit: %d writes, %lld ms applying, %lld ms committing\n",
+                n, (long long)(t1 - t0) / 1000, (long long)(t2 - t1) / 1000);
     __atomic_add_fetch(&s->batches, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&s->writes, (uint64_t)n, __ATOMIC_RELAXED);
     n = 0;
@@ -429,7 +440,13 @@ static void *checkpointer_main(void *arg)
             break;
         s->ckpt_due = 0;
         pthread_mutex_unlock(&s->lock);
-        sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
+        int64_t t0 = util_mono_us();
+        int frames = 0, done = 0;
+        sqlite3_wal_checkpoint_v2(c->db, NULL, SQLITE_CHECKPOINT_PASSIVE, &frames, &done);
+        int64_t us = util_mono_us() - t0;
+        if (getenv("COHORT_STORE_TRACE"))
+            fprintf(stderr, "store: checkpoint %d/%d frames in %lld ms\n", done, frames,
+                    (long long)us / 1000);
         pthread_mutex_lock(&s->lock);
     }
     pthread_mutex_unlock(&s->lock);
@@ -440,6 +457,12 @@ static void *checkpointer_main(void *arg)
 static void *writer_main(void *arg)
 {
     store *s = arg;
+    /* Every write waits on this one thread: let it run ahead of the request
+     * threads when the CPUs are busy.  Without the privilege it stays at the
+     * default priority. */
+    if (setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), WRITER_NICE) != 0 &&
+        getenv("COHORT_STORE_TRACE"))
+        fprintf(stderr, "store: writer keeps the default priority\n");
     pthread_mutex_lock(&s->lock);
     for (;;) {
         while (!s->head && !s->stopping)
