@@ -1,5 +1,7 @@
-# Writes OUT: a C array of every migration file in FILES, in order, as
+# Writes OUT: a C array of every migration file in DIR, in order, as
 # { version, name, sql } so the store can apply them without reading the disk.
+file(GLOB FILES ${DIR}/*.sql)
+list(SORT FILES)
 set(body "/* Generated from migrations/NNN_name.sql by scripts/embed-migrations.cmake. */\n")
 string(APPEND body "#include \"storage/store_migrations.h\"\n\n")
 set(entries "")

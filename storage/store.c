@@ -263,6 +263,22 @@ store_conn *store_reader(store *s)
     return c;
 }
 
+int store_tx_mark(store_tx *tx)
+{
+    return exec(tx->conn->db, "SAVEPOINT nested", NULL, 0) == SQLITE_OK ? STORE_OK : STORE_EIO;
+}
+
+void store_tx_keep(store_tx *tx)
+{
+    exec(tx->conn->db, "RELEASE nested", NULL, 0);
+}
+
+void store_tx_undo(store_tx *tx)
+{
+    exec(tx->conn->db, "ROLLBACK TO nested", NULL, 0);
+    exec(tx->conn->db, "RELEASE nested", NULL, 0);
+}
+
 int store_read_begin(store *s)
 {
     store_conn *c = store_reader(s);

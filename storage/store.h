@@ -50,6 +50,12 @@ void store_close(store *s);
  * or STORE_EIO when the commit failed. */
 int store_write(store *s, store_write_fn fn, void *ctx);
 
+/* Inside a write: a nested step that can be undone alone.  store_tx_undo
+ * rolls back to the last store_tx_mark; store_tx_keep keeps it. */
+int store_tx_mark(store_tx *tx);
+void store_tx_keep(store_tx *tx);
+void store_tx_undo(store_tx *tx);
+
 /* Queues fn and returns at once; done(arg, rc) is called from the writer
  * thread after the commit.  Returns 0, or STORE_BUSY when shutting down. */
 int store_submit(store *s, store_write_fn fn, void *ctx, store_done_fn done, void *arg);

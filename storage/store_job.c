@@ -296,3 +296,50 @@ int store_job_events(store *s, int64_t job_id, int64_t after, int limit,
     sqlite3_reset(st);
     return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
 }
+
+int store_job_briefs_tx(store_tx *tx, const char *state,
+                        void (*row)(void *arg, const store_job_brief *b), void *arg)
+{
+    static const char sql[] =
+        "SELECT id, tenant_id, priority, created_at, attempt, worker_count,"
+        " coalesce(workers_per_node, 0), cpus, memory_mb, gpus,"
+        " coalesce(max_runtime_seconds, 0), coalesce(started_at, 0), state, coalesce(reason, '')"
+        " FROM jobs WHERE state = ?1 ORDER BY id";
+    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    if (!st)
+        return STORE_EIO;
+    store_bind_text(st, 1, state);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_job_brief b;
+        b.id = sqlite3_column_int64(st, 0);
+        b.tenant_id = sqlite3_column_int64(st, 1);
+        b.priority = sqlite3_column_int64(st, 2);
+        b.created_at = sqlite3_column_int64(st, 3);
+        b.attempt = sqlite3_column_int64(st, 4);
+        b.worker_count = sqlite3_column_int64(st, 5);
+        b.workers_per_node = sqlite3_column_int64(st, 6);
+        b.cpus = sqlite3_column_int64(st, 7);
+        b.memory_mb = sqlite3_column_int64(st, 8);
+        b.gpus = sqlite3_column_int64(st, 9);
+        b.max_runtime_seconds = sqlite3_column_int64(st, 10);
+        b.started_at = sqlite3_column_int64(st, 11);
+        store_col_copy(st, 12, b.state, sizeof b.state);
+        store_col_copy(st, 13, b.reason, sizeof b.reason);
+        row(arg, &b);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}
+
+int store_job_set_reason(store_tx *tx, int64_t id, const char *reason)
+{
+    static const char sql[] = "UPDATE jobs SET reason = ?2 WHERE id = ?1 AND state = 'PENDING'";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    store_bind_text(st, 2, reason && reason[0] ? reason : NULL);
+    return store_step_change(c, st, NULL);
+}

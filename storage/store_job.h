@@ -88,6 +88,21 @@ int store_job_delete(store_tx *tx, int64_t id);
 int store_job_events(store *s, int64_t job_id, int64_t after, int limit,
                      void (*row)(void *arg, const store_event *e), void *arg);
 
+/* What the scheduler needs of a job. */
+typedef struct store_job_brief {
+    int64_t id, tenant_id, priority, created_at, attempt;
+    int64_t worker_count, workers_per_node, cpus, memory_mb, gpus;
+    int64_t max_runtime_seconds, started_at;
+    char state[16];
+    char reason[STORE_REASON_MAX + 1];
+} store_job_brief;
+
+/* Jobs in state (submit order); row() may not write. */
+int store_job_briefs_tx(store_tx *tx, const char *state,
+                        void (*row)(void *arg, const store_job_brief *b), void *arg);
+/* Sets the reason of a pending job (no event: it is not a transition). */
+int store_job_set_reason(store_tx *tx, int64_t id, const char *reason);
+
 /* 1 when state is one a job never leaves. */
 int store_job_state_final(const char *state);
 

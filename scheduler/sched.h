@@ -1,0 +1,55 @@
+/*
+ * sched: gang placement as pure functions over a snapshot of the cluster.
+ * Nothing here touches the store or a clock, so it is tested and
+ * benchmarked on synthetic clusters (see sched_service.h for the thread
+ * that feeds it and writes its decisions).
+ */
+#ifndef COHORT_SCHED_H
+#define COHORT_SCHED_H
+
+#include <stdint.h>
+
+typedef struct sched_node {
+    int64_t id;
+    int usable;                         /* up and not drained */
+    int64_t cap_cpus, cap_mem, cap_gpus; /* what the node has */
+    int64_t free_cpus, free_mem, free_gpus;
+} sched_node;
+
+typedef struct sched_job {
+    int64_t id;
+    int64_t tenant_id;
+    int64_t priority;
+    double usage;        /* the tenant's decayed past usage: less goes first */
+    int64_t created_at;
+    int64_t workers;     /* worker_count */
+    int64_t per_node;    /* workers_per_node, 0: fill nodes */
+    int64_t cpus, mem, gpus; /* per worker */
+} sched_job;
+
+/* Orders jobs for the queue: priority (high first), then tenant usage (low
+ * first), then submit time, then id. */
+void sched_order(sched_job *jobs, int n);
+
+/* Workers of j that fit on a node with these resources. */
+int64_t sched_fit(int64_t cpus, int64_t mem, int64_t gpus, const sched_job *j);
+
+/*
+ * The shape of j on this cluster: workers per node, so that every node of
+ * the gang holds the same number (ranks are node-major).  With per_node set
+ * it is that, when enough usable nodes could ever hold it; otherwise the
+ * largest divisor of workers that enough usable nodes could hold when empty.
+ * 0 when the job can never fit.
+ */
+int64_t sched_shape(const sched_node *nodes, int n, const sched_job *j);
+
+/*
+ * Places every worker of j now, per_node on each of workers/per_node nodes,
+ * or none: fills node_idx[] with indexes into nodes (node-major order, the
+ * node of rank 0 first), takes their resources, and returns 0; -1 when the
+ * gang does not fit now (nothing is taken).  Prefers the nodes that the
+ * gang fills most tightly, so large holes stay for large jobs.
+ */
+int sched_place(sched_node *nodes, int n, const sched_job *j, int64_t per_node, int *node_idx);
+
+#endif

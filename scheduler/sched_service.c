@@ -1,0 +1,509 @@
+/*
+ * sched_service: the scheduling thread and its passes.
+ */
+#include "scheduler/sched_service.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "scheduler/sched_life.h"
+#include "storage/store_job.h"
+#include "storage/store_node.h"
+#include "storage/util.h"
+
+struct position {
+    int64_t job_id;
+    int64_t pos;
+};
+
+struct sched_service {
+    store *st;
+    sched_config cfg;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int woken, stopping;
+    struct position *pos; /* sorted by job_id */
+    size_t npos;
+};
+
+/* ---- growable arrays for one pass ---- */
+
+#define PUSH(arr, n, cap, v)                                                               \
+    do {                                                                                   \
+        if ((n) == (cap)) {                                                                \
+            size_t nc_ = (cap) ? (cap) * 2 : 64;                                           \
+            void *np_ = realloc((arr), nc_ * sizeof *(arr));                               \
+            if (!np_)                                                                      \
+                break;                                                                     \
+            (arr) = np_;                                                                   \
+            (cap) = nc_;                                                                   \
+        }                                                                                  \
+        (arr)[(n)++] = (v);                                                                \
+    } while (0)
+
+struct use {
+    int64_t tenant_id;
+    int64_t jobs, workers, cpus, gpus;
+};
+
+struct pass {
+    sched_service *svc;
+    sched_node *nodes;
+    size_t nnodes, capn;
+    store_node *info; /* info[i] is nodes[i] */
+    size_t ninfo, capi;
+    sched_job *jobs;
+    size_t njobs, capj;
+    store_job_brief *briefs; /* by id, as read */
+    size_t nbriefs, capb;
+    struct use *use;
+    size_t nuse, capu;
+    store_quota *quota;
+    size_t nquota, capq;
+    struct position *pos;
+    size_t npos, capp;
+    int oom;
+};
+
+static void pass_free(struct pass *p)
+{
+    free(p->nodes);
+    free(p->info);
+    free(p->jobs);
+    free(p->briefs);
+    free(p->use);
+    free(p->quota);
+    free(p->pos);
+}
+
+static void add_node(void *arg, const store_node *n)
+{
+    struct pass *p = arg;
+    sched_node sn = {n->id,
+                     !strcmp(n->state, "up") && !n->drained,
+                     n->cpus,
+                     n->memory_mb,
+                     n->gpus,
+                     n->cpus - n->used_cpus,
+                     n->memory_mb - n->used_memory_mb,
+                     n->gpus - n->used_gpus};
+    PUSH(p->nodes, p->nnodes, p->capn, sn);
+    PUSH(p->info, p->ninfo, p->capi, *n);
+    if (p->nnodes != p->ninfo)
+        p->oom = 1;
+}
+
+static struct use *use_of(struct pass *p, int64_t tenant)
+{
+    for (size_t i = 0; i < p->nuse; i++)
+        if (p->use[i].tenant_id == tenant)
+            return &p->use[i];
+    struct use u = {tenant, 0, 0, 0, 0};
+    size_t before = p->nuse;
+    PUSH(p->use, p->nuse, p->capu, u);
+    return p->nuse > before ? &p->use[p->nuse - 1] : NULL;
+}
+
+static void add_active(void *arg, const store_job_brief *b)
+{
+    struct pass *p = arg;
+    struct use *u = use_of(p, b->tenant_id);
+    if (!u) {
+        p->oom = 1;
+        return;
+    }
+    u->jobs++;
+    u->workers += b->worker_count;
+    u->cpus += b->worker_count * b->cpus;
+    u->gpus += b->worker_count * b->gpus;
+}
+
+static void add_pending(void *arg, const store_job_brief *b)
+{
+    struct pass *p = arg;
+    sched_job j = {b->id,        b->tenant_id,  b->priority,         0.0, b->created_at,
+                   b->worker_count, b->workers_per_node, b->cpus, b->memory_mb, b->gpus};
+    PUSH(p->jobs, p->njobs, p->capj, j);
+    PUSH(p->briefs, p->nbriefs, p->capb, *b);
+    if (p->njobs != p->nbriefs)
+        p->oom = 1;
+}
+
+static void add_quota(void *arg, const store_quota *q)
+{
+    struct pass *p = arg;
+    PUSH(p->quota, p->nquota, p->capq, *q);
+}
+
+static const store_job_brief *brief_of(struct pass *p, int64_t id)
+{
+    size_t lo = 0, hi = p->nbriefs;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (p->briefs[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < p->nbriefs && p->briefs[lo].id == id ? &p->briefs[lo] : NULL;
+}
+
+/* The first limit of the tenant's quota that j would pass, or NULL. */
+static const char *over_quota(struct pass *p, const sched_job *j, struct use *u, char *buf,
+                              size_t n)
+{
+    for (size_t i = 0; i < p->nquota; i++) {
+        const store_quota *q = &p->quota[i];
+        if (q->tenant_id != j->tenant_id)
+            continue;
+        if (q->max_running_jobs >= 0 && u->jobs + 1 > q->max_running_jobs)
+            snprintf(buf, n, "quota: max_running_jobs %lld reached", (long long)q->max_running_jobs);
+        else if (q->max_workers >= 0 && u->workers + j->workers > q->max_workers)
+            snprintf(buf, n, "quota: max_workers %lld", (long long)q->max_workers);
+        else if (q->max_cpus >= 0 && u->cpus + j->workers * j->cpus > q->max_cpus)
+            snprintf(buf, n, "quota: max_cpus %lld", (long long)q->max_cpus);
+        else if (q->max_gpus >= 0 && u->gpus + j->workers * j->gpus > q->max_gpus)
+            snprintf(buf, n, "quota: max_gpus %lld", (long long)q->max_gpus);
+        else
+            return NULL;
+        return buf;
+    }
+    return NULL;
+}
+
+/* The lowest free port of the node's range, or -1. */
+static int64_t free_port(store_tx *tx, const store_node *n)
+{
+    static int64_t used[4096];
+    int k = store_port_used(tx, n->id, used, 4096);
+    if (k < 0)
+        return -1;
+    int i = 0;
+    for (int64_t port = n->port_lo; port <= n->port_hi; port++) {
+        while (i < k && used[i] < port)
+            i++;
+        if (i == k || used[i] != port)
+            return port;
+    }
+    return -1;
+}
+
+/* Writes one placement: workers node-major, the port, STARTING. */
+static int commit_placement(store_tx *tx, struct pass *p, const sched_job *j,
+                            const store_job_brief *b, int64_t per_node, const int *idx)
+{
+    int64_t m = j->workers / per_node;
+    const store_node *master = &p->info[idx[0]];
+    int64_t port = free_port(tx, master);
+    if (port < 0)
+        return STORE_CONFLICT;
+    int rc = store_port_reserve(tx, master->id, port, j->id);
+    for (int64_t r = 0; rc == STORE_OK && r < m; r++) {
+        for (int64_t l = 0; rc == STORE_OK && l < per_node; l++) {
+            store_worker w = {0};
+            w.job_id = j->id;
+            w.attempt = b->attempt;
+            w.rank = r * per_node + l;
+            w.node_rank = r;
+            w.local_rank = l;
+            w.node_id = p->info[idx[r]].id;
+            rc = store_worker_insert(tx, &w);
+        }
+    }
+    if (rc == STORE_OK)
+        rc = store_job_place(tx, j->id, master->id, port, per_node);
+    char why[128];
+    snprintf(why, sizeof why, "placed: %lld x %lld workers, rank 0 on %s", (long long)m,
+             (long long)per_node, master->name);
+    if (rc == STORE_OK)
+        rc = store_job_transition(tx, j->id, "PENDING", "STARTING", why);
+    return rc;
+}
+
+static void set_reason(store_tx *tx, const store_job_brief *b, const char *why)
+{
+    if (strcmp(b->reason, why))
+        store_job_set_reason(tx, b->id, why);
+}
+
+static int schedule(store_tx *tx, void *arg)
+{
+    struct pass *p = arg;
+    int rc = store_node_all_tx(tx, add_node, p);
+    if (rc == STORE_OK)
+        rc = store_job_briefs_tx(tx, "STARTING", add_active, p);
+    if (rc == STORE_OK)
+        rc = store_job_briefs_tx(tx, "RUNNING", add_active, p);
+    if (rc == STORE_OK)
+        rc = store_job_briefs_tx(tx, "PENDING", add_pending, p);
+    if (rc == STORE_OK)
+        rc = store_quota_all_tx(tx, add_quota, p);
+    if (rc != STORE_OK || p->oom)
+        return rc != STORE_OK ? rc : STORE_NOMEM;
+    sched_order(p->jobs, (int)p->njobs);
+    int *idx = malloc((p->nnodes + 1) * sizeof *idx);
+    if (!idx)
+        return STORE_NOMEM;
+    int blocked = 0;
+    int64_t position = 0;
+    for (size_t i = 0; i < p->njobs; i++) {
+        sched_job *j = &p->jobs[i];
+        const store_job_brief *b = brief_of(p, j->id);
+        struct use *u = use_of(p, j->tenant_id);
+        char why[STORE_REASON_MAX + 1];
+        if (!b || !u)
+            continue;
+        int64_t shape = sched_shape(p->nodes, (int)p->nnodes, j);
+        const char *q = over_quota(p, j, u, why, sizeof why);
+        if (q) {
+            set_reason(tx, b, q);
+        } else if (p->nnodes == 0) {
+            set_reason(tx, b, "resources: no node has registered yet");
+        } else if (shape == 0) {
+            set_reason(tx, b, "resources: no usable nodes can hold this job now");
+        } else if (blocked || sched_place(p->nodes, (int)p->nnodes, j, shape, idx) != 0) {
+            /* Strict queue order: nothing passes a job that waits for room. */
+            blocked = 1;
+            set_reason(tx, b, "resources: waiting for room on the nodes");
+        } else if (store_tx_mark(tx) == STORE_OK) {
+            if (commit_placement(tx, p, j, b, shape, idx) == STORE_OK) {
+                store_tx_keep(tx);
+                u->jobs++;
+                u->workers += j->workers;
+                u->cpus += j->workers * j->cpus;
+                u->gpus += j->workers * j->gpus;
+                continue;
+            }
+            store_tx_undo(tx);
+            set_reason(tx, b, "resources: no free port on the node of rank 0");
+        }
+        struct position ps = {j->id, ++position};
+        PUSH(p->pos, p->npos, p->capp, ps);
+    }
+    free(idx);
+    return STORE_OK;
+}
+
+struct tick {
+    int64_t now, node_timeout_ms;
+    store_tx *tx;
+};
+
+static void job_lost(void *arg, int64_t job_id)
+{
+    struct tick *t = arg;
+    sched_job_eval(t->tx, job_id);
+}
+
+static void node_down(void *arg, int64_t node_id)
+{
+    struct tick *t = arg;
+    store_worker_lose_node(t->tx, node_id, t->now, job_lost, t);
+}
+
+struct timeout_scan {
+    int64_t now;
+    int64_t ids[256];
+    int64_t limits[256];
+    int n;
+};
+
+static void find_timeouts(void *arg, const store_job_brief *b)
+{
+    struct timeout_scan *s = arg;
+    if (b->max_runtime_seconds > 0 && b->started_at > 0 &&
+        s->now - b->started_at > b->max_runtime_seconds * 1000 && s->n < 256) {
+        s->ids[s->n] = b->id;
+        s->limits[s->n++] = b->max_runtime_seconds;
+    }
+}
+
+static int tick(store_tx *tx, void *arg)
+{
+    struct tick *t = arg;
+    t->tx = tx;
+    int rc = store_node_mark_down(tx, t->now - t->node_timeout_ms, node_down, t);
+    struct timeout_scan s = {.now = t->now};
+    if (rc == STORE_OK)
+        rc = store_job_briefs_tx(tx, "RUNNING", find_timeouts, &s);
+    for (int i = 0; rc == STORE_OK && i < s.n; i++) {
+        char why[128];
+        snprintf(why, sizeof why, "timeout: ran longer than max_runtime_seconds (%lld)",
+                 (long long)s.limits[i]);
+        int r = sched_job_end(tx, 0, s.ids[i], "FAILED", why);
+        if (r != STORE_OK && r != SCHED_FINAL)
+            rc = r;
+    }
+    return rc;
+}
+
+static int pos_cmp(const void *a, const void *b)
+{
+    const struct position *x = a, *y = b;
+    return (x->job_id > y->job_id) - (x->job_id < y->job_id);
+}
+
+static void run_pass(sched_service *s)
+{
+    struct tick t = {util_now_ms(), s->cfg.node_timeout_ms, NULL};
+    int rc = store_write(s->st, tick, &t);
+    if (rc != STORE_OK && rc != STORE_BUSY)
+        fprintf(stderr, "scheduler: tick failed (store error %d)\n", rc);
+    struct pass p = {.svc = s};
+    rc = store_write(s->st, schedule, &p);
+    if (rc != STORE_OK && rc != STORE_BUSY)
+        fprintf(stderr, "scheduler: pass failed (store error %d)\n", rc);
+    if (rc == STORE_OK) {
+        if (p.npos > 1)
+            qsort(p.pos, p.npos, sizeof *p.pos, pos_cmp);
+        pthread_mutex_lock(&s->lock);
+        free(s->pos);
+        s->pos = p.pos;
+        s->npos = p.npos;
+        pthread_mutex_unlock(&s->lock);
+        p.pos = NULL;
+    }
+    pass_free(&p);
+}
+
+static void *sched_main(void *arg)
+{
+    sched_service *s = arg;
+    pthread_mutex_lock(&s->lock);
+    while (!s->stopping) {
+        if (!s->woken) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += s->cfg.tick_ms / 1000;
+            ts.tv_nsec += (s->cfg.tick_ms % 1000) * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&s->wake, &s->lock, &ts);
+        }
+        if (s->stopping)
+            break;
+        s->woken = 0;
+        pthread_mutex_unlock(&s->lock);
+        run_pass(s);
+        pthread_mutex_lock(&s->lock);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+sched_service *sched_start(store *st, const sched_config *cfg, char *err, size_t errlen)
+{
+    sched_service *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->st = st;
+    s->cfg = *cfg;
+    if (s->cfg.tick_ms <= 0)
+        s->cfg.tick_ms = 1000;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->wake, NULL);
+    s->woken = 1; /* a first pass at once */
+    if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
+        snprintf(err, errlen, "cannot start the scheduler thread");
+        pthread_mutex_destroy(&s->lock);
+        pthread_cond_destroy(&s->wake);
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void sched_wake(sched_service *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->lock);
+    s->woken = 1;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+}
+
+void sched_stop(sched_service *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->lock);
+    s->stopping = 1;
+    pthread_cond_signal(&s->wake);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
+    pthread_mutex_destroy(&s->lock);
+    pthread_cond_destroy(&s->wake);
+    free(s->pos);
+    free(s);
+}
+
+int64_t sched_position(sched_service *s, int64_t job_id)
+{
+    if (!s)
+        return 0;
+    struct position key = {job_id, 0};
+    pthread_mutex_lock(&s->lock);
+    struct position *hit = s->npos ? bsearch(&key, s->pos, s->npos, sizeof key, pos_cmp) : NULL;
+    int64_t pos = hit ? hit->pos : 0;
+    pthread_mutex_unlock(&s->lock);
+    return pos;
+}
+
+struct fit_scan {
+    sched_node *nodes;
+    size_t n, cap;
+};
+
+static void fit_node(void *arg, const store_node *n)
+{
+    struct fit_scan *f = arg;
+    sched_node sn = {n->id, 1, n->cpus, n->memory_mb, n->gpus, n->cpus, n->memory_mb, n->gpus};
+    PUSH(f->nodes, f->n, f->cap, sn);
+}
+
+int sched_could_fit(store *st, const sched_job *j, char *why, size_t n)
+{
+    struct fit_scan f = {0};
+    int64_t after = 0;
+    for (;;) {
+        size_t before = f.n;
+        if (store_node_list(st, after, 200, fit_node, &f) != STORE_OK)
+            break;
+        if (f.n == before || f.n - before < 200)
+            break;
+        after = f.nodes[f.n - 1].id;
+    }
+    int ok = 1;
+    if (f.n > 0 && sched_shape(f.nodes, (int)f.n, j) == 0) {
+        int64_t most = 0, total = 0;
+        for (size_t i = 0; i < f.n; i++) {
+            int64_t k = sched_fit(f.nodes[i].cap_cpus, f.nodes[i].cap_mem, f.nodes[i].cap_gpus, j);
+            total += k;
+            if (k > most)
+                most = k;
+        }
+        if (j->per_node > 0)
+            snprintf(why, n,
+                     "can never fit: %lld nodes with room for %lld workers each are needed; "
+                     "the cluster's %zu nodes hold at most %lld each",
+                     (long long)(j->workers / j->per_node), (long long)j->per_node, f.n,
+                     (long long)most);
+        else
+            snprintf(why, n,
+                     "can never fit: %lld workers of this spec; the cluster's %zu nodes hold "
+                     "%lld in all (at most %lld on one)",
+                     (long long)j->workers, f.n, (long long)total, (long long)most);
+        ok = 0;
+    }
+    free(f.nodes);
+    return ok;
+}

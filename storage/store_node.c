@@ -1,0 +1,514 @@
+/*
+ * store_node: SQL for nodes, join tokens, workers, ports and quotas.
+ */
+#include "storage/store_node.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "storage/store_int.h"
+
+/* Live workers hold their node's resources until the agent reports them done. */
+#define NODE_SELECT                                                                        \
+    "SELECT n.id, n.name, n.address, n.cpus, n.memory_mb, n.gpus, coalesce(n.gpu_type, ''),"  \
+    " n.port_lo, n.port_hi, n.state, n.drained, n.registered_at, n.last_heartbeat,"          \
+    " coalesce(sum(j.cpus), 0), coalesce(sum(j.memory_mb), 0), coalesce(sum(j.gpus), 0),"     \
+    " count(w.id)"                                                                            \
+    " FROM nodes n LEFT JOIN workers w ON w.node_id = n.id"                                   \
+    "  AND w.state IN ('assigned', 'running')"                                                \
+    " LEFT JOIN jobs j ON j.id = w.job_id"
+
+static void node_row(sqlite3_stmt *st, store_node *n)
+{
+    n->id = sqlite3_column_int64(st, 0);
+    store_col_copy(st, 1, n->name, sizeof n->name);
+    store_col_copy(st, 2, n->address, sizeof n->address);
+    n->cpus = sqlite3_column_int64(st, 3);
+    n->memory_mb = sqlite3_column_int64(st, 4);
+    n->gpus = sqlite3_column_int64(st, 5);
+    store_col_copy(st, 6, n->gpu_type, sizeof n->gpu_type);
+    n->port_lo = sqlite3_column_int64(st, 7);
+    n->port_hi = sqlite3_column_int64(st, 8);
+    store_col_copy(st, 9, n->state, sizeof n->state);
+    n->drained = sqlite3_column_int(st, 10);
+    n->registered_at = sqlite3_column_int64(st, 11);
+    n->last_heartbeat = sqlite3_column_int64(st, 12);
+    n->used_cpus = sqlite3_column_int64(st, 13);
+    n->used_memory_mb = sqlite3_column_int64(st, 14);
+    n->used_gpus = sqlite3_column_int64(st, 15);
+    n->used_workers = sqlite3_column_int64(st, 16);
+}
+
+static int node_each(sqlite3_stmt *st, void (*row)(void *arg, const store_node *n), void *arg)
+{
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_node n;
+        node_row(st, &n);
+        row(arg, &n);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}
+
+int store_join_token_insert(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN],
+                            int64_t expires_at, int64_t *id)
+{
+    static const char sql[] =
+        "INSERT INTO node_join_tokens(hash, created_at, expires_at) VALUES (?1, ?2, ?3)";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_blob(st, 1, hash, UTIL_SHA256_LEN, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, util_now_ms());
+    if (expires_at > 0)
+        sqlite3_bind_int64(st, 3, expires_at);
+    return store_step_change(c, st, id);
+}
+
+int store_join_token_check(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t now_ms)
+{
+    static const char sql[] = "SELECT hash FROM node_join_tokens WHERE hash = ?1"
+                              " AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?2)";
+    sqlite3_stmt *st = store_read_stmt(s, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_blob(st, 1, hash, UTIL_SHA256_LEN, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, now_ms);
+    int rc = store_step_row(st);
+    if (rc == STORE_OK && (sqlite3_column_bytes(st, 0) != UTIL_SHA256_LEN ||
+                           !util_ct_equal(sqlite3_column_blob(st, 0), hash, UTIL_SHA256_LEN)))
+        rc = STORE_NOTFOUND;
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_node_insert(store_tx *tx, store_node *n, const uint8_t token_hash[UTIL_SHA256_LEN])
+{
+    static const char sql[] =
+        "INSERT INTO nodes(name, address, cpus, memory_mb, gpus, gpu_type, port_lo, port_hi,"
+        " token_hash, registered_at, last_heartbeat)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    int64_t now = util_now_ms();
+    store_bind_text(st, 1, n->name);
+    store_bind_text(st, 2, n->address);
+    sqlite3_bind_int64(st, 3, n->cpus);
+    sqlite3_bind_int64(st, 4, n->memory_mb);
+    sqlite3_bind_int64(st, 5, n->gpus);
+    store_bind_text(st, 6, n->gpu_type[0] ? n->gpu_type : NULL);
+    sqlite3_bind_int64(st, 7, n->port_lo);
+    sqlite3_bind_int64(st, 8, n->port_hi);
+    sqlite3_bind_blob(st, 9, token_hash, UTIL_SHA256_LEN, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 10, now);
+    n->registered_at = n->last_heartbeat = now;
+    snprintf(n->state, sizeof n->state, "up");
+    return store_step_change(c, st, &n->id);
+}
+
+static int node_one(sqlite3_stmt *st, store_node *out)
+{
+    int rc = store_step_row(st);
+    if (rc == STORE_OK) {
+        node_row(st, out);
+        if (out->id == 0) /* the aggregate's empty row */
+            rc = STORE_NOTFOUND;
+    }
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_node_by_token(store *s, const uint8_t hash[UTIL_SHA256_LEN], store_node *out)
+{
+    static const char sql[] = NODE_SELECT " WHERE n.token_hash = ?1 GROUP BY n.id";
+    sqlite3_stmt *st = store_read_stmt(s, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_blob(st, 1, hash, UTIL_SHA256_LEN, SQLITE_STATIC);
+    return node_one(st, out);
+}
+
+static const char node_get_sql[] = NODE_SELECT " WHERE n.id = ?1 GROUP BY n.id";
+
+int store_node_get(store *s, int64_t id, store_node *out)
+{
+    sqlite3_stmt *st = store_read_stmt(s, node_get_sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    return node_one(st, out);
+}
+
+int store_node_get_tx(store_tx *tx, int64_t id, store_node *out)
+{
+    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), node_get_sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    return node_one(st, out);
+}
+
+int store_node_list(store *s, int64_t after, int limit,
+                    void (*row)(void *arg, const store_node *n), void *arg)
+{
+    static const char sql[] = NODE_SELECT " WHERE n.id > ?1 GROUP BY n.id ORDER BY n.id LIMIT ?2";
+    sqlite3_stmt *st = store_read_stmt(s, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, after);
+    sqlite3_bind_int(st, 2, limit);
+    return node_each(st, row, arg);
+}
+
+int store_node_all_tx(store_tx *tx, void (*row)(void *arg, const store_node *n), void *arg)
+{
+    static const char sql[] = NODE_SELECT " GROUP BY n.id ORDER BY n.id";
+    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    if (!st)
+        return STORE_EIO;
+    return node_each(st, row, arg);
+}
+
+int store_node_heartbeat(store_tx *tx, int64_t id, int64_t now_ms)
+{
+    static const char sql[] = "UPDATE nodes SET last_heartbeat = ?2, state = 'up' WHERE id = ?1";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, now_ms);
+    return store_step_change(c, st, NULL);
+}
+
+int store_node_set_drained(store_tx *tx, int64_t id, int drained)
+{
+    static const char *const sql[2] = {"UPDATE nodes SET drained = 0 WHERE id = ?1",
+                                       "UPDATE nodes SET drained = 1 WHERE id = ?1"};
+    return store_tx_exec_id(tx, sql[drained != 0], id);
+}
+
+int store_node_mark_down(store_tx *tx, int64_t cutoff_ms, void (*row)(void *arg, int64_t id),
+                         void *arg)
+{
+    static const char sql[] = "UPDATE nodes SET state = 'down'"
+                              " WHERE state = 'up' AND last_heartbeat < ?1 RETURNING id";
+    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, cutoff_ms);
+    int64_t ids[256];
+    int n = 0, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        if (n < 256)
+            ids[n++] = sqlite3_column_int64(st, 0);
+    sqlite3_reset(st);
+    /* Told after the statement is done, so row() may write. */
+    for (int i = 0; i < n; i++)
+        row(arg, ids[i]);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}
+
+#define WORKER_COLS                                                                        \
+    "id, job_id, attempt, rank, node_rank, local_rank, node_id, desired, state,"           \
+    " coalesce(exit_code, -1), coalesce(signal, 0), coalesce(message, ''), created_at,"    \
+    " coalesce(started_at, 0), coalesce(finished_at, 0)"
+
+static void worker_row(sqlite3_stmt *st, store_worker *w)
+{
+    w->id = sqlite3_column_int64(st, 0);
+    w->job_id = sqlite3_column_int64(st, 1);
+    w->attempt = sqlite3_column_int64(st, 2);
+    w->rank = sqlite3_column_int64(st, 3);
+    w->node_rank = sqlite3_column_int64(st, 4);
+    w->local_rank = sqlite3_column_int64(st, 5);
+    w->node_id = sqlite3_column_int64(st, 6);
+    store_col_copy(st, 7, w->desired, sizeof w->desired);
+    store_col_copy(st, 8, w->state, sizeof w->state);
+    w->exit_code = sqlite3_column_int64(st, 9);
+    w->signal = sqlite3_column_int64(st, 10);
+    store_col_copy(st, 11, w->message, sizeof w->message);
+    w->created_at = sqlite3_column_int64(st, 12);
+    w->started_at = sqlite3_column_int64(st, 13);
+    w->finished_at = sqlite3_column_int64(st, 14);
+}
+
+static int worker_each(sqlite3_stmt *st, void (*row)(void *arg, const store_worker *w),
+                       void *arg)
+{
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_worker w;
+        worker_row(st, &w);
+        row(arg, &w);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}
+
+int store_worker_insert(store_tx *tx, store_worker *w)
+{
+    static const char sql[] =
+        "INSERT INTO workers(job_id, attempt, rank, node_rank, local_rank, node_id, created_at)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    w->created_at = util_now_ms();
+    sqlite3_bind_int64(st, 1, w->job_id);
+    sqlite3_bind_int64(st, 2, w->attempt);
+    sqlite3_bind_int64(st, 3, w->rank);
+    sqlite3_bind_int64(st, 4, w->node_rank);
+    sqlite3_bind_int64(st, 5, w->local_rank);
+    sqlite3_bind_int64(st, 6, w->node_id);
+    sqlite3_bind_int64(st, 7, w->created_at);
+    return store_step_change(c, st, &w->id);
+}
+
+int store_worker_list_tx(store_tx *tx, int64_t job_id, int64_t attempt,
+                         void (*row)(void *arg, const store_worker *w), void *arg)
+{
+    static const char sql[] = "SELECT " WORKER_COLS " FROM workers"
+                              " WHERE job_id = ?1 AND attempt = ?2 ORDER BY rank";
+    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, attempt);
+    return worker_each(st, row, arg);
+}
+
+int store_worker_list(store *s, int64_t job_id, void (*row)(void *arg, const store_worker *w),
+                      void *arg)
+{
+    static const char sql[] =
+        "SELECT " WORKER_COLS " FROM workers WHERE job_id = ?1 ORDER BY attempt, rank";
+    sqlite3_stmt *st = store_read_stmt(s, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    return worker_each(st, row, arg);
+}
+
+int store_worker_desired(store *s, int64_t node_id,
+                         void (*row)(void *arg, const store_worker *w), void *arg)
+{
+    static const char sql[] = "SELECT " WORKER_COLS " FROM workers WHERE node_id = ?1"
+                              " AND desired = 'run' AND state IN ('assigned', 'running')"
+                              " ORDER BY id";
+    sqlite3_stmt *st = store_read_stmt(s, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, node_id);
+    return worker_each(st, row, arg);
+}
+
+int store_worker_get_tx(store_tx *tx, int64_t id, store_worker *out)
+{
+    static const char sql[] = "SELECT " WORKER_COLS " FROM workers WHERE id = ?1";
+    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    int rc = store_step_row(st);
+    if (rc == STORE_OK)
+        worker_row(st, out);
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_worker_report(store_tx *tx, int64_t id, int64_t node_id, const char *state,
+                        int64_t exit_code, int64_t signal, const char *message, int64_t now_ms)
+{
+    /* A final state is never left; started_at and finished_at are set once. */
+    static const char sql[] =
+        "UPDATE workers SET state = ?3,"
+        " exit_code = CASE WHEN ?4 >= 0 THEN ?4 ELSE exit_code END,"
+        " signal = CASE WHEN ?5 > 0 THEN ?5 ELSE signal END,"
+        " message = coalesce(?6, message),"
+        " started_at = coalesce(started_at, CASE WHEN ?3 != 'assigned' THEN ?7 END),"
+        " finished_at = coalesce(finished_at, CASE WHEN ?3 IN ('exited', 'failed', 'lost')"
+        "  THEN ?7 END)"
+        " WHERE id = ?1 AND node_id = ?2 AND state IN ('assigned', 'running') AND state != ?3";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, node_id);
+    store_bind_text(st, 3, state);
+    sqlite3_bind_int64(st, 4, exit_code);
+    sqlite3_bind_int64(st, 5, signal);
+    store_bind_text(st, 6, message && message[0] ? message : NULL);
+    sqlite3_bind_int64(st, 7, now_ms);
+    return store_step_change(c, st, NULL);
+}
+
+int store_worker_stop_attempt(store_tx *tx, int64_t job_id, int64_t attempt)
+{
+    static const char sql[] =
+        "UPDATE workers SET desired = 'stop' WHERE job_id = ?1 AND attempt = ?2";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, attempt);
+    int rc = store_step_change(c, st, NULL);
+    return rc == STORE_NOTFOUND ? STORE_OK : rc;
+}
+
+int store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms,
+                           void (*row)(void *arg, int64_t job_id), void *arg)
+{
+    static const char sql[] =
+        "UPDATE workers SET state = 'lost', message = 'node down', finished_at = ?2,"
+        " desired = 'stop' WHERE node_id = ?1 AND state IN ('assigned', 'running')"
+        " RETURNING job_id";
+    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, node_id);
+    sqlite3_bind_int64(st, 2, now_ms);
+    int64_t jobs[1024];
+    int n = 0, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        if (n < 1024)
+            jobs[n++] = sqlite3_column_int64(st, 0);
+    sqlite3_reset(st);
+    for (int i = 0; i < n; i++)
+        row(arg, jobs[i]);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}
+
+int store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_id)
+{
+    static const char sql[] = "INSERT INTO job_ports(node_id, port, job_id) VALUES (?1, ?2, ?3)";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, node_id);
+    sqlite3_bind_int64(st, 2, port);
+    sqlite3_bind_int64(st, 3, job_id);
+    return store_step_change(c, st, NULL);
+}
+
+int store_port_release(store_tx *tx, int64_t job_id)
+{
+    static const char sql[] = "DELETE FROM job_ports WHERE job_id = ?1";
+    int rc = store_tx_exec_id(tx, sql, job_id);
+    return rc == STORE_NOTFOUND ? STORE_OK : rc;
+}
+
+int store_port_used(store_tx *tx, int64_t node_id, int64_t *ports, int n)
+{
+    static const char sql[] = "SELECT port FROM job_ports WHERE node_id = ?1 ORDER BY port";
+    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, node_id);
+    int k = 0, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        if (k < n)
+            ports[k++] = sqlite3_column_int64(st, 0);
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? k : store_rc(rc);
+}
+
+int store_quota_get(store *s, int64_t tenant_id, store_quota *out)
+{
+    static const char sql[] =
+        "SELECT coalesce(max_running_jobs, -1), coalesce(max_workers, -1),"
+        " coalesce(max_cpus, -1), coalesce(max_gpus, -1) FROM tenant_quotas WHERE tenant_id = ?1";
+    sqlite3_stmt *st = store_read_stmt(s, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, tenant_id);
+    int rc = store_step_row(st);
+    out->tenant_id = tenant_id;
+    if (rc == STORE_OK) {
+        out->max_running_jobs = sqlite3_column_int64(st, 0);
+        out->max_workers = sqlite3_column_int64(st, 1);
+        out->max_cpus = sqlite3_column_int64(st, 2);
+        out->max_gpus = sqlite3_column_int64(st, 3);
+    } else if (rc == STORE_NOTFOUND) {
+        out->max_running_jobs = out->max_workers = out->max_cpus = out->max_gpus = -1;
+        rc = STORE_OK;
+    }
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_quota_all_tx(store_tx *tx, void (*row)(void *arg, const store_quota *q), void *arg)
+{
+    static const char sql[] =
+        "SELECT tenant_id, coalesce(max_running_jobs, -1), coalesce(max_workers, -1),"
+        " coalesce(max_cpus, -1), coalesce(max_gpus, -1) FROM tenant_quotas";
+    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    if (!st)
+        return STORE_EIO;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_quota q = {sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
+                         sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3),
+                         sqlite3_column_int64(st, 4)};
+        row(arg, &q);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}
+
+static void bind_limit(sqlite3_stmt *st, int i, int64_t v)
+{
+    if (v >= 0)
+        sqlite3_bind_int64(st, i, v);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+int store_quota_put(store_tx *tx, const store_quota *q)
+{
+    static const char sql[] =
+        "INSERT INTO tenant_quotas(tenant_id, max_running_jobs, max_workers, max_cpus, max_gpus)"
+        " VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT(tenant_id) DO UPDATE SET"
+        " max_running_jobs = ?2, max_workers = ?3, max_cpus = ?4, max_gpus = ?5";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, q->tenant_id);
+    bind_limit(st, 2, q->max_running_jobs);
+    bind_limit(st, 3, q->max_workers);
+    bind_limit(st, 4, q->max_cpus);
+    bind_limit(st, 5, q->max_gpus);
+    return store_step_change(c, st, NULL);
+}
+
+int store_job_place(store_tx *tx, int64_t job_id, int64_t master_node, int64_t port,
+                    int64_t per_node)
+{
+    static const char sql[] =
+        "UPDATE jobs SET master_node_id = ?2, master_port = ?3, placed_per_node = ?4 WHERE id = ?1";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, master_node);
+    sqlite3_bind_int64(st, 3, port);
+    sqlite3_bind_int64(st, 4, per_node);
+    return store_step_change(c, st, NULL);
+}
+
+int store_job_next_attempt(store_tx *tx, int64_t job_id)
+{
+    static const char sql[] = "UPDATE jobs SET attempt = attempt + 1, master_node_id = NULL,"
+                              " master_port = NULL WHERE id = ?1";
+    return store_tx_exec_id(tx, sql, job_id);
+}

@@ -1,0 +1,105 @@
+/*
+ * store_node: nodes (one per agent), their join tokens, the workers (ranks)
+ * placed on them, jobs' rendezvous ports and tenant quotas.
+ */
+#ifndef COHORT_STORE_NODE_H
+#define COHORT_STORE_NODE_H
+
+#include <stdint.h>
+
+#include "storage/store.h"
+#include "storage/util.h"
+
+#define STORE_ADDR_MAX 255
+
+typedef struct store_node {
+    int64_t id;
+    char name[UTIL_NAME_MAX + 1];
+    char address[STORE_ADDR_MAX + 1];
+    int64_t cpus, memory_mb, gpus;
+    char gpu_type[UTIL_NAME_MAX + 1];
+    int64_t port_lo, port_hi;
+    char state[8]; /* up | down */
+    int drained;
+    int64_t registered_at, last_heartbeat;
+    /* Held by live workers (assigned or running): derived on reads. */
+    int64_t used_cpus, used_memory_mb, used_gpus, used_workers;
+} store_node;
+
+typedef struct store_worker {
+    int64_t id;
+    int64_t job_id;
+    int64_t attempt;
+    int64_t rank, node_rank, local_rank;
+    int64_t node_id;
+    char desired[8]; /* run | stop */
+    char state[12];  /* assigned | running | exited | failed | lost */
+    int64_t exit_code; /* -1: none */
+    int64_t signal;    /* 0: none */
+    char message[256];
+    int64_t created_at, started_at, finished_at;
+} store_worker;
+
+typedef struct store_quota {
+    int64_t tenant_id;
+    int64_t max_running_jobs, max_workers, max_cpus, max_gpus; /* -1: no limit */
+} store_quota;
+
+int store_join_token_insert(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN],
+                            int64_t expires_at, int64_t *id);
+/* STORE_OK when the join token is live at now_ms. */
+int store_join_token_check(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t now_ms);
+
+/* Inserts n (id, registered_at, last_heartbeat set here). */
+int store_node_insert(store_tx *tx, store_node *n, const uint8_t token_hash[UTIL_SHA256_LEN]);
+int store_node_by_token(store *s, const uint8_t hash[UTIL_SHA256_LEN], store_node *out);
+int store_node_get(store *s, int64_t id, store_node *out);
+int store_node_get_tx(store_tx *tx, int64_t id, store_node *out);
+int store_node_list(store *s, int64_t after, int limit,
+                    void (*row)(void *arg, const store_node *n), void *arg);
+/* Every node with its use, for the scheduler (inside its write). */
+int store_node_all_tx(store_tx *tx, void (*row)(void *arg, const store_node *n), void *arg);
+int store_node_heartbeat(store_tx *tx, int64_t id, int64_t now_ms);
+int store_node_set_drained(store_tx *tx, int64_t id, int drained);
+/* Marks down every up node silent since before cutoff_ms; row() gets each. */
+int store_node_mark_down(store_tx *tx, int64_t cutoff_ms, void (*row)(void *arg, int64_t id),
+                         void *arg);
+
+int store_worker_insert(store_tx *tx, store_worker *w);
+/* The workers of one attempt of a job, in rank order. */
+int store_worker_list_tx(store_tx *tx, int64_t job_id, int64_t attempt,
+                         void (*row)(void *arg, const store_worker *w), void *arg);
+int store_worker_list(store *s, int64_t job_id, void (*row)(void *arg, const store_worker *w),
+                      void *arg);
+/* What should run on a node: workers it holds whose desired state is run. */
+int store_worker_desired(store *s, int64_t node_id,
+                         void (*row)(void *arg, const store_worker *w), void *arg);
+int store_worker_get_tx(store_tx *tx, int64_t id, store_worker *out);
+/* Records what the agent reported; times are set when the state first
+ * becomes running or final.  STORE_NOTFOUND when the worker is not on the node. */
+int store_worker_report(store_tx *tx, int64_t id, int64_t node_id, const char *state,
+                        int64_t exit_code, int64_t signal, const char *message, int64_t now_ms);
+/* Asks every worker of the attempt to stop. */
+int store_worker_stop_attempt(store_tx *tx, int64_t job_id, int64_t attempt);
+/* Live workers of a node become lost (node down); row() gets each job id. */
+int store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms,
+                           void (*row)(void *arg, int64_t job_id), void *arg);
+
+/* Reserves port on node for job; STORE_CONFLICT when taken. */
+int store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_id);
+int store_port_release(store_tx *tx, int64_t job_id);
+/* Ports in use on node, into ports[] (at most n); returns the count or < 0. */
+int store_port_used(store_tx *tx, int64_t node_id, int64_t *ports, int n);
+
+int store_quota_get(store *s, int64_t tenant_id, store_quota *out);
+int store_quota_put(store_tx *tx, const store_quota *q);
+/* Every tenant's quota (tenants without one are not listed). */
+int store_quota_all_tx(store_tx *tx, void (*row)(void *arg, const store_quota *q), void *arg);
+
+/* Sets the placement of the job's current attempt. */
+int store_job_place(store_tx *tx, int64_t job_id, int64_t master_node, int64_t port,
+                    int64_t per_node);
+/* Bumps the attempt of a job going back to PENDING. */
+int store_job_next_attempt(store_tx *tx, int64_t job_id);
+
+#endif
