@@ -51,6 +51,17 @@ static const api_route routes[] = {
     R(DELETE, "/v1/jobs/{}", api_job_delete, NONE, 1),
     R(POST, "/v1/jobs/{}/cancel", api_job_cancel, NONE, 1),
     R(GET, "/v1/jobs/{}/events", api_job_events, NONE, 1),
+    R(GET, "/v1/jobs/{}/workers", api_job_workers, NONE, 1),
+    R(POST, "/v1/nodes/join-tokens", api_join_token_create, JSON, 1),
+    R(GET, "/v1/nodes", api_node_list, NONE, 1),
+    R(GET, "/v1/nodes/{}", api_node_get, NONE, 1),
+    R(POST, "/v1/nodes/{}/drain", api_node_drain, NONE, 1),
+    R(POST, "/v1/nodes/{}/undrain", api_node_undrain, NONE, 1),
+    R(GET, "/v1/tenants/{}/quota", api_quota_get, NONE, 1),
+    R(PUT, "/v1/tenants/{}/quota", api_quota_put, JSON, 1),
+    R(POST, "/v1/agent/register", api_agent_register, JSON, 0),
+    R(POST, "/v1/agent/heartbeat", api_agent_heartbeat, JSON, 2),
+    R(GET, "/v1/agent/desired", api_agent_desired, NONE, 2),
     {0, NULL, NULL, 0, 0},
 };
 

@@ -13,7 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "scheduler/sched_service.h"
 #include "storage/store.h"
+#include "storage/store_node.h"
 #include "storage/store_tenant.h"
 
 #define API_MAX_PARAMS 3
@@ -30,7 +32,15 @@ typedef struct api_ctx {
     char data_dir[4096];     /* datasets and workspaces live under <data_dir>/volumes */
     size_t body_limit;       /* bytes of a JSON body */
     int64_t upload_limit;    /* bytes of one uploaded file */
+    sched_service *sched;    /* woken by submits and reports; NULL: none */
+    int64_t heartbeat_s;     /* what agents are told */
+    int64_t lease_s;
 } api_ctx;
+
+/* Where a worker finds its volumes inside its sandbox. */
+#define API_MOUNT_ROOT "/cohort"
+
+enum api_auth { API_AUTH_NONE = 0, API_AUTH_USER = 1, API_AUTH_NODE = 2 };
 
 typedef struct api_req {
     enum api_method method;
@@ -41,7 +51,8 @@ typedef struct api_req {
     void *h;
     const char *body;
     size_t body_len;
-    const store_principal *who; /* NULL on routes without authentication */
+    const store_principal *who; /* user routes: the caller */
+    const store_node *node;     /* agent routes: the calling node */
 } api_req;
 
 typedef struct api_resp api_resp;
@@ -82,7 +93,7 @@ typedef struct api_route {
     const char *pattern;    /* "/v1/jobs/{}" ; "{*}" captures the rest of the path */
     api_handler fn;
     enum api_body body;
-    int auth;               /* 1: a bearer token is required */
+    enum api_auth auth;     /* which bearer token the route takes */
 } api_route;
 
 /* The route for method and path, filling rq->param with the captures,
@@ -103,6 +114,10 @@ const char *api_method_name(enum api_method m);
  */
 int api_authenticate(api_ctx *ctx, const char *authorization, store_principal *who,
                      api_resp *rs);
+
+/* Resolves an agent's "Bearer <node token>"; 0, or -1 with rs set to 401. */
+int api_authenticate_node(api_ctx *ctx, const char *authorization, store_node *node,
+                          api_resp *rs);
 
 /* First start: creates the platform admin with token (or a generated one,
  * written to out).  Sets *created to 1 when it did. */

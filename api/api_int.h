@@ -110,6 +110,17 @@ void api_job_get(api_ctx *, const api_req *, api_resp *);
 void api_job_cancel(api_ctx *, const api_req *, api_resp *);
 void api_job_delete(api_ctx *, const api_req *, api_resp *);
 void api_job_events(api_ctx *, const api_req *, api_resp *);
+void api_job_workers(api_ctx *, const api_req *, api_resp *);
+void api_join_token_create(api_ctx *, const api_req *, api_resp *);
+void api_node_list(api_ctx *, const api_req *, api_resp *);
+void api_node_get(api_ctx *, const api_req *, api_resp *);
+void api_node_drain(api_ctx *, const api_req *, api_resp *);
+void api_node_undrain(api_ctx *, const api_req *, api_resp *);
+void api_quota_get(api_ctx *, const api_req *, api_resp *);
+void api_quota_put(api_ctx *, const api_req *, api_resp *);
+void api_agent_register(api_ctx *, const api_req *, api_resp *);
+void api_agent_heartbeat(api_ctx *, const api_req *, api_resp *);
+void api_agent_desired(api_ctx *, const api_req *, api_resp *);
 
 /* ---- volumes shared with jobs (api_volumes.c, api_files.c) ---- */
 #include "storage/store_volume.h"
@@ -120,6 +131,8 @@ int api_volume_find(api_ctx *ctx, const store_principal *who, store_vol_kind k,
 int api_volume_writable(const store_principal *who, const store_volume *v, api_resp *rs);
 /* Opens the volume's root directory (O_DIRECTORY|O_PATH); -1 on error. */
 int api_volume_root(api_ctx *ctx, store_vol_kind k, const store_volume *v, int create);
+/* The volume's directory on the host, into out[n]. */
+void api_volume_path(api_ctx *ctx, store_vol_kind k, const store_volume *v, char *out, size_t n);
 /* Opens path (already validated) beneath root without following any
  * symlink; returns an fd for a regular file opened O_RDONLY, or -errno. */
 int api_open_beneath(int root, const char *path);

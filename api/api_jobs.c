@@ -13,8 +13,10 @@
 #include <unistd.h>
 
 #include "api/api_int.h"
+#include "scheduler/sched_life.h"
 #include "storage/store_catalog.h"
 #include "storage/store_job.h"
+#include "storage/store_node.h"
 
 #define MAX_WORKERS 10000
 #define MAX_DATASETS 32
@@ -60,7 +62,7 @@ static cJSON *raw_or(const char *json, const char *fallback)
     return cJSON_CreateRaw(json && json[0] ? json : fallback);
 }
 
-static cJSON *job_json(const store_job *j)
+static cJSON *job_json(const store_job *j, int64_t position)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)j->id);
@@ -72,7 +74,10 @@ static cJSON *job_json(const store_job *j)
         cJSON_AddStringToObject(o, "reason", j->reason);
     else
         cJSON_AddNullToObject(o, "reason");
-    cJSON_AddNullToObject(o, "position"); /* queue position: set by the scheduler */
+    if (position > 0)
+        cJSON_AddNumberToObject(o, "position", (double)position);
+    else
+        cJSON_AddNullToObject(o, "position");
     cJSON_AddNumberToObject(o, "attempt", (double)j->attempt);
     cJSON_AddStringToObject(o, "image", j->image);
     cJSON_AddStringToObject(o, "framework", j->framework);
@@ -157,12 +162,13 @@ static void job_insert_done(api_ctx *ctx, api_resp *rs, void *arg, int rc)
         store_job j;
         /* Read back so the answer carries exactly what was stored. */
         if (store_job_get(ctx->st, n->j.tenant_id, n->j.id, &j) == STORE_OK) {
-            api_json(rs, 201, job_json(&j));
+            api_json(rs, 201, job_json(&j, 0));
             store_job_clear(&j);
         } else {
-            api_json(rs, 201, job_json(&n->j));
+            api_json(rs, 201, job_json(&n->j, 0));
         }
         rs->replayed = (char)n->replayed;
+        sched_wake(ctx->sched);
         snprintf(rs->location, sizeof rs->location, "/v1/jobs/%lld", (long long)n->j.id);
     }
     store_job_clear(&n->j);
@@ -430,6 +436,13 @@ void api_job_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
     j->price_per_hour = sp.price_per_hour;
     if (job_price(j, rs))
         goto fail;
+    sched_job probe = {0, j->tenant_id, j->priority, 0, 0, j->worker_count,
+                       j->workers_per_node, j->cpus, j->memory_mb, j->gpus};
+    char why[300];
+    if (!sched_could_fit(ctx->st, &probe, why, sizeof why)) {
+        api_error(rs, 422, "never_fits", "worker_count", "%s", why);
+        goto fail;
+    }
     if (key) {
         snprintf(j->idem_key, sizeof j->idem_key, "%s", key);
         util_sha256(rq->body, rq->body_len, j->request_hash);
@@ -459,13 +472,21 @@ void api_job_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
     store_job j;
     if (job_find(ctx, rq, &j, rs))
         return;
-    api_json(rs, 200, job_json(&j));
+    int64_t pos = !strcmp(j.state, "PENDING") ? sched_position(ctx->sched, j.id) : 0;
+    api_json(rs, 200, job_json(&j, pos));
     store_job_clear(&j);
 }
 
+struct job_rows {
+    api_list pg;
+    sched_service *sched;
+};
+
 static void job_row(void *arg, const store_job *j)
 {
-    api_list_add(arg, job_json(j), j->id);
+    struct job_rows *r = arg;
+    int64_t pos = !strcmp(j->state, "PENDING") ? sched_position(r->sched, j->id) : 0;
+    api_list_add(&r->pg, job_json(j, pos), j->id);
 }
 
 void api_job_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
@@ -490,14 +511,14 @@ void api_job_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_error(rs, 400, "invalid_value", "name", "name filter too long");
         return;
     }
-    api_list pg = {cJSON_CreateArray(), 0, 0};
-    int rc = store_job_list(ctx->st, &f, job_row, &pg);
+    struct job_rows rows = {{cJSON_CreateArray(), 0, 0}, ctx->sched};
+    int rc = store_job_list(ctx->st, &f, job_row, &rows);
     if (rc != STORE_OK) {
-        cJSON_Delete(pg.items);
+        cJSON_Delete(rows.pg.items);
         api_store_error(rs, rc, "jobs");
         return;
     }
-    api_list_send(rs, &pg, f.limit);
+    api_list_send(rs, &rows.pg, f.limit);
 }
 
 static cJSON *event_json(const store_event *e)
@@ -555,15 +576,9 @@ struct job_change {
 static int job_cancel_write(store_tx *tx, void *arg)
 {
     struct job_change *c = arg;
-    store_job j;
-    int rc = store_job_get_tx(tx, c->tenant_id, c->id, &j);
-    if (rc != STORE_OK)
-        return rc;
-    if (store_job_state_final(j.state))
-        rc = JOB_FINAL;
-    else
-        rc = store_job_transition(tx, j.id, j.state, "CANCELLED", c->reason);
-    store_job_clear(&j);
+    int rc = sched_job_end(tx, c->tenant_id, c->id, "CANCELLED", c->reason);
+    if (rc == SCHED_FINAL)
+        return JOB_FINAL;
     if (rc == STORE_OK)
         rc = store_job_get_tx(tx, c->tenant_id, c->id, &c->after);
     return rc;
@@ -571,7 +586,6 @@ static int job_cancel_write(store_tx *tx, void *arg)
 
 static void job_change_done(api_ctx *ctx, api_resp *rs, void *arg, int rc)
 {
-    (void)ctx;
     struct job_change *c = arg;
     if (rc == JOB_FINAL)
         api_error(rs, 409, "job_finished", NULL, "job %lld has already finished",
@@ -582,9 +596,11 @@ static void job_change_done(api_ctx *ctx, api_resp *rs, void *arg, int rc)
     else if (rc != STORE_OK)
         api_store_error(rs, rc, "job");
     else if (c->after.id)
-        api_json(rs, 200, job_json(&c->after));
+        api_json(rs, 200, job_json(&c->after, 0));
     else
         rs->status = 204;
+    if (rc == STORE_OK)
+        sched_wake(ctx->sched);
     store_job_clear(&c->after);
     free(c);
 }
@@ -638,4 +654,54 @@ void api_job_cancel(api_ctx *ctx, const api_req *rq, api_resp *rs)
 void api_job_delete(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     job_change(ctx, rq, rs, job_delete_write);
+}
+
+/* ---- workers ---- */
+
+static void worker_row(void *arg, const store_worker *w)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)w->id);
+    cJSON_AddNumberToObject(o, "attempt", (double)w->attempt);
+    cJSON_AddNumberToObject(o, "rank", (double)w->rank);
+    cJSON_AddNumberToObject(o, "node_rank", (double)w->node_rank);
+    cJSON_AddNumberToObject(o, "local_rank", (double)w->local_rank);
+    cJSON_AddNumberToObject(o, "node_id", (double)w->node_id);
+    cJSON_AddStringToObject(o, "state", w->state);
+    cJSON_AddStringToObject(o, "desired", w->desired);
+    if (w->exit_code >= 0)
+        cJSON_AddNumberToObject(o, "exit_code", (double)w->exit_code);
+    else
+        cJSON_AddNullToObject(o, "exit_code");
+    if (w->signal > 0)
+        cJSON_AddNumberToObject(o, "signal", (double)w->signal);
+    else
+        cJSON_AddNullToObject(o, "signal");
+    if (w->message[0])
+        cJSON_AddStringToObject(o, "message", w->message);
+    else
+        cJSON_AddNullToObject(o, "message");
+    api_add_time(o, "created_at", w->created_at);
+    api_add_time(o, "started_at", w->started_at);
+    api_add_time(o, "finished_at", w->finished_at);
+    cJSON_AddItemToArray(arg, o);
+}
+
+void api_job_workers(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    store_job j;
+    if (job_find(ctx, rq, &j, rs))
+        return;
+    cJSON *items = cJSON_CreateArray();
+    int rc = store_worker_list(ctx->st, j.id, worker_row, items);
+    store_job_clear(&j);
+    if (rc != STORE_OK) {
+        cJSON_Delete(items);
+        api_store_error(rs, rc, "workers");
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "items", items);
+    cJSON_AddNullToObject(o, "next_cursor");
+    api_json(rs, 200, o);
 }

@@ -33,11 +33,16 @@ static int mkdirs(char *path)
     return mkdir(path, 0750) == 0 || errno == EEXIST ? 0 : -1;
 }
 
+void api_volume_path(api_ctx *ctx, store_vol_kind k, const store_volume *v, char *out, size_t n)
+{
+    snprintf(out, n, "%s/volumes/%lld/%s/%lld", ctx->data_dir, (long long)v->tenant_id,
+             kind_dir[k], (long long)v->id);
+}
+
 int api_volume_root(api_ctx *ctx, store_vol_kind k, const store_volume *v, int create)
 {
     char path[4400];
-    snprintf(path, sizeof path, "%s/volumes/%lld/%s/%lld", ctx->data_dir,
-             (long long)v->tenant_id, kind_dir[k], (long long)v->id);
+    api_volume_path(ctx, k, v, path, sizeof path);
     if (create && mkdirs(path) != 0)
         return -1;
     return open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);

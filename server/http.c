@@ -42,6 +42,7 @@ struct req_state {
     api_req rq;
     api_resp rs;
     store_principal who;
+    store_node node;
     char *pbuf;         /* path captures, owned */
     util_buf body;
     int64_t t0;
@@ -259,13 +260,20 @@ static void admit(struct req_state *st)
     http_server *srv = st->srv;
     api_resp *rs = &st->rs;
     st->admitted = 1;
-    if (st->route->auth) {
+    if (st->route->auth == API_AUTH_USER) {
         if (api_authenticate(srv->ctx, get_header(st->conn, MHD_HTTP_HEADER_AUTHORIZATION),
                              &st->who, rs) != 0) {
             st->ready = 1;
             return;
         }
         st->rq.who = &st->who;
+    } else if (st->route->auth == API_AUTH_NODE) {
+        if (api_authenticate_node(srv->ctx, get_header(st->conn, MHD_HTTP_HEADER_AUTHORIZATION),
+                                  &st->node, rs) != 0) {
+            st->ready = 1;
+            return;
+        }
+        st->rq.node = &st->node;
     }
     const char *cl = get_header(st->conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
     long long len = cl ? strtoll(cl, NULL, 10) : 0;

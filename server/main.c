@@ -32,6 +32,9 @@ struct config {
     int64_t upload_limit;
     int threads;
     const char *access_log;
+    int64_t node_timeout_s;
+    int64_t heartbeat_s;
+    int64_t lease_s;
 };
 
 static void usage(FILE *f)
@@ -45,6 +48,9 @@ static void usage(FILE *f)
             "  --body-limit BYTES     largest JSON request body (default %d)\n"
             "  --upload-limit BYTES   largest uploaded file (default %lld)\n"
             "  --threads N            HTTP worker threads (default: one per CPU)\n"
+            "  --heartbeat SECONDS    how often agents report (default 2)\n"
+            "  --node-timeout SECONDS a node silent this long is down (default 10)\n"
+            "  --lease SECONDS        an agent cut off this long stops its workers (default 30)\n"
             "  --access-log FILE      one line per request; '-' for stderr (default), 'off'\n"
             "  --routes               print the routes served and exit\n"
             "  --help                 this text\n"
@@ -98,6 +104,9 @@ static int parse_args(int argc, char **argv, struct config *c)
         {"upload-limit", required_argument, NULL, 'u'},
         {"threads", required_argument, NULL, 't'},
         {"access-log", required_argument, NULL, 'a'},
+        {"heartbeat", required_argument, NULL, 'H'},
+        {"node-timeout", required_argument, NULL, 'N'},
+        {"lease", required_argument, NULL, 'L'},
         {"help", no_argument, NULL, 'h'},
         {"routes", no_argument, NULL, 'r'},
         {NULL, 0, NULL, 0},
@@ -111,6 +120,9 @@ static int parse_args(int argc, char **argv, struct config *c)
     c->upload_limit = API_DEFAULT_UPLOAD_LIMIT;
     c->threads = cpus > 0 ? (int)cpus : 2;
     c->access_log = "-";
+    c->heartbeat_s = 2;
+    c->node_timeout_s = 10;
+    c->lease_s = 30;
     if (!listen || !*listen)
         listen = DEFAULT_LISTEN;
     int o;
@@ -145,6 +157,16 @@ static int parse_args(int argc, char **argv, struct config *c)
             break;
         case 'a':
             c->access_log = optarg;
+            break;
+        case 'H':
+        case 'N':
+        case 'L':
+            if (parse_size(optarg, 1, 3600, &v)) {
+                fprintf(stderr, "cohortd: --%s must be 1..3600 seconds\n",
+                        o == 'H' ? "heartbeat" : o == 'N' ? "node-timeout" : "lease");
+                return -1;
+            }
+            *(o == 'H' ? &c->heartbeat_s : o == 'N' ? &c->node_timeout_s : &c->lease_s) = v;
             break;
         case 'h':
             usage(stdout);
@@ -267,7 +289,13 @@ int main(int argc, char **argv)
     ctx = calloc(1, sizeof *ctx);
     if (!ctx)
         goto out;
-    snprintf(ctx->data_dir, sizeof ctx->data_dir, "%s", cfg.data_dir);
+    /* Agents are told host paths of volumes: keep them absolute. */
+    if (!realpath(cfg.data_dir, ctx->data_dir)) {
+        fprintf(stderr, "cohortd: %s: %s\n", cfg.data_dir, strerror(errno));
+        goto out;
+    }
+    ctx->heartbeat_s = cfg.heartbeat_s;
+    ctx->lease_s = cfg.lease_s;
     ctx->body_limit = cfg.body_limit;
     ctx->upload_limit = cfg.upload_limit;
     snprintf(path, sizeof path, "%s/cohort.db", cfg.data_dir);
@@ -291,6 +319,13 @@ int main(int argc, char **argv)
             fprintf(stderr, "cohortd: warning: cannot write %s/admin-token\n", cfg.data_dir);
         printf("cohortd: platform admin token (shown once): %s\n", token);
         printf("cohortd: also written to %s/admin-token\n", cfg.data_dir);
+    }
+
+    sched_config sc = {cfg.node_timeout_s * 1000, 1000};
+    ctx->sched = sched_start(ctx->st, &sc, err, sizeof err);
+    if (!ctx->sched) {
+        fprintf(stderr, "cohortd: %s\n", err);
+        goto out;
     }
 
     http_config hc = {cfg.host, cfg.port, cfg.threads, alog};
@@ -324,6 +359,7 @@ out:
     if (srv)
         http_stop(srv, 0);
     if (ctx) {
+        sched_stop(ctx->sched);
         store_close(ctx->st);
         free(ctx);
     }

@@ -47,6 +47,8 @@ typedef struct store_job {
     char idem_key[STORE_IDEM_MAX + 1]; /* "" when none */
     uint8_t request_hash[UTIL_SHA256_LEN];
     int64_t created_at, updated_at, started_at, finished_at; /* 0: not yet */
+    /* Placement of the current attempt (0: not placed). */
+    int64_t master_node_id, master_port, placed_per_node;
 } store_job;
 
 typedef struct store_event {

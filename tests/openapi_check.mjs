@@ -29,8 +29,10 @@ if (api) {
     }
   }
 }
-for (const r of served) if (!described.has(r)) fail(`served but not in the spec: ${r}`);
-for (const r of described) if (!served.has(r)) fail(`in the spec but not served: ${r}`);
+if (api) {
+  for (const r of served) if (!described.has(r)) fail(`served but not in the spec: ${r}`);
+  for (const r of described) if (!served.has(r)) fail(`in the spec but not served: ${r}`);
+}
 
 console.log(`openapi: ${described.size} operations described, ${served.size} served`);
 console.log(`${failures === 0 ? 1 : 0} passed, ${failures === 0 ? 0 : 1} failed`);

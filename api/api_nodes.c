@@ -1,0 +1,604 @@
+/*
+ * api_nodes: the cluster as the platform admin sees it and as agents speak
+ * to it.
+ *   POST /v1/nodes/join-tokens, GET /v1/nodes, GET /v1/nodes/{id},
+ *   POST /v1/nodes/{id}/drain|undrain, GET|PUT /v1/tenants/{t}/quota;
+ *   agents: POST /v1/agent/register (join token), POST /v1/agent/heartbeat
+ *   and GET /v1/agent/desired (node token).
+ * The desired state is level-triggered: every call returns the complete
+ * list of workers that should run on the node, each with its launch spec.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api_int.h"
+#include "scheduler/sched_life.h"
+#include "storage/store_catalog.h"
+#include "storage/store_job.h"
+
+#define JOIN_TOKEN_MAX_LIFETIME (365LL * 24 * 3600)
+
+static cJSON *node_json(const store_node *n)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)n->id);
+    cJSON_AddStringToObject(o, "name", n->name);
+    cJSON_AddStringToObject(o, "address", n->address);
+    cJSON_AddStringToObject(o, "state", n->state);
+    cJSON_AddBoolToObject(o, "drained", n->drained);
+    cJSON *c = cJSON_AddObjectToObject(o, "capacity");
+    cJSON_AddNumberToObject(c, "cpus", (double)n->cpus);
+    cJSON_AddNumberToObject(c, "memory_mb", (double)n->memory_mb);
+    cJSON_AddNumberToObject(c, "gpus", (double)n->gpus);
+    cJSON *a = cJSON_AddObjectToObject(o, "allocated");
+    cJSON_AddNumberToObject(a, "cpus", (double)n->used_cpus);
+    cJSON_AddNumberToObject(a, "memory_mb", (double)n->used_memory_mb);
+    cJSON_AddNumberToObject(a, "gpus", (double)n->used_gpus);
+    cJSON_AddNumberToObject(a, "workers", (double)n->used_workers);
+    cJSON *pr = cJSON_AddObjectToObject(o, "ports");
+    cJSON_AddNumberToObject(pr, "lo", (double)n->port_lo);
+    cJSON_AddNumberToObject(pr, "hi", (double)n->port_hi);
+    api_add_time(o, "registered_at", n->registered_at);
+    api_add_time(o, "last_heartbeat", n->last_heartbeat);
+    return o;
+}
+
+/* ---- admin ---- */
+
+struct join_new {
+    uint8_t hash[UTIL_SHA256_LEN];
+    int64_t expires_at;
+    int64_t id;
+};
+
+static int join_write(store_tx *tx, void *arg)
+{
+    struct join_new *j = arg;
+    return store_join_token_insert(tx, j->hash, j->expires_at, &j->id);
+}
+
+void api_join_token_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    static const char *const fields[] = {"expires_in_seconds", NULL};
+    cJSON *in = NULL;
+    int64_t ttl = 0;
+    char secret[UTIL_TOKEN_LEN + 1];
+    struct join_new j = {0};
+    if (!api_is_platform_admin(rq->who)) {
+        api_forbid(rs, "platform_admin");
+        goto out;
+    }
+    if (rq->body_len > 0 && (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs) ||
+                             api_int(in, "expires_in_seconds", 0, 1, JOIN_TOKEN_MAX_LIFETIME,
+                                     &ttl, rs) < 0))
+        goto out;
+    if (util_token_new(secret) != 0) {
+        api_error(rs, 500, "internal", NULL, "cannot read random bytes");
+        goto out;
+    }
+    util_sha256(secret, strlen(secret), j.hash);
+    j.expires_at = ttl > 0 ? util_now_ms() + ttl * 1000 : 0;
+    int rc = store_write(ctx->st, join_write, &j);
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, "join token");
+        goto out;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)j.id);
+    cJSON_AddStringToObject(o, "token", secret);
+    api_add_time(o, "expires_at", j.expires_at);
+    api_json(rs, 201, o);
+out:
+    cJSON_Delete(in);
+}
+
+static void node_row(void *arg, const store_node *n)
+{
+    api_list_add(arg, node_json(n), n->id);
+}
+
+void api_node_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    int limit;
+    int64_t cursor;
+    if (!api_is_platform_admin(rq->who)) {
+        api_forbid(rs, "platform_admin");
+        return;
+    }
+    if (api_page(rq, &limit, &cursor, rs))
+        return;
+    api_list pg = {cJSON_CreateArray(), 0, 0};
+    int rc = store_node_list(ctx->st, cursor, limit, node_row, &pg);
+    if (rc != STORE_OK) {
+        cJSON_Delete(pg.items);
+        api_store_error(rs, rc, "nodes");
+        return;
+    }
+    api_list_send(rs, &pg, limit);
+}
+
+static int node_find(api_ctx *ctx, const api_req *rq, store_node *n, api_resp *rs)
+{
+    if (!api_is_platform_admin(rq->who))
+        return api_forbid(rs, "platform_admin");
+    int64_t id = api_id(rq->param[0]);
+    int rc = id > 0 ? store_node_get(ctx->st, id, n) : STORE_NOTFOUND;
+    return rc == STORE_OK ? 0 : api_store_error(rs, rc, "node");
+}
+
+void api_node_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    store_node n;
+    if (node_find(ctx, rq, &n, rs) == 0)
+        api_json(rs, 200, node_json(&n));
+}
+
+struct drain {
+    int64_t id;
+    int on;
+};
+
+static int drain_write(store_tx *tx, void *arg)
+{
+    struct drain *d = arg;
+    return store_node_set_drained(tx, d->id, d->on);
+}
+
+static void node_set_drained(api_ctx *ctx, const api_req *rq, api_resp *rs, int on)
+{
+    store_node n;
+    if (node_find(ctx, rq, &n, rs))
+        return;
+    struct drain d = {n.id, on};
+    int rc = store_write(ctx->st, drain_write, &d);
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, "node");
+        return;
+    }
+    n.drained = on;
+    sched_wake(ctx->sched);
+    api_json(rs, 200, node_json(&n));
+}
+
+void api_node_drain(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    node_set_drained(ctx, rq, rs, 1);
+}
+
+void api_node_undrain(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    node_set_drained(ctx, rq, rs, 0);
+}
+
+/* ---- quotas ---- */
+
+static cJSON *quota_json(const store_quota *q)
+{
+    cJSON *o = cJSON_CreateObject();
+    const char *names[] = {"max_running_jobs", "max_workers", "max_cpus", "max_gpus"};
+    int64_t v[] = {q->max_running_jobs, q->max_workers, q->max_cpus, q->max_gpus};
+    for (int i = 0; i < 4; i++) {
+        if (v[i] >= 0)
+            cJSON_AddNumberToObject(o, names[i], (double)v[i]);
+        else
+            cJSON_AddNullToObject(o, names[i]);
+    }
+    return o;
+}
+
+static int tenant_named(api_ctx *ctx, const api_req *rq, store_tenant *t, api_resp *rs)
+{
+    int rc = util_name_valid(rq->param[0]) ? store_tenant_by_name(ctx->st, rq->param[0], t)
+                                           : STORE_NOTFOUND;
+    if (rc == STORE_OK && !api_is_platform_admin(rq->who) && t->id != api_tenant_of(rq->who))
+        rc = STORE_NOTFOUND;
+    return rc == STORE_OK ? 0 : api_store_error(rs, rc, "tenant");
+}
+
+void api_quota_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    store_tenant t;
+    store_quota q;
+    if (tenant_named(ctx, rq, &t, rs))
+        return;
+    int rc = store_quota_get(ctx->st, t.id, &q);
+    if (rc != STORE_OK)
+        api_store_error(rs, rc, "quota");
+    else
+        api_json(rs, 200, quota_json(&q));
+}
+
+static int quota_write(store_tx *tx, void *arg)
+{
+    return store_quota_put(tx, arg);
+}
+
+void api_quota_put(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    static const char *const fields[] = {"max_running_jobs", "max_workers", "max_cpus",
+                                         "max_gpus", NULL};
+    cJSON *in = NULL;
+    store_tenant t;
+    store_quota q = {0, -1, -1, -1, -1};
+    if (tenant_named(ctx, rq, &t, rs))
+        goto out;
+    if (!api_is_platform_admin(rq->who)) {
+        api_forbid(rs, "platform_admin");
+        goto out;
+    }
+    if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs) ||
+        api_int(in, "max_running_jobs", 0, 0, 1000000, &q.max_running_jobs, rs) < 0 ||
+        api_int(in, "max_workers", 0, 0, 100000000, &q.max_workers, rs) < 0 ||
+        api_int(in, "max_cpus", 0, 0, 1000000000, &q.max_cpus, rs) < 0 ||
+        api_int(in, "max_gpus", 0, 0, 100000000, &q.max_gpus, rs) < 0)
+        goto out;
+    q.tenant_id = t.id;
+    int rc = store_write(ctx->st, quota_write, &q);
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, "quota");
+        goto out;
+    }
+    sched_wake(ctx->sched);
+    api_json(rs, 200, quota_json(&q));
+out:
+    cJSON_Delete(in);
+}
+
+/* ---- agents ---- */
+
+int api_authenticate_node(api_ctx *ctx, const char *authorization, store_node *node,
+                          api_resp *rs)
+{
+    if (!authorization || strncmp(authorization, "Bearer ", 7) != 0 ||
+        strlen(authorization + 7) != UTIL_TOKEN_LEN) {
+        api_error(rs, 401, "unauthorized", NULL, "send 'Authorization: Bearer <node token>'");
+        return -1;
+    }
+    uint8_t h[UTIL_SHA256_LEN];
+    util_sha256(authorization + 7, UTIL_TOKEN_LEN, h);
+    int rc = store_node_by_token(ctx->st, h, node);
+    if (rc == STORE_NOTFOUND) {
+        api_error(rs, 401, "unauthorized", NULL, "unknown node token");
+        return -1;
+    }
+    return rc == STORE_OK ? 0 : api_store_error(rs, rc, "node");
+}
+
+struct node_new {
+    store_node n;
+    uint8_t hash[UTIL_SHA256_LEN];
+};
+
+static int node_write(store_tx *tx, void *arg)
+{
+    struct node_new *nn = arg;
+    return store_node_insert(tx, &nn->n, nn->hash);
+}
+
+void api_agent_register(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    static const char *const fields[] = {"join_token", "name", "address", "cpus", "memory_mb",
+                                         "gpus", "gpu_type", "port_lo", "port_hi", NULL};
+    cJSON *in = NULL;
+    struct node_new nn = {0};
+    const char *join, *name, *addr, *gpu_type = NULL;
+    char secret[UTIL_TOKEN_LEN + 1];
+    if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs) ||
+        api_str(in, "join_token", 1, 256, &join, rs) < 0)
+        goto out;
+    uint8_t jh[UTIL_SHA256_LEN];
+    util_sha256(join, strlen(join), jh);
+    if (store_join_token_check(ctx->st, jh, util_now_ms()) != STORE_OK) {
+        api_error(rs, 401, "unauthorized", "join_token", "the join token is not valid");
+        goto out;
+    }
+    if (api_name(in, "name", 1, &name, rs) < 0 ||
+        api_str(in, "address", 1, STORE_ADDR_MAX, &addr, rs) < 0 ||
+        api_int(in, "cpus", 1, 1, 1 << 20, &nn.n.cpus, rs) < 0 ||
+        api_int(in, "memory_mb", 1, 1, 1LL << 40, &nn.n.memory_mb, rs) < 0 ||
+        api_int(in, "gpus", 0, 0, 1024, &nn.n.gpus, rs) < 0 ||
+        api_name(in, "gpu_type", 0, &gpu_type, rs) < 0 ||
+        api_int(in, "port_lo", 1, 1024, 65535, &nn.n.port_lo, rs) < 0 ||
+        api_int(in, "port_hi", 1, 1024, 65535, &nn.n.port_hi, rs) < 0)
+        goto out;
+    if (nn.n.port_hi < nn.n.port_lo) {
+        api_error(rs, 422, "invalid_value", "port_hi", "port_hi is below port_lo");
+        goto out;
+    }
+    if (!addr[0] || strpbrk(addr, " /\\\"'") || strlen(addr) > STORE_ADDR_MAX) {
+        api_error(rs, 422, "invalid_value", "address", "address must be a host name or IP address");
+        goto out;
+    }
+    snprintf(nn.n.name, sizeof nn.n.name, "%s", name);
+    snprintf(nn.n.address, sizeof nn.n.address, "%s", addr);
+    if (gpu_type)
+        snprintf(nn.n.gpu_type, sizeof nn.n.gpu_type, "%s", gpu_type);
+    if (util_token_new(secret) != 0) {
+        api_error(rs, 500, "internal", NULL, "cannot read random bytes");
+        goto out;
+    }
+    util_sha256(secret, strlen(secret), nn.hash);
+    int rc = store_write(ctx->st, node_write, &nn);
+    if (rc == STORE_CONFLICT) {
+        api_error(rs, 409, "conflict", "name", "a node named '%s' is registered already", name);
+        goto out;
+    }
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, "node");
+        goto out;
+    }
+    sched_wake(ctx->sched);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "node_id", (double)nn.n.id);
+    cJSON_AddStringToObject(o, "node_token", secret);
+    cJSON_AddNumberToObject(o, "heartbeat_seconds", (double)ctx->heartbeat_s);
+    cJSON_AddNumberToObject(o, "lease_seconds", (double)ctx->lease_s);
+    api_json(rs, 201, o);
+out:
+    cJSON_Delete(in);
+}
+
+#define REPORT_MAX 4096
+
+struct report {
+    int64_t node_id;
+    int n;
+    struct {
+        int64_t id, exit_code, signal;
+        char state[12];
+        char message[256];
+    } w[REPORT_MAX];
+    int changed;
+};
+
+static int heartbeat_write(store_tx *tx, void *arg)
+{
+    struct report *r = arg;
+    int64_t now = util_now_ms();
+    int rc = store_node_heartbeat(tx, r->node_id, now);
+    int64_t jobs[REPORT_MAX];
+    int nj = 0;
+    for (int i = 0; rc == STORE_OK && i < r->n; i++) {
+        int c = store_worker_report(tx, r->w[i].id, r->node_id, r->w[i].state, r->w[i].exit_code,
+                                    r->w[i].signal, r->w[i].message, now);
+        if (c == STORE_NOTFOUND)
+            continue; /* unchanged, or not this node's */
+        if (c != STORE_OK)
+            return c;
+        store_worker w;
+        if (store_worker_get_tx(tx, r->w[i].id, &w) == STORE_OK)
+            jobs[nj++] = w.job_id;
+        r->changed = 1;
+    }
+    for (int i = 0; rc == STORE_OK && i < nj; i++)
+        rc = sched_job_eval(tx, jobs[i]);
+    return rc;
+}
+
+void api_agent_heartbeat(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    static const char *const fields[] = {"workers", NULL};
+    static const char *const wfields[] = {"id", "state", "exit_code", "signal", "message", NULL};
+    cJSON *in = NULL;
+    struct report *r = calloc(1, sizeof *r);
+    if (!r) {
+        api_error(rs, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    r->node_id = rq->node->id;
+    if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs))
+        goto out;
+    const cJSON *ws = cJSON_GetObjectItemCaseSensitive(in, "workers");
+    if (ws && !cJSON_IsArray(ws)) {
+        api_error(rs, 400, "invalid_type", "workers", "'workers' must be an array");
+        goto out;
+    }
+    for (const cJSON *w = ws ? ws->child : NULL; w; w = w->next) {
+        const char *state, *msg = NULL;
+        int64_t id, code = -1, sig = 0;
+        if (r->n == REPORT_MAX) {
+            api_error(rs, 413, "too_large", "workers", "at most %d workers a heartbeat", REPORT_MAX);
+            goto out;
+        }
+        if (!cJSON_IsObject(w)) {
+            api_error(rs, 400, "invalid_type", "workers", "each worker must be an object");
+            goto out;
+        }
+        if (api_fields_known(w, wfields, rs) || api_int(w, "id", 1, 1, INT64_MAX / 2, &id, rs) < 0 ||
+            api_str(w, "state", 1, 11, &state, rs) < 0 ||
+            api_int(w, "exit_code", 0, 0, 255, &code, rs) < 0 ||
+            api_int(w, "signal", 0, 0, 64, &sig, rs) < 0 || api_str(w, "message", 0, 255, &msg, rs) < 0)
+            goto out;
+        if (strcmp(state, "running") && strcmp(state, "exited") && strcmp(state, "failed")) {
+            api_error(rs, 422, "invalid_value", "workers", "state must be running, exited or failed");
+            goto out;
+        }
+        r->w[r->n].id = id;
+        r->w[r->n].exit_code = code;
+        r->w[r->n].signal = sig;
+        snprintf(r->w[r->n].state, sizeof r->w[r->n].state, "%s", state);
+        snprintf(r->w[r->n].message, sizeof r->w[r->n].message, "%s", msg ? msg : "");
+        r->n++;
+    }
+    int rc = store_write(ctx->st, heartbeat_write, r);
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, "heartbeat");
+        goto out;
+    }
+    if (r->changed)
+        sched_wake(ctx->sched);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "heartbeat_seconds", (double)ctx->heartbeat_s);
+    cJSON_AddNumberToObject(o, "lease_seconds", (double)ctx->lease_s);
+    api_json(rs, 200, o);
+out:
+    cJSON_Delete(in);
+    free(r);
+}
+
+/* Shortest decimal that reads back as v. */
+static void fmt_double(double v, char *out, size_t n)
+{
+    snprintf(out, n, "%.15g", v);
+    if (strtod(out, NULL) != v)
+        snprintf(out, n, "%.17g", v);
+}
+
+static void env_add(cJSON *env, const char *k, const char *v)
+{
+    cJSON_AddStringToObject(env, k, v);
+}
+
+static void env_addi(cJSON *env, const char *k, int64_t v)
+{
+    char b[24];
+    snprintf(b, sizeof b, "%lld", (long long)v);
+    env_add(env, k, b);
+}
+
+struct desired {
+    api_ctx *ctx;
+    const store_node *node;
+    cJSON *items;
+    int failed;
+};
+
+/* The complete launch spec of one worker. */
+static cJSON *launch_spec(api_ctx *ctx, const store_worker *w, const store_job *j,
+                          const store_node *master)
+{
+    char path[4400], buf[64];
+    store_volume ws;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)w->id);
+    cJSON_AddNumberToObject(o, "job_id", (double)j->id);
+    cJSON_AddNumberToObject(o, "attempt", (double)w->attempt);
+    cJSON_AddNumberToObject(o, "rank", (double)w->rank);
+    cJSON_AddStringToObject(o, "image", j->image);
+    cJSON_AddStringToObject(o, "framework", j->framework);
+    cJSON_AddStringToObject(o, "program", j->code_path);
+    cJSON_AddStringToObject(o, "mount_root", API_MOUNT_ROOT);
+
+    /* Volumes, by their host paths; the agent binds them under mount_root. */
+    if (store_volume_get(ctx->st, STORE_WORKSPACE, j->tenant_id, j->workspace, 0, &ws) == STORE_OK) {
+        api_volume_path(ctx, STORE_WORKSPACE, &ws, path, sizeof path);
+        cJSON_AddStringToObject(o, "workspace", path);
+    } else {
+        cJSON_AddNullToObject(o, "workspace");
+    }
+    cJSON *ds = cJSON_AddArrayToObject(o, "datasets");
+    cJSON *names = cJSON_Parse(j->datasets_json);
+    util_buf dl = {0};
+    const cJSON *d;
+    cJSON_ArrayForEach(d, names)
+    {
+        store_volume v;
+        if (!cJSON_IsString(d))
+            continue;
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", d->valuestring);
+        if (store_volume_get(ctx->st, STORE_DATASET, j->tenant_id, d->valuestring, 1, &v) ==
+            STORE_OK) {
+            api_volume_path(ctx, STORE_DATASET, &v, path, sizeof path);
+            cJSON_AddStringToObject(e, "path", path);
+        } else {
+            cJSON_AddNullToObject(e, "path");
+        }
+        cJSON_AddItemToArray(ds, e);
+        util_buf_printf(&dl, "%s%s", dl.len ? "," : "", d->valuestring);
+    }
+    cJSON_Delete(names);
+    /* Storage the worker must not see: every tenant's volumes. */
+    cJSON *hide = cJSON_AddArrayToObject(o, "hide");
+    snprintf(path, sizeof path, "%s/volumes", ctx->data_dir);
+    cJSON_AddItemToArray(hide, cJSON_CreateString(path));
+
+    /* The worker contract's environment, then the job's own variables. */
+    cJSON *env = cJSON_AddObjectToObject(o, "env");
+    env_add(env, "MASTER_ADDR", master->address);
+    env_addi(env, "MASTER_PORT", j->master_port);
+    env_addi(env, "WORLD_SIZE", j->worker_count);
+    env_addi(env, "RANK", w->rank);
+    env_addi(env, "LOCAL_RANK", w->local_rank);
+    env_addi(env, "NODE_RANK", w->node_rank);
+    env_addi(env, "WORKER_PER_NODE", j->placed_per_node);
+    env_add(env, "BACKEND", j->gpus > 0 ? "nccl" : "gloo");
+    env_add(env, "DATASETS_PATH", API_MOUNT_ROOT "/datasets");
+    env_add(env, "DATASETS", dl.buf ? dl.buf : "");
+    env_add(env, "WORKSPACE", API_MOUNT_ROOT "/workspace");
+    env_addi(env, "EPOCHS", j->epochs);
+    fmt_double(j->lr, buf, sizeof buf);
+    env_add(env, "LR", buf);
+    env_addi(env, "BATCH_SIZE", j->batch_size);
+    free(dl.buf);
+    if (!strcmp(j->framework, "tensorflow")) {
+        /* Every worker listens on MASTER_PORT + rank of its node. */
+        util_buf tf = {0};
+        util_buf_printf(&tf, "{\"cluster\":{\"worker\":[");
+        for (int64_t r = 0; r < j->worker_count; r++)
+            util_buf_printf(&tf, "%s\"%s:%lld\"", r ? "," : "",
+                            r == w->rank ? "localhost" : master->address,
+                            (long long)(j->master_port + r));
+        util_buf_printf(&tf, "]},\"task\":{\"type\":\"worker\",\"index\":%lld}}", (long long)w->rank);
+        env_add(env, "TF_CONFIG", tf.buf ? tf.buf : "{}");
+        free(tf.buf);
+    }
+    cJSON *user_env = cJSON_Parse(j->env_json);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, user_env)
+    {
+        if (cJSON_IsString(e) && !cJSON_GetObjectItemCaseSensitive(env, e->string))
+            env_add(env, e->string, e->valuestring);
+    }
+    cJSON_Delete(user_env);
+
+    /* Arguments after the program: --local_rank=N as torch.distributed.launch does. */
+    cJSON *args = cJSON_AddArrayToObject(o, "args");
+    if (strcmp(j->framework, "tensorflow")) {
+        snprintf(buf, sizeof buf, "--local_rank=%lld", (long long)w->local_rank);
+        cJSON_AddItemToArray(args, cJSON_CreateString(buf));
+    }
+    cJSON *user_args = cJSON_Parse(j->args_json);
+    const cJSON *a;
+    cJSON_ArrayForEach(a, user_args)
+    {
+        if (cJSON_IsString(a))
+            cJSON_AddItemToArray(args, cJSON_CreateString(a->valuestring));
+    }
+    cJSON_Delete(user_args);
+    return o;
+}
+
+static void desired_row(void *arg, const store_worker *w)
+{
+    struct desired *d = arg;
+    store_job j;
+    store_node master;
+    if (store_job_get(d->ctx->st, 0, w->job_id, &j) != STORE_OK) {
+        d->failed = 1;
+        return;
+    }
+    /* The node of rank 0 was recorded when the gang was placed. */
+    if (store_node_get(d->ctx->st, j.master_node_id, &master) == STORE_OK)
+        cJSON_AddItemToArray(d->items, launch_spec(d->ctx, w, &j, &master));
+    else
+        d->failed = 1;
+    store_job_clear(&j);
+}
+
+void api_agent_desired(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    struct desired d = {ctx, rq->node, cJSON_CreateArray(), 0};
+    int rc = store_worker_desired(ctx->st, rq->node->id, desired_row, &d);
+    if (rc != STORE_OK || d.failed) {
+        cJSON_Delete(d.items);
+        api_store_error(rs, rc != STORE_OK ? rc : STORE_EIO, "desired state");
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "node_id", (double)rq->node->id);
+    cJSON_AddBoolToObject(o, "drained", rq->node->drained);
+    cJSON_AddItemToObject(o, "workers", d.items);
+    api_json(rs, 200, o);
+}
