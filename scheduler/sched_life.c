@@ -86,13 +86,18 @@ int sched_job_eval(store_tx *tx, int64_t job_id)
         } else {
             rc = store_job_transition(tx, j.id, j.state, "FAILED", what);
         }
-    } else if (t.ok == t.total) {
-        rc = store_port_release(tx, j.id);
-        if (rc == STORE_OK)
-            rc = store_job_transition(tx, j.id, j.state, "SUCCEEDED", "every rank exited 0");
-    } else if (!strcmp(j.state, "STARTING") && t.running + t.ok == t.total) {
-        snprintf(why, sizeof why, "all %lld ranks started", (long long)t.total);
-        rc = store_job_transition(tx, j.id, "STARTING", "RUNNING", why);
+    } else {
+        /* A rank that exited has started: RUNNING comes first even then. */
+        if (!strcmp(j.state, "STARTING") && t.running + t.ok == t.total) {
+            snprintf(why, sizeof why, "all %lld ranks started", (long long)t.total);
+            rc = store_job_transition(tx, j.id, "STARTING", "RUNNING", why);
+            snprintf(j.state, sizeof j.state, "RUNNING");
+        }
+        if (rc == STORE_OK && t.ok == t.total) {
+            rc = store_port_release(tx, j.id);
+            if (rc == STORE_OK)
+                rc = store_job_transition(tx, j.id, "RUNNING", "SUCCEEDED", "every rank exited 0");
+        }
     }
 out:
     store_job_clear(&j);

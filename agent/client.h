@@ -1,0 +1,29 @@
+/*
+ * client: the agent's calls to cohortd over HTTP (libcurl), each with a
+ * connect and a total timeout and a bound on what it reads back.
+ */
+#ifndef COHORT_AGENT_CLIENT_H
+#define COHORT_AGENT_CLIENT_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+
+#define CLIENT_MAX_BODY (16u << 20) /* the largest answer read */
+
+typedef struct client client;
+
+/* server: "http://host:port"; token may be NULL (set later). */
+client *client_new(const char *server, char *err, size_t errlen);
+void client_free(client *c);
+void client_set_token(client *c, const char *token);
+
+/*
+ * One JSON call.  body (may be NULL) is sent as application/json.  Returns
+ * the HTTP status (0 when no answer came), and the parsed answer in *out
+ * (caller deletes; NULL when it was not JSON).  err gets a message on
+ * transport failure.
+ */
+long client_call(client *c, const char *method, const char *path, const cJSON *body,
+                 cJSON **out, long timeout_ms, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,411 @@
+/*
+ * cohort-agent: one node of a Cohort cluster.  Registers once with a join
+ * token (keeping its node id and token in its data dir), then heartbeats
+ * the state of its workers and polls its desired state, which it applies
+ * (sup.h).  Cut off from cohortd longer than its lease, it stops its
+ * workers; on SIGTERM or SIGINT it stops them and exits.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/client.h"
+#include "agent/sup.h"
+#include "storage/util.h"
+
+#define POLL_MS 100
+#define DESIRED_EVERY_MS 500
+#define CALL_TIMEOUT_MS 5000
+
+struct config {
+    const char *server, *join_token, *name, *address, *data_dir, *mount_root;
+    long long cpus, memory_mb, gpus, port_lo, port_hi, grace_s;
+    int nlaunchers;
+    char launcher[SUP_MAX_LAUNCHERS][2][PATH_MAX];
+};
+
+static volatile sig_atomic_t stopping;
+
+static void on_stop(int sig)
+{
+    (void)sig;
+    stopping = 1;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: cohort-agent --server URL --join-token T --name N [options]\n"
+            "\n"
+            "  --server URL          cohortd, e.g. http://127.0.0.1:8080\n"
+            "  --join-token T        from POST /v1/nodes/join-tokens (first start only)\n"
+            "  --name N              this node's name ([a-z0-9][a-z0-9._-]{0,62})\n"
+            "  --address ADDR        where other nodes reach this one (default: the address\n"
+            "                        this machine uses to reach the server)\n"
+            "  --data-dir DIR        node identity and worker state (default /var/lib/cohort-agent)\n"
+            "  --cpus N --memory-mb M --gpus G\n"
+            "                        capacity (default: detected; GPUs by nvidia-smi -L)\n"
+            "  --port-range LO-HI    rendezvous ports for jobs (default 29500-29999)\n"
+            "  --launcher IMAGE=PATH interpreter for an image or framework (default\n"
+            "                        pytorch and tensorflow: python3 from PATH); '' runs the\n"
+            "                        program itself\n"
+            "  --mount-root DIR      where workers see datasets/ and workspace/ (default /cohort)\n"
+            "  --stop-grace S        SIGTERM, then SIGKILL after S seconds (default 10)\n"
+            "  --help\n");
+}
+
+static long long detect_gpus(void)
+{
+    FILE *p = popen("nvidia-smi -L 2>/dev/null", "r");
+    if (!p)
+        return 0;
+    char line[512];
+    long long n = 0;
+    while (fgets(line, sizeof line, p))
+        n += !strncmp(line, "GPU ", 4);
+    pclose(p);
+    return n;
+}
+
+/* The local address this machine uses to reach host. */
+static int route_address(const char *server, char *out, size_t n)
+{
+    char host[256] = "";
+    const char *p = strstr(server, "://");
+    p = p ? p + 3 : server;
+    size_t len = strcspn(p, ":/");
+    if (len == 0 || len >= sizeof host)
+        return -1;
+    memcpy(host, p, len);
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_DGRAM}, *ai = NULL;
+    if (getaddrinfo(host, "9", &hints, &ai) != 0)
+        return -1;
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in me;
+    socklen_t sl = sizeof me;
+    int rc = fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+                     getsockname(fd, (struct sockaddr *)&me, &sl) == 0 &&
+                     inet_ntop(AF_INET, &me.sin_addr, out, (socklen_t)n)
+                 ? 0
+                 : -1;
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(ai);
+    return rc;
+}
+
+static int parse_args(int argc, char **argv, struct config *c)
+{
+    static const struct option opts[] = {
+        {"server", required_argument, NULL, 's'},  {"join-token", required_argument, NULL, 'j'},
+        {"name", required_argument, NULL, 'n'},    {"address", required_argument, NULL, 'a'},
+        {"data-dir", required_argument, NULL, 'd'}, {"cpus", required_argument, NULL, 'c'},
+        {"memory-mb", required_argument, NULL, 'm'}, {"gpus", required_argument, NULL, 'g'},
+        {"port-range", required_argument, NULL, 'p'}, {"launcher", required_argument, NULL, 'l'},
+        {"mount-root", required_argument, NULL, 'r'}, {"stop-grace", required_argument, NULL, 'G'},
+        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+    };
+    c->data_dir = "/var/lib/cohort-agent";
+    c->mount_root = "/cohort";
+    c->cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    c->memory_mb = (long long)sysconf(_SC_PHYS_PAGES) * sysconf(_SC_PAGESIZE) / (1024 * 1024);
+    c->gpus = -1;
+    c->port_lo = 29500;
+    c->port_hi = 29999;
+    c->grace_s = 10;
+    int o;
+    char *end;
+    while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (o) {
+        case 's': c->server = optarg; break;
+        case 'j': c->join_token = optarg; break;
+        case 'n': c->name = optarg; break;
+        case 'a': c->address = optarg; break;
+        case 'd': c->data_dir = optarg; break;
+        case 'r': c->mount_root = optarg; break;
+        case 'c': c->cpus = strtoll(optarg, &end, 10); if (*end || c->cpus < 1) goto bad; break;
+        case 'm': c->memory_mb = strtoll(optarg, &end, 10); if (*end || c->memory_mb < 1) goto bad; break;
+        case 'g': c->gpus = strtoll(optarg, &end, 10); if (*end || c->gpus < 0) goto bad; break;
+        case 'G': c->grace_s = strtoll(optarg, &end, 10); if (*end || c->grace_s < 0) goto bad; break;
+        case 'p':
+            if (sscanf(optarg, "%lld-%lld", &c->port_lo, &c->port_hi) != 2 || c->port_lo < 1024 ||
+                c->port_hi > 65535 || c->port_hi < c->port_lo)
+                goto bad;
+            break;
+        case 'l': {
+            const char *eq = strchr(optarg, '=');
+            if (!eq || eq == optarg || c->nlaunchers == SUP_MAX_LAUNCHERS ||
+                (size_t)(eq - optarg) >= PATH_MAX || strlen(eq + 1) >= PATH_MAX)
+                goto bad;
+            memcpy(c->launcher[c->nlaunchers][0], optarg, (size_t)(eq - optarg));
+            c->launcher[c->nlaunchers][0][eq - optarg] = '\0';
+            snprintf(c->launcher[c->nlaunchers][1], PATH_MAX, "%s", eq + 1);
+            c->nlaunchers++;
+            break;
+        }
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); return -1;
+        }
+    }
+    if (!c->server || !c->name || !util_name_valid(c->name)) {
+        fprintf(stderr, "cohort-agent: --server and a valid --name are required\n");
+        return -1;
+    }
+    return 0;
+bad:
+    fprintf(stderr, "cohort-agent: bad value for --%s: %s\n",
+            o == 'p' ? "port-range" : o == 'l' ? "launcher" : "capacity", optarg);
+    return -1;
+}
+
+/* Finds prog on PATH, into out. */
+static int which(const char *prog, char *out, size_t n)
+{
+    const char *path = getenv("PATH");
+    if (!path)
+        path = "/usr/bin:/bin";
+    while (*path) {
+        size_t len = strcspn(path, ":");
+        snprintf(out, n, "%.*s/%s", (int)len, path, prog);
+        if (access(out, X_OK) == 0)
+            return 0;
+        path += len + (path[len] == ':');
+    }
+    return -1;
+}
+
+/* Loads the node identity, or registers and saves it. */
+static int identity(struct config *c, client *cl, char *token, size_t tn, long long *node_id)
+{
+    char path[PATH_MAX], err[512];
+    snprintf(path, sizeof path, "%s/node.json", c->data_dir);
+    FILE *f = fopen(path, "r");
+    if (f) {
+        char buf[2048];
+        size_t got = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[got] = '\0';
+        cJSON *o = cJSON_Parse(buf);
+        const cJSON *id = cJSON_GetObjectItem(o, "node_id"), *t = cJSON_GetObjectItem(o, "node_token");
+        int ok = cJSON_IsNumber(id) && cJSON_IsString(t);
+        if (ok) {
+            *node_id = (long long)id->valuedouble;
+            snprintf(token, tn, "%s", t->valuestring);
+        }
+        cJSON_Delete(o);
+        if (ok)
+            return 0;
+        fprintf(stderr, "cohort-agent: %s is damaged; registering again\n", path);
+    }
+    if (!c->join_token) {
+        fprintf(stderr, "cohort-agent: not registered yet: --join-token is required\n");
+        return -1;
+    }
+    char addr[256];
+    if (!c->address) {
+        if (route_address(c->server, addr, sizeof addr) != 0)
+            snprintf(addr, sizeof addr, "127.0.0.1");
+        c->address = addr;
+    }
+    cJSON *body = cJSON_CreateObject();
+    cJSON_AddStringToObject(body, "join_token", c->join_token);
+    cJSON_AddStringToObject(body, "name", c->name);
+    cJSON_AddStringToObject(body, "address", c->address);
+    cJSON_AddNumberToObject(body, "cpus", (double)c->cpus);
+    cJSON_AddNumberToObject(body, "memory_mb", (double)c->memory_mb);
+    cJSON_AddNumberToObject(body, "gpus", (double)c->gpus);
+    cJSON_AddNumberToObject(body, "port_lo", (double)c->port_lo);
+    cJSON_AddNumberToObject(body, "port_hi", (double)c->port_hi);
+    cJSON *out = NULL;
+    long st = client_call(cl, "POST", "/v1/agent/register", body, &out, CALL_TIMEOUT_MS, err,
+                          sizeof err);
+    cJSON_Delete(body);
+    const cJSON *id = cJSON_GetObjectItem(out, "node_id"), *t = cJSON_GetObjectItem(out, "node_token");
+    if (st != 201 || !cJSON_IsNumber(id) || !cJSON_IsString(t)) {
+        const cJSON *e = cJSON_GetObjectItem(cJSON_GetObjectItem(out, "error"), "message");
+        fprintf(stderr, "cohort-agent: registration failed: %s\n",
+                st ? (cJSON_IsString(e) ? e->valuestring : "unexpected answer") : err);
+        cJSON_Delete(out);
+        return -1;
+    }
+    *node_id = (long long)id->valuedouble;
+    snprintf(token, tn, "%s", t->valuestring);
+    cJSON_Delete(out);
+    char tmp[PATH_MAX + 8], text[512];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(text, sizeof text, "{\"node_id\":%lld,\"node_token\":\"%s\"}\n", *node_id, token);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text) && fsync(fd) == 0;
+    if (fd >= 0)
+        close(fd);
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "cohort-agent: cannot save %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    printf("cohort-agent: registered as node %lld (%s, %lld CPUs, %lld MiB, %lld GPUs)\n", *node_id,
+           c->name, c->cpus, c->memory_mb, c->gpus);
+    return 0;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+int main(int argc, char **argv)
+{
+    struct config cfg = {0};
+    char err[512], path[PATH_MAX + 64], token[128], python[PATH_MAX] = "";
+    long long node_id = 0;
+    int rc = 1;
+    client *cl = NULL;
+    sup *s = NULL;
+    if (parse_args(argc, argv, &cfg))
+        return 2;
+    if (cfg.gpus < 0)
+        cfg.gpus = detect_gpus();
+    signal(SIGPIPE, SIG_IGN);
+    struct sigaction sa = {0};
+    sa.sa_handler = on_stop;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+
+    if (mkdir(cfg.data_dir, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "cohort-agent: %s: %s\n", cfg.data_dir, strerror(errno));
+        return 1;
+    }
+    char data_dir[PATH_MAX];
+    if (!realpath(cfg.data_dir, data_dir)) {
+        fprintf(stderr, "cohort-agent: %s: %s\n", cfg.data_dir, strerror(errno));
+        return 1;
+    }
+    cfg.data_dir = data_dir;
+    snprintf(path, sizeof path, "%s/agent.lock", cfg.data_dir);
+    int lock = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) != 0) {
+        fprintf(stderr, "cohort-agent: another agent is using %s\n", cfg.data_dir);
+        return 1;
+    }
+    if (mkdir(cfg.mount_root, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "cohort-agent: cannot create the mount root %s: %s\n", cfg.mount_root,
+                strerror(errno));
+        goto out;
+    }
+    cl = client_new(cfg.server, err, sizeof err);
+    if (!cl || identity(&cfg, cl, token, sizeof token, &node_id) != 0)
+        goto out;
+    client_set_token(cl, token);
+
+    sup_config sc = {0};
+    snprintf(path, sizeof path, "%s/workers", cfg.data_dir);
+    sc.dir = path;
+    sc.agent_dir = cfg.data_dir;
+    sc.grace_ms = cfg.grace_s * 1000;
+    for (int i = 0; i < cfg.nlaunchers; i++) {
+        sc.launcher_image[sc.nlaunchers] = cfg.launcher[i][0];
+        sc.launcher_path[sc.nlaunchers++] = cfg.launcher[i][1];
+    }
+    if (which("python3", python, sizeof python) == 0 && sc.nlaunchers < SUP_MAX_LAUNCHERS - 2) {
+        sc.launcher_image[sc.nlaunchers] = "pytorch";
+        sc.launcher_path[sc.nlaunchers++] = python;
+        sc.launcher_image[sc.nlaunchers] = "tensorflow";
+        sc.launcher_path[sc.nlaunchers++] = python;
+    }
+    s = sup_open(&sc, err, sizeof err);
+    if (!s) {
+        fprintf(stderr, "cohort-agent: %s\n", err);
+        goto out;
+    }
+    printf("cohort-agent: node %lld serving %s (mount root %s)\n", node_id, cfg.server,
+           cfg.mount_root);
+    fflush(stdout);
+
+    int64_t hb_ms = 2000, lease_ms = 30000;
+    int64_t now = util_mono_us() / 1000, last_contact = now, next_hb = 0, next_desired = 0;
+    int lease_lost = 0;
+    while (!stopping) {
+        now = util_mono_us() / 1000;
+        int changed = sup_scan(s);
+        sup_tick(s);
+        if (now >= next_desired) {
+            cJSON *out = NULL;
+            long st = client_call(cl, "GET", "/v1/agent/desired", NULL, &out, CALL_TIMEOUT_MS, err,
+                                  sizeof err);
+            if (st == 200) {
+                sup_reconcile(s, cJSON_GetObjectItem(out, "workers"));
+                last_contact = now;
+                changed |= sup_scan(s);
+            } else if (st == 401) {
+                fprintf(stderr, "cohort-agent: cohortd does not know this node any more\n");
+                cJSON_Delete(out);
+                break;
+            }
+            cJSON_Delete(out);
+            next_desired = now + DESIRED_EVERY_MS;
+        }
+        if (now >= next_hb || changed) {
+            cJSON *body = cJSON_CreateObject();
+            cJSON_AddItemToObject(body, "workers", sup_report(s));
+            cJSON *out = NULL;
+            long st = client_call(cl, "POST", "/v1/agent/heartbeat", body, &out, CALL_TIMEOUT_MS,
+                                  err, sizeof err);
+            cJSON_Delete(body);
+            if (st == 200) {
+                const cJSON *h = cJSON_GetObjectItem(out, "heartbeat_seconds");
+                const cJSON *l = cJSON_GetObjectItem(out, "lease_seconds");
+                if (cJSON_IsNumber(h) && h->valuedouble >= 1)
+                    hb_ms = (int64_t)h->valuedouble * 1000;
+                if (cJSON_IsNumber(l) && l->valuedouble >= 1)
+                    lease_ms = (int64_t)l->valuedouble * 1000;
+                sup_reported(s);
+                last_contact = now;
+                lease_lost = 0;
+            } else if (st == 0) {
+                fprintf(stderr, "cohort-agent: %s\n", err);
+            }
+            cJSON_Delete(out);
+            next_hb = now + hb_ms;
+        }
+        if (now - last_contact > lease_ms && !lease_lost) {
+            fprintf(stderr, "cohort-agent: no word from cohortd for %lld s: stopping every worker\n",
+                    (long long)(now - last_contact) / 1000);
+            sup_stop_all(s);
+            lease_lost = 1;
+        }
+        sleep_ms(POLL_MS);
+    }
+    /* Stopping: every worker gets SIGTERM, then SIGKILL after the grace period. */
+    sup_stop_all(s);
+    for (int64_t t0 = util_mono_us() / 1000; sup_running(s) > 0;) {
+        sup_scan(s);
+        sup_tick(s);
+        if (util_mono_us() / 1000 - t0 > cfg.grace_s * 1000 + 5000)
+            break;
+        sleep_ms(POLL_MS);
+    }
+    cJSON *body = cJSON_CreateObject(), *out = NULL;
+    cJSON_AddItemToObject(body, "workers", sup_report(s));
+    client_call(cl, "POST", "/v1/agent/heartbeat", body, &out, CALL_TIMEOUT_MS, err, sizeof err);
+    cJSON_Delete(body);
+    cJSON_Delete(out);
+    printf("cohort-agent: stopped\n");
+    rc = 0;
+out:
+    sup_close(s);
+    client_free(cl);
+    close(lock);
+    return rc;
+}

@@ -1,0 +1,285 @@
+/*
+ * shim: namespaces, mounts and the namespace's init for one worker.
+ * Runs in forked copies of the agent; every path out ends in _exit.
+ */
+#include "agent/shim.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* Writes text to dir/name atomically. */
+static void put_file(int dfd, const char *name, const char *text)
+{
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, ".%s.tmp", name);
+    int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return;
+    size_t n = strlen(text);
+    int ok = write(fd, text, n) == (ssize_t)n && fsync(fd) == 0;
+    close(fd);
+    if (ok)
+        renameat(dfd, tmp, dfd, name);
+}
+
+static void __attribute__((noreturn, format(printf, 2, 3))) give_up(int dfd, const char *fmt, ...)
+{
+    char msg[300], line[320];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    snprintf(line, sizeof line, "error %s\n", msg);
+    put_file(dfd, "status", line);
+    _exit(1);
+}
+
+static int path_join(char *out, size_t n, const char *a, const char *b)
+{
+    return snprintf(out, n, "%s/%s", a, b) >= (int)n ? -1 : 0;
+}
+
+/* A bind mount of src at dst, read-only through every submount when ro. */
+static int bind(const char *src, const char *dst, int ro, char *err, size_t errlen)
+{
+    if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) != 0) {
+        snprintf(err, errlen, "cannot bind %s: %s", src, strerror(errno));
+        return -1;
+    }
+    if (!ro)
+        return 0;
+    struct mount_attr attr = {.attr_set = MOUNT_ATTR_RDONLY};
+    if (mount_setattr(AT_FDCWD, dst, AT_RECURSIVE, &attr, sizeof attr) == 0)
+        return 0;
+    /* Older kernels: the top mount at least. */
+    if (mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_REC, NULL) != 0) {
+        snprintf(err, errlen, "cannot make %s read-only: %s", dst, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int setup_mounts(const shim_spec *sp, char *err, size_t errlen)
+{
+    char path[4096], dir[4096];
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
+        snprintf(err, errlen, "cannot make mounts private: %s", strerror(errno));
+        return -1;
+    }
+    if (mount("tmpfs", sp->mount_root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k") != 0) {
+        snprintf(err, errlen, "cannot mount a tmpfs at %s: %s", sp->mount_root, strerror(errno));
+        return -1;
+    }
+    path_join(dir, sizeof dir, sp->mount_root, "datasets");
+    path_join(path, sizeof path, sp->mount_root, "workspace");
+    if (mkdir(dir, 0755) != 0 || mkdir(path, 0755) != 0) {
+        snprintf(err, errlen, "cannot lay out %s: %s", sp->mount_root, strerror(errno));
+        return -1;
+    }
+    if (bind(sp->workspace, path, 0, err, errlen) != 0)
+        return -1;
+    for (int i = 0; i < sp->ndatasets; i++) {
+        if (path_join(path, sizeof path, dir, sp->ds_name[i]) != 0 || mkdir(path, 0755) != 0) {
+            snprintf(err, errlen, "cannot lay out dataset %s", sp->ds_name[i]);
+            return -1;
+        }
+        if (bind(sp->ds_path[i], path, 1, err, errlen) != 0)
+            return -1;
+    }
+    /* The layout itself is fixed now; the binds keep their own modes. */
+    if (mount(NULL, sp->mount_root, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) != 0) {
+        snprintf(err, errlen, "cannot seal %s: %s", sp->mount_root, strerror(errno));
+        return -1;
+    }
+    /* Nothing else of any tenant's storage, nor the agent's state. */
+    for (int i = 0; i < sp->nhide; i++) {
+        struct stat sb;
+        if (stat(sp->hide[i], &sb) != 0 || !S_ISDIR(sb.st_mode))
+            continue;
+        if (mount("tmpfs", sp->hide[i], "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                  "size=4k,mode=0555") != 0) {
+            snprintf(err, errlen, "cannot hide %s: %s", sp->hide[i], strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void forward(int sig)
+{
+    kill(-1, sig); /* from the namespace's init: every other process in it */
+}
+
+/* The worker itself, after fork in the new PID namespace. */
+static void __attribute__((noreturn)) worker(const shim_spec *sp, int logfd, int errpipe)
+{
+    char prog[4096], ws[4096];
+    path_join(ws, sizeof ws, sp->mount_root, "workspace");
+    path_join(prog, sizeof prog, ws, sp->program);
+    setpgid(0, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    for (int s = 1; s < NSIG; s++)
+        signal(s, SIG_DFL);
+    int e = 0;
+    if (chdir(ws) != 0 || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        e = errno;
+    int null = open("/dev/null", O_RDONLY);
+    if (!e && (null < 0 || dup2(null, 0) < 0 || dup2(logfd, 1) < 0 || dup2(logfd, 2) < 0))
+        e = errno;
+    /* No descriptor of the agent or the shim reaches the program. */
+    if (!e)
+        close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+    char *argv[300];
+    int n = 0;
+    if (sp->launcher)
+        argv[n++] = (char *)sp->launcher;
+    argv[n++] = prog;
+    for (int i = 0; sp->args[i] && n < 298; i++)
+        argv[n++] = sp->args[i];
+    argv[n] = NULL;
+    if (!e) {
+        execve(argv[0], argv, sp->env);
+        e = errno;
+    }
+    ssize_t w = write(errpipe, &e, sizeof e);
+    (void)w;
+    _exit(127);
+}
+
+/* PID 1 of the worker's namespace: starts the worker, forwards stop
+ * signals, reaps, and reports how the worker ended on result. */
+static void __attribute__((noreturn)) ns_init(const shim_spec *sp, int logfd, int result)
+{
+    char line[320];
+    int ep[2];
+    if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0 ||
+        pipe2(ep, O_CLOEXEC) != 0) {
+        snprintf(line, sizeof line, "error cannot prepare the namespace: %s\n", strerror(errno));
+        ssize_t w = write(result, line, strlen(line));
+        (void)w;
+        _exit(1);
+    }
+    struct sigaction sa = {0};
+    sa.sa_handler = forward;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    pid_t w = fork();
+    if (w == 0) {
+        close(ep[0]);
+        worker(sp, logfd, ep[1]);
+    }
+    close(ep[1]);
+    int e = 0;
+    ssize_t got;
+    while ((got = read(ep[0], &e, sizeof e)) < 0 && errno == EINTR)
+        ;
+    if (got == (ssize_t)sizeof e) {
+        snprintf(line, sizeof line, "error cannot start %s%s%s: %s\n",
+                 sp->launcher ? sp->launcher : "", sp->launcher ? " " : "", sp->program,
+                 strerror(e));
+        ssize_t wr = write(result, line, strlen(line));
+        (void)wr;
+        _exit(1);
+    }
+    int st = 0;
+    for (;;) {
+        pid_t r = waitpid(-1, &st, 0);
+        if (r == w)
+            break;
+        if (r < 0 && errno != EINTR)
+            break;
+    }
+    if (WIFSIGNALED(st))
+        snprintf(line, sizeof line, "signal %d\n", WTERMSIG(st));
+    else
+        snprintf(line, sizeof line, "exit %d\n", WEXITSTATUS(st));
+    ssize_t wr = write(result, line, strlen(line));
+    (void)wr;
+    kill(-1, SIGKILL); /* anything the worker left behind */
+    _exit(0);
+}
+
+/* The detached shim: namespaces, mounts, init, and the final status. */
+static void __attribute__((noreturn)) outer(int dfd, int logfd, const shim_spec *sp)
+{
+    char err[300], line[320];
+    setsid();
+    if (unshare(CLONE_NEWNS | CLONE_NEWPID) != 0)
+        give_up(dfd, "cannot create namespaces: %s", strerror(errno));
+    if (setup_mounts(sp, err, sizeof err) != 0)
+        give_up(dfd, "%s", err);
+    int rp[2];
+    if (pipe2(rp, O_CLOEXEC) != 0)
+        give_up(dfd, "pipe: %s", strerror(errno));
+    pid_t init = fork();
+    if (init < 0)
+        give_up(dfd, "fork: %s", strerror(errno));
+    if (init == 0) {
+        close(rp[0]);
+        ns_init(sp, logfd, rp[1]);
+    }
+    close(rp[1]);
+    snprintf(line, sizeof line, "%d\n", (int)init);
+    put_file(dfd, "pid", line);
+    int st = 0;
+    while (waitpid(init, &st, 0) < 0 && errno == EINTR)
+        ;
+    ssize_t n;
+    while ((n = read(rp[0], line, sizeof line - 1)) < 0 && errno == EINTR)
+        ;
+    if (n > 0) {
+        line[n] = '\0';
+    } else if (WIFSIGNALED(st)) {
+        /* init itself was killed (the agent's SIGKILL after the grace period) */
+        snprintf(line, sizeof line, "signal %d\n", WTERMSIG(st));
+    } else {
+        snprintf(line, sizeof line, "error the worker's init ended without a word (%d)\n",
+                 WEXITSTATUS(st));
+    }
+    put_file(dfd, "status", line);
+    _exit(0);
+}
+
+int shim_launch(const char *dir, const shim_spec *sp, char *err, size_t errlen)
+{
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) {
+        snprintf(err, errlen, "%s: %s", dir, strerror(errno));
+        return -1;
+    }
+    int logfd = openat(dfd, "output.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (logfd < 0) {
+        snprintf(err, errlen, "%s/output.log: %s", dir, strerror(errno));
+        close(dfd);
+        return -1;
+    }
+    pid_t p = fork();
+    if (p == 0) {
+        /* Fork again so the shim is nobody's child: it outlives the agent. */
+        pid_t q = fork();
+        if (q != 0)
+            _exit(q < 0 ? 1 : 0);
+        outer(dfd, logfd, sp);
+    }
+    int st = 0, rc = 0;
+    if (p < 0 || waitpid(p, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        snprintf(err, errlen, "cannot start the shim: %s", p < 0 ? strerror(errno) : "fork failed");
+        rc = -1;
+    }
+    close(logfd);
+    close(dfd);
+    return rc;
+}

@@ -1,0 +1,46 @@
+/*
+ * shim: starts one worker in its sandbox and records how it ended.
+ *
+ * The agent forks a shim that detaches (new session, never the agent's
+ * child), so workers outlive an agent restart.  The shim enters a new mount
+ * and PID namespace, lays out the volumes under mount_root (datasets
+ * read-only, submounts included; the workspace writable), hides the host
+ * paths listed in hide, and forks the namespace's init, which starts the
+ * worker as its own process group with no new privileges and none of the
+ * agent's file descriptors.  When the worker ends, init ends, and the kernel
+ * kills whatever is left in the namespace: nothing of a worker survives it.
+ *
+ * Files in the worker's state directory:
+ *   pid         host pid of the namespace's init (signal it to stop the worker)
+ *   status      "exit N", "signal N" or "error MESSAGE", written once, atomically
+ *   output.log  the worker's stdout and stderr
+ */
+#ifndef COHORT_AGENT_SHIM_H
+#define COHORT_AGENT_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHIM_MAX_DATASETS 32
+#define SHIM_MAX_HIDE 8
+
+typedef struct shim_spec {
+    const char *program;    /* path inside the workspace */
+    const char *launcher;   /* absolute path of an interpreter, or NULL to exec program */
+    const char *mount_root; /* e.g. /cohort: datasets/ and workspace/ appear there */
+    const char *workspace;  /* host path */
+    int ndatasets;
+    const char *ds_name[SHIM_MAX_DATASETS];
+    const char *ds_path[SHIM_MAX_DATASETS]; /* host paths */
+    int nhide;
+    const char *hide[SHIM_MAX_HIDE];
+    char **env;  /* NULL-terminated "NAME=value" */
+    char **args; /* NULL-terminated, after the program */
+} shim_spec;
+
+/* Starts the worker described by sp with state directory dir.  Returns 0
+ * once the shim runs on its own (the outcome appears in dir/status later),
+ * -1 with a message when it could not be started at all. */
+int shim_launch(const char *dir, const shim_spec *sp, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,408 @@
+/*
+ * sup: worker table, reconciliation and stop escalation.
+ */
+#include "agent/sup.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/shim.h"
+#include "storage/util.h"
+
+#define MAX_WORKERS 4096
+
+enum wstate { W_STARTING, W_RUNNING, W_EXITED, W_FAILED };
+
+struct worker {
+    int64_t id;
+    enum wstate state;
+    int64_t exit_code, signal;
+    char message[256];
+    pid_t pid;
+    int64_t stop_at;    /* when SIGTERM was sent, 0: not stopping */
+    int killed;         /* SIGKILL sent */
+    int desired;        /* listed in the last desired state */
+    int final_sent;     /* its final state went out in a heartbeat */
+    int64_t seen_at;    /* first seen without pid, status or process */
+};
+
+struct sup {
+    sup_config cfg;
+    struct worker w[MAX_WORKERS];
+    int n;
+};
+
+static int64_t now_ms(void)
+{
+    return util_mono_us() / 1000;
+}
+
+static struct worker *find(sup *s, int64_t id)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->w[i].id == id)
+            return &s->w[i];
+    return NULL;
+}
+
+static int read_small(const char *dir, int64_t id, const char *name, char *out, size_t n)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%lld/%s", dir, (long long)id, name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t got = read(fd, out, n - 1);
+    close(fd);
+    if (got < 0)
+        return -1;
+    out[got] = '\0';
+    out[strcspn(out, "\n")] = '\0';
+    return 0;
+}
+
+static void write_small(const char *dir, int64_t id, const char *name, const char *text)
+{
+    char path[4200], tmp[4300];
+    snprintf(path, sizeof path, "%s/%lld/%s", dir, (long long)id, name);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return;
+    fputs(text, f);
+    int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    fclose(f);
+    if (ok)
+        rename(tmp, path);
+}
+
+/* Reads one worker's directory into w; 1 when its state changed. */
+static int refresh(sup *s, struct worker *w)
+{
+    char buf[300];
+    enum wstate before = w->state;
+    if (w->state == W_EXITED || w->state == W_FAILED)
+        return 0;
+    if (read_small(s->cfg.dir, w->id, "status", buf, sizeof buf) == 0) {
+        long v;
+        if (sscanf(buf, "exit %ld", &v) == 1) {
+            w->state = W_EXITED;
+            w->exit_code = v;
+        } else if (sscanf(buf, "signal %ld", &v) == 1) {
+            w->state = W_EXITED;
+            w->signal = v;
+        } else {
+            w->state = W_FAILED;
+            snprintf(w->message, sizeof w->message, "%.250s", strncmp(buf, "error ", 6) ? buf : buf + 6);
+        }
+        return 1;
+    }
+    if (read_small(s->cfg.dir, w->id, "pid", buf, sizeof buf) == 0) {
+        w->pid = (pid_t)atoi(buf);
+        if (w->pid > 0 && (kill(w->pid, 0) == 0 || errno == EPERM)) {
+            w->state = W_RUNNING;
+            w->seen_at = 0;
+            return before != W_RUNNING;
+        }
+    }
+    /* No status, and no live init: the shim is starting, or it died. */
+    if (!w->seen_at)
+        w->seen_at = now_ms();
+    if (now_ms() - w->seen_at > 10000) {
+        w->state = W_FAILED;
+        snprintf(w->message, sizeof w->message, "the worker's shim vanished");
+        write_small(s->cfg.dir, w->id, "status", "error the worker's shim vanished\n");
+        return 1;
+    }
+    return 0;
+}
+
+static struct worker *add(sup *s, int64_t id)
+{
+    if (s->n == MAX_WORKERS)
+        return NULL;
+    struct worker *w = &s->w[s->n++];
+    memset(w, 0, sizeof *w);
+    w->id = id;
+    w->exit_code = -1;
+    return w;
+}
+
+sup *sup_open(const sup_config *cfg, char *err, size_t errlen)
+{
+    sup *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->cfg = *cfg;
+    if (mkdir(cfg->dir, 0700) != 0 && errno != EEXIST) {
+        snprintf(err, errlen, "%s: %s", cfg->dir, strerror(errno));
+        free(s);
+        return NULL;
+    }
+    /* Pick up the workers a previous run of the agent left. */
+    DIR *d = opendir(cfg->dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        char *end;
+        long long id = strtoll(e->d_name, &end, 10);
+        char buf[8];
+        if (*end || id <= 0 || read_small(cfg->dir, id, "acked", buf, sizeof buf) == 0)
+            continue;
+        struct worker *w = add(s, id);
+        if (w)
+            refresh(s, w);
+    }
+    if (d)
+        closedir(d);
+    return s;
+}
+
+void sup_close(sup *s)
+{
+    free(s);
+}
+
+int sup_scan(sup *s)
+{
+    int changed = 0;
+    for (int i = 0; i < s->n; i++)
+        changed |= refresh(s, &s->w[i]);
+    return changed;
+}
+
+static const char *launcher_for(sup *s, const char *image, const char *framework)
+{
+    for (int i = 0; i < s->cfg.nlaunchers; i++)
+        if (!strcmp(s->cfg.launcher_image[i], image))
+            return s->cfg.launcher_path[i][0] ? s->cfg.launcher_path[i] : NULL;
+    for (int i = 0; i < s->cfg.nlaunchers; i++)
+        if (!strcmp(s->cfg.launcher_image[i], framework))
+            return s->cfg.launcher_path[i][0] ? s->cfg.launcher_path[i] : NULL;
+    return NULL;
+}
+
+static const char *jstr(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* Builds the shim's spec from a launch spec and starts it. */
+static void launch(sup *s, struct worker *w, const cJSON *spec)
+{
+    char dir[4200], err[300] = "";
+    char *envv[256], *argv[300];
+    int ne = 0, na = 0;
+    shim_spec sp = {0};
+    snprintf(dir, sizeof dir, "%s/%lld", s->cfg.dir, (long long)w->id);
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        snprintf(err, sizeof err, "cannot create %.200s: %s", dir, strerror(errno));
+        goto fail;
+    }
+    char *text = cJSON_PrintUnformatted(spec);
+    if (text) {
+        write_small(s->cfg.dir, w->id, "spec.json", text);
+        free(text);
+    }
+    const char *image = jstr(spec, "image"), *fw = jstr(spec, "framework");
+    sp.program = jstr(spec, "program");
+    sp.mount_root = jstr(spec, "mount_root");
+    sp.workspace = jstr(spec, "workspace");
+    if (!image || !fw || !sp.program || !sp.mount_root || !sp.workspace ||
+        !util_relpath_valid(sp.program, strlen(sp.program))) {
+        snprintf(err, sizeof err, "the launch spec is incomplete (is the workspace gone?)");
+        goto fail;
+    }
+    sp.launcher = launcher_for(s, image, fw);
+    if (strcmp(fw, "native") && !sp.launcher) {
+        snprintf(err, sizeof err, "no launcher on this node for image %s (see --launcher)", image);
+        goto fail;
+    }
+    const cJSON *d;
+    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "datasets"))
+    {
+        const char *name = jstr(d, "name"), *path = jstr(d, "path");
+        if (!name || !util_name_valid(name) || !path || sp.ndatasets == SHIM_MAX_DATASETS) {
+            snprintf(err, sizeof err, "dataset %s is missing", name ? name : "?");
+            goto fail;
+        }
+        sp.ds_name[sp.ndatasets] = name;
+        sp.ds_path[sp.ndatasets++] = path;
+    }
+    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "hide"))
+    {
+        if (cJSON_IsString(d) && sp.nhide < SHIM_MAX_HIDE - 1)
+            sp.hide[sp.nhide++] = d->valuestring;
+    }
+    sp.hide[sp.nhide++] = s->cfg.agent_dir;
+    /* The contract's variables, then a minimal base the job did not set. */
+    static const char *const base[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                                       "LANG=C.UTF-8", "PYTHONUNBUFFERED=1", NULL};
+    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "env"))
+    {
+        if (!cJSON_IsString(d) || ne >= 250)
+            continue;
+        size_t len = strlen(d->string) + strlen(d->valuestring) + 2;
+        envv[ne] = malloc(len);
+        if (envv[ne])
+            snprintf(envv[ne++], len, "%s=%s", d->string, d->valuestring);
+    }
+    for (int i = 0; base[i]; i++) {
+        size_t k = strcspn(base[i], "=");
+        int set = 0;
+        for (int j = 0; j < ne; j++)
+            set |= !strncmp(envv[j], base[i], k + 1);
+        if (!set)
+            envv[ne++] = strdup(base[i]);
+    }
+    char home[4200];
+    snprintf(home, sizeof home, "HOME=%s/workspace", sp.mount_root);
+    envv[ne++] = strdup(home);
+    envv[ne] = NULL;
+    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "args"))
+    {
+        if (cJSON_IsString(d) && na < 298)
+            argv[na++] = d->valuestring;
+    }
+    argv[na] = NULL;
+    sp.env = envv;
+    sp.args = argv;
+    int rc = shim_launch(dir, &sp, err, sizeof err);
+    for (int i = 0; i < ne; i++)
+        free(envv[i]);
+    if (rc == 0) {
+        w->state = W_STARTING;
+        return;
+    }
+fail:
+    fprintf(stderr, "cohort-agent: worker %lld: %s\n", (long long)w->id, err);
+    {
+        char line[320];
+        snprintf(line, sizeof line, "error %s\n", err);
+        if (mkdir(dir, 0700) == 0 || errno == EEXIST)
+            write_small(s->cfg.dir, w->id, "status", line);
+    }
+    w->state = W_FAILED;
+    snprintf(w->message, sizeof w->message, "%s", err);
+}
+
+static void stop(struct worker *w)
+{
+    if (w->stop_at || (w->state != W_RUNNING && w->state != W_STARTING))
+        return;
+    w->stop_at = now_ms();
+    if (w->pid > 0)
+        kill(w->pid, SIGTERM);
+}
+
+void sup_reconcile(sup *s, const cJSON *workers)
+{
+    for (int i = 0; i < s->n; i++)
+        s->w[i].desired = 0;
+    const cJSON *spec;
+    cJSON_ArrayForEach(spec, workers)
+    {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(spec, "id");
+        if (!cJSON_IsNumber(id) || id->valuedouble < 1)
+            continue;
+        struct worker *w = find(s, (int64_t)id->valuedouble);
+        if (!w) {
+            w = add(s, (int64_t)id->valuedouble);
+            if (!w)
+                continue;
+            launch(s, w, spec);
+        }
+        w->desired = 1;
+    }
+    for (int i = 0; i < s->n; i++)
+        if (!s->w[i].desired)
+            stop(&s->w[i]);
+}
+
+void sup_tick(sup *s)
+{
+    int64_t now = now_ms();
+    for (int i = 0; i < s->n; i++) {
+        struct worker *w = &s->w[i];
+        if (w->stop_at && !w->killed && w->pid > 0 && w->state == W_RUNNING &&
+            now - w->stop_at > s->cfg.grace_ms) {
+            kill(w->pid, SIGKILL);
+            w->killed = 1;
+        } else if (w->stop_at && w->pid <= 0 && w->state == W_STARTING) {
+            /* Stopped before its pid was known: signal once it is. */
+            char buf[32];
+            if (read_small(s->cfg.dir, w->id, "pid", buf, sizeof buf) == 0) {
+                w->pid = (pid_t)atoi(buf);
+                if (w->pid > 0)
+                    kill(w->pid, SIGTERM);
+            }
+        }
+    }
+}
+
+void sup_stop_all(sup *s)
+{
+    for (int i = 0; i < s->n; i++)
+        stop(&s->w[i]);
+}
+
+cJSON *sup_report(sup *s)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < s->n; i++) {
+        struct worker *w = &s->w[i];
+        if (w->state == W_STARTING)
+            continue;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "id", (double)w->id);
+        if (w->state == W_RUNNING) {
+            cJSON_AddStringToObject(o, "state", "running");
+        } else if (w->state == W_EXITED) {
+            cJSON_AddStringToObject(o, "state", "exited");
+            if (w->signal)
+                cJSON_AddNumberToObject(o, "signal", (double)w->signal);
+            else
+                cJSON_AddNumberToObject(o, "exit_code", (double)w->exit_code);
+        } else {
+            cJSON_AddStringToObject(o, "state", "failed");
+            cJSON_AddStringToObject(o, "message", w->message);
+        }
+        cJSON_AddItemToArray(a, o);
+    }
+    return a;
+}
+
+void sup_reported(sup *s)
+{
+    int j = 0;
+    for (int i = 0; i < s->n; i++) {
+        struct worker *w = &s->w[i];
+        int done = w->state == W_EXITED || w->state == W_FAILED;
+        if (done && w->final_sent && !w->desired) {
+            write_small(s->cfg.dir, w->id, "acked", "1\n");
+            continue; /* forgotten */
+        }
+        if (done)
+            w->final_sent = 1;
+        s->w[j++] = *w;
+    }
+    s->n = j;
+}
+
+int sup_running(sup *s)
+{
+    int n = 0;
+    for (int i = 0; i < s->n; i++)
+        n += s->w[i].state == W_RUNNING || s->w[i].state == W_STARTING;
+    return n;
+}

@@ -1,0 +1,47 @@
+/*
+ * sup: the workers of this node, as their state directories tell.  Launches
+ * what the desired state lists and is not here, stops (SIGTERM, SIGKILL
+ * after the grace period) what runs and is no longer listed, and reports
+ * every worker's state for the heartbeat.  Level-triggered: everything is
+ * recomputed from the directories, so a restarted agent picks up its
+ * workers where they are.
+ */
+#ifndef COHORT_AGENT_SUP_H
+#define COHORT_AGENT_SUP_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SUP_MAX_LAUNCHERS 16
+
+typedef struct sup_config {
+    const char *dir;        /* one sub-directory per worker */
+    const char *agent_dir;  /* hidden from workers */
+    int64_t grace_ms;       /* SIGTERM, then SIGKILL after this */
+    int nlaunchers;
+    const char *launcher_image[SUP_MAX_LAUNCHERS];
+    const char *launcher_path[SUP_MAX_LAUNCHERS];
+} sup_config;
+
+typedef struct sup sup;
+
+sup *sup_open(const sup_config *cfg, char *err, size_t errlen);
+void sup_close(sup *s);
+/* Re-reads every worker's directory; 1 when some state changed. */
+int sup_scan(sup *s);
+/* Brings the node to the desired list (the "workers" array of a desired state). */
+void sup_reconcile(sup *s, const cJSON *workers);
+/* Sends SIGKILL to workers past their grace period. */
+void sup_tick(sup *s);
+/* Stops every worker (lease lost, or the agent stops). */
+void sup_stop_all(sup *s);
+/* The heartbeat's "workers" array (caller deletes). */
+cJSON *sup_report(sup *s);
+/* After a heartbeat with that report was accepted: finished workers that
+ * are no longer desired are forgotten. */
+void sup_reported(sup *s);
+/* Workers still running. */
+int sup_running(sup *s);
+
+#endif
