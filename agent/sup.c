@@ -293,7 +293,7 @@ fail:
             write_small(s->cfg.dir, w->id, "status", line);
     }
     w->state = W_FAILED;
-    snprintf(w->message, sizeof w->message, "%s", err);
+    snprintf(w->message, sizeof w->message, "%.250s", err);
 }
 
 static void stop(struct worker *w)

@@ -52,12 +52,15 @@ CREATE TABLE workers (
 CREATE INDEX workers_node ON workers(node_id, state);
 CREATE INDEX workers_job ON workers(job_id, attempt);
 
--- The rendezvous port of a job's current attempt, on the node of rank 0.
+-- The rendezvous port of an attempt, on the node of its rank 0.  Held until
+-- every worker of that attempt has ended, not merely until the job moved on.
 CREATE TABLE job_ports (
     node_id INTEGER NOT NULL REFERENCES nodes(id),
     port    INTEGER NOT NULL,
-    job_id  INTEGER NOT NULL UNIQUE REFERENCES jobs(id) ON DELETE CASCADE,
-    PRIMARY KEY (node_id, port)
+    job_id  INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+    attempt INTEGER NOT NULL,
+    PRIMARY KEY (node_id, port),
+    UNIQUE (job_id, attempt)
 );
 
 -- Limits per tenant; NULL means no limit.

@@ -50,12 +50,10 @@ static void describe(store_tx *tx, const store_worker *w, char *out, size_t n)
                  node, (long long)w->exit_code);
 }
 
+/* Its port stays reserved until its last worker has ended (store_port_release_idle). */
 static int stop_attempt(store_tx *tx, const store_job *j)
 {
-    int rc = store_worker_stop_attempt(tx, j->id, j->attempt);
-    if (rc == STORE_OK)
-        rc = store_port_release(tx, j->id);
-    return rc;
+    return store_worker_stop_attempt(tx, j->id, j->attempt);
 }
 
 int sched_job_eval(store_tx *tx, int64_t job_id)
@@ -93,11 +91,8 @@ int sched_job_eval(store_tx *tx, int64_t job_id)
             rc = store_job_transition(tx, j.id, "STARTING", "RUNNING", why);
             snprintf(j.state, sizeof j.state, "RUNNING");
         }
-        if (rc == STORE_OK && t.ok == t.total) {
-            rc = store_port_release(tx, j.id);
-            if (rc == STORE_OK)
-                rc = store_job_transition(tx, j.id, "RUNNING", "SUCCEEDED", "every rank exited 0");
-        }
+        if (rc == STORE_OK && t.ok == t.total)
+            rc = store_job_transition(tx, j.id, "RUNNING", "SUCCEEDED", "every rank exited 0");
     }
 out:
     store_job_clear(&j);

@@ -201,7 +201,7 @@ static int commit_placement(store_tx *tx, struct pass *p, const sched_job *j,
     int64_t port = free_port(tx, master);
     if (port < 0)
         return STORE_CONFLICT;
-    int rc = store_port_reserve(tx, master->id, port, j->id);
+    int rc = store_port_reserve(tx, master->id, port, j->id, b->attempt);
     for (int64_t r = 0; rc == STORE_OK && r < m; r++) {
         for (int64_t l = 0; rc == STORE_OK && l < per_node; l++) {
             store_worker w = {0};
@@ -259,7 +259,11 @@ static int schedule(store_tx *tx, void *arg)
             continue;
         int64_t shape = sched_shape(p->nodes, (int)p->nnodes, j);
         const char *q = over_quota(p, j, u, why, sizeof why);
-        if (q) {
+        int64_t live = 0;
+        if (store_worker_live(tx, j->id, &live) == STORE_OK && live > 0) {
+            /* Two attempts of one gang never overlap. */
+            set_reason(tx, b, "retry: waiting for the previous attempt's workers to stop");
+        } else if (q) {
             set_reason(tx, b, q);
         } else if (p->nnodes == 0) {
             set_reason(tx, b, "resources: no node has registered yet");
@@ -326,7 +330,9 @@ static int tick(store_tx *tx, void *arg)
 {
     struct tick *t = arg;
     t->tx = tx;
-    int rc = store_node_mark_down(tx, t->now - t->node_timeout_ms, node_down, t);
+    int rc = store_port_release_idle(tx);
+    if (rc == STORE_OK)
+        rc = store_node_mark_down(tx, t->now - t->node_timeout_ms, node_down, t);
     struct timeout_scan s = {.now = t->now};
     if (rc == STORE_OK)
         rc = store_job_briefs_tx(tx, "RUNNING", find_timeouts, &s);

@@ -386,9 +386,11 @@ int store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms,
     return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
 }
 
-int store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_id)
+int store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_id,
+                       int64_t attempt)
 {
-    static const char sql[] = "INSERT INTO job_ports(node_id, port, job_id) VALUES (?1, ?2, ?3)";
+    static const char sql[] =
+        "INSERT INTO job_ports(node_id, port, job_id, attempt) VALUES (?1, ?2, ?3, ?4)";
     store_conn *c = store_tx_conn(tx);
     sqlite3_stmt *st = store_stmt(c, sql);
     if (!st)
@@ -396,14 +398,37 @@ int store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_
     sqlite3_bind_int64(st, 1, node_id);
     sqlite3_bind_int64(st, 2, port);
     sqlite3_bind_int64(st, 3, job_id);
+    sqlite3_bind_int64(st, 4, attempt);
     return store_step_change(c, st, NULL);
 }
 
-int store_port_release(store_tx *tx, int64_t job_id)
+int store_port_release_idle(store_tx *tx)
 {
-    static const char sql[] = "DELETE FROM job_ports WHERE job_id = ?1";
-    int rc = store_tx_exec_id(tx, sql, job_id);
+    static const char sql[] =
+        "DELETE FROM job_ports WHERE NOT EXISTS (SELECT 1 FROM workers w"
+        " WHERE w.job_id = job_ports.job_id AND w.attempt = job_ports.attempt"
+        " AND w.state IN ('assigned', 'running'))";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    int rc = store_step_change(c, st, NULL);
     return rc == STORE_NOTFOUND ? STORE_OK : rc;
+}
+
+int store_worker_live(store_tx *tx, int64_t job_id, int64_t *n)
+{
+    static const char sql[] = "SELECT count(*) FROM workers WHERE job_id = ?1"
+                              " AND state IN ('assigned', 'running')";
+    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    int rc = store_step_row(st);
+    if (rc == STORE_OK)
+        *n = sqlite3_column_int64(st, 0);
+    sqlite3_reset(st);
+    return rc;
 }
 
 int store_port_used(store_tx *tx, int64_t node_id, int64_t *ports, int n)

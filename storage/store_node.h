@@ -85,9 +85,13 @@ int store_worker_stop_attempt(store_tx *tx, int64_t job_id, int64_t attempt);
 int store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms,
                            void (*row)(void *arg, int64_t job_id), void *arg);
 
-/* Reserves port on node for job; STORE_CONFLICT when taken. */
-int store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_id);
-int store_port_release(store_tx *tx, int64_t job_id);
+/* Reserves port on node for an attempt of a job; STORE_CONFLICT when taken. */
+int store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_id,
+                       int64_t attempt);
+/* Frees the ports of attempts none of whose workers is alive any more. */
+int store_port_release_idle(store_tx *tx);
+/* Workers of the job, of any attempt, still assigned or running. */
+int store_worker_live(store_tx *tx, int64_t job_id, int64_t *n);
 /* Ports in use on node, into ports[] (at most n); returns the count or < 0. */
 int store_port_used(store_tx *tx, int64_t node_id, int64_t *ports, int n);
 

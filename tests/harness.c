@@ -335,3 +335,120 @@ int th_cohortd_once(const char *const *args, char *out, size_t n)
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
+
+/* ---- agents ---- */
+
+int th_can_sandbox(void)
+{
+    return geteuid() == 0;
+}
+
+static void agent_launch(th_agent *a, th_daemon *d, const char *const *extra)
+{
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        const char *argv[40] = {COHORT_AGENT_BIN, "--server", d->base, "--name", a->name,
+                                "--data-dir", a->dir, "--join-token", a->join,
+                                "--stop-grace", "2", "--address", "127.0.0.1"};
+        int n = 13;
+        for (int i = 0; extra && extra[i] && n < 38; i++)
+            argv[n++] = extra[i];
+        argv[n] = NULL;
+        char logp[420];
+        snprintf(logp, sizeof logp, "%s.log", a->dir);
+        FILE *f = freopen(logp, "a", stdout);
+        (void)f;
+        dup2(1, 2);
+        execv(COHORT_AGENT_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    a->pid = pid;
+}
+
+void th_agent_start(th_agent *a, th_daemon *d, const char *name, const char *const *extra)
+{
+    memset(a, 0, sizeof *a);
+    snprintf(a->name, sizeof a->name, "%s", name);
+    snprintf(a->dir, sizeof a->dir, "%s/agent-%s", d->dir, name);
+    th_resp r = th_post(d, "/v1/nodes/join-tokens", TH_ADMIN, NULL);
+    cr_assert_eq(r.status, 201, "join token: %s", r.body);
+    snprintf(a->join, sizeof a->join, "%s", th_str(&r, "token"));
+    th_free(&r);
+    agent_launch(a, d, extra);
+    for (int i = 0; i < 500; i++) {
+        r = th_get(d, "/v1/nodes?limit=200", TH_ADMIN);
+        char needle[96];
+        snprintf(needle, sizeof needle, "\"name\":\"%s\"", name);
+        int found = strstr(r.body, needle) != NULL;
+        th_free(&r);
+        if (found)
+            return;
+        int st;
+        if (waitpid(a->pid, &st, WNOHANG) == a->pid)
+            cr_assert_fail("cohort-agent %s exited during start-up; see %s.log", name, a->dir);
+        sleep_ms(20);
+    }
+    cr_assert_fail("cohort-agent %s did not register within 10 s", name);
+}
+
+void th_agent_restart(th_agent *a, th_daemon *d, const char *const *extra)
+{
+    agent_launch(a, d, extra);
+}
+
+int th_agent_stop(th_agent *a)
+{
+    int st = 0;
+    if (a->pid <= 0)
+        return 0;
+    kill(a->pid, SIGTERM);
+    waitpid(a->pid, &st, 0);
+    a->pid = 0;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+void th_agent_kill9(th_agent *a)
+{
+    if (a->pid <= 0)
+        return;
+    kill(a->pid, SIGKILL);
+    waitpid(a->pid, NULL, 0);
+    a->pid = 0;
+}
+
+void th_agent_cleanup(th_agent *a)
+{
+    if (a->pid > 0)
+        th_agent_stop(a);
+}
+
+int th_wait_state(th_daemon *d, const char *tok, long job, const char *want, int timeout_ms,
+                  char *seen)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%ld", job);
+    seen[0] = '\0';
+    for (int waited = 0; waited <= timeout_ms; waited += 50) {
+        th_resp r = th_get(d, path, tok);
+        snprintf(seen, 16, "%s", th_str(&r, "state"));
+        th_free(&r);
+        if (!strcmp(seen, want))
+            return 1;
+        if (!strcmp(seen, "SUCCEEDED") || !strcmp(seen, "FAILED") || !strcmp(seen, "CANCELLED"))
+            return 0;
+        sleep_ms(50);
+    }
+    return 0;
+}
+
+void th_put_text(th_daemon *d, const char *tok, const char *ws, const char *path,
+                 const char *text, const char *mode)
+{
+    char p[512];
+    snprintf(p, sizeof p, "/v1/workspaces/%s/files/%s%s%s", ws, path, mode ? "?mode=" : "",
+             mode ? mode : "");
+    th_resp r = th_put_file(d, p, tok, text, strlen(text));
+    cr_assert_eq(r.status, 201, "upload %s: %s", path, r.body);
+    th_free(&r);
+}

@@ -74,4 +74,33 @@ void th_db_digest(th_daemon *d, char out[65]);
 /* The output of running sql through the sqlite3 shell on the database. */
 void th_db_query(th_daemon *d, const char *sql, char *out, size_t n);
 
+/* ---- agents ---- */
+
+typedef struct th_agent {
+    pid_t pid;
+    char dir[400];
+    char name[64];
+    char join[80];
+} th_agent;
+
+/* 1 when the tests may create namespaces (root); otherwise the caller skips. */
+int th_can_sandbox(void);
+/* Starts cohort-agent for d with a fresh join token and waits until its node is
+ * registered; extra args (may be NULL) are appended. */
+void th_agent_start(th_agent *a, th_daemon *d, const char *name, const char *const *extra);
+/* Starts it again with the same data dir (it keeps its node identity). */
+void th_agent_restart(th_agent *a, th_daemon *d, const char *const *extra);
+/* SIGTERM (it stops its workers) and wait; returns its exit status. */
+int th_agent_stop(th_agent *a);
+void th_agent_kill9(th_agent *a);
+void th_agent_cleanup(th_agent *a);
+
+/* Polls the job until its state is want (or a final state), at most timeout_ms;
+ * returns 1 when it reached want.  The last state seen goes to seen[16]. */
+int th_wait_state(th_daemon *d, const char *tok, long job, const char *want, int timeout_ms,
+                  char *seen);
+/* Writes a file into a workspace through the API (mode "755" or NULL). */
+void th_put_text(th_daemon *d, const char *tok, const char *ws, const char *path,
+                 const char *text, const char *mode);
+
 #endif

@@ -1,0 +1,478 @@
+/*
+ * Real cohortd, real agents, real processes: the worker contract on one
+ * node and across two, gang failure and retry, cancel leaving nothing
+ * behind, placement that waits instead of splitting a gang, quotas, and a
+ * cohortd restart under a running job.  Needs root (namespaces).
+ */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+
+static th_daemon d;
+static th_agent ag[2];
+static int nagents;
+static char tok[80];
+
+static void teardown(void)
+{
+    for (int i = 0; i < nagents; i++)
+        th_agent_cleanup(&ag[i]);
+    th_stop(&d);
+    th_cleanup(&d);
+}
+
+TestSuite(agent, .fini = teardown, .timeout = 120);
+
+/* cohortd, a member token, workspace "ws", dataset "ds" holding sub/a.txt. */
+static void platform(const char *const *cohortd_args)
+{
+    if (!th_can_sandbox())
+        cr_skip_test("needs root to create mount and PID namespaces");
+    th_start(&d, cohortd_args);
+    th_user(&d, "acme", "alice", "member", tok);
+    th_resp r = th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}");
+    cr_assert_eq(r.status, 201);
+    th_free(&r);
+    r = th_post(&d, "/v1/datasets", tok, "{\"name\":\"ds\"}");
+    cr_assert_eq(r.status, 201);
+    th_free(&r);
+    r = th_put_file(&d, "/v1/datasets/ds/files/sub/a.txt", tok, "hello", 5);
+    cr_assert_eq(r.status, 201);
+    th_free(&r);
+}
+
+static void agents(int n, const char *cpus)
+{
+    static const char *const names[] = {"n1", "n2"};
+    static const char *const ports[] = {"31000-31099", "31100-31199"};
+    for (int i = 0; i < n; i++) {
+        const char *extra[] = {"--cpus", cpus, "--memory-mb", "65536", "--port-range", ports[i], NULL};
+        th_agent_start(&ag[i], &d, names[i], extra);
+    }
+    nagents = n;
+}
+
+static long submit(const char *body)
+{
+    th_resp r = th_post(&d, "/v1/jobs", tok, body);
+    cr_assert_eq(r.status, 201, "submit: %s", r.body);
+    long id = (long)th_num(&r, "id");
+    th_free(&r);
+    return id;
+}
+
+/* The value of KEY in a KEY=VALUE file fetched from the workspace ("" if absent). */
+static void value_of(const char *text, const char *key, char *out, size_t n)
+{
+    size_t kl = strlen(key);
+    out[0] = '\0';
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+        if (!strncmp(p, key, kl) && p[kl] == '=') {
+            size_t len = strcspn(p + kl + 1, "\n");
+            snprintf(out, n, "%.*s", (int)len, p + kl + 1);
+            return;
+        }
+    }
+}
+
+static char *fetch(const char *path)
+{
+    char p[256];
+    snprintf(p, sizeof p, "/v1/workspaces/ws/files/%s", path);
+    th_resp r = th_get(&d, p, tok);
+    cr_assert_eq(r.status, 200, "%s: %ld %s", path, r.status, r.body);
+    char *body = r.body;
+    r.body = NULL;
+    th_free(&r);
+    return body;
+}
+
+/* Polls until no worker of the job reads running or assigned (at most 10 s). */
+static void wait_workers_ended(long id)
+{
+    char p[64];
+    snprintf(p, sizeof p, "/v1/jobs/%ld/workers", id);
+    for (int i = 0; i < 100; i++) {
+        th_resp r = th_get(&d, p, tok);
+        int live = strstr(r.body, "\"running\"") != NULL || strstr(r.body, "\"assigned\"") != NULL;
+        th_free(&r);
+        if (!live)
+            return;
+        usleep(100000);
+    }
+}
+
+#define ENV_PROG                                                                               \
+    "#!/bin/sh\n"                                                                              \
+    "out=\"$WORKSPACE/out/env-$RANK.txt\"\n"                                                   \
+    "mkdir -p \"$WORKSPACE/out\"\n"                                                            \
+    "env | sort > \"$out.tmp\"\n"                                                              \
+    "echo \"ARGS=$*\" >> \"$out.tmp\"\n"                                                       \
+    "echo \"CWD=$(pwd)\" >> \"$out.tmp\"\n"                                                    \
+    "echo \"DATA=$(cat \"$DATASETS_PATH/ds/sub/a.txt\")\" >> \"$out.tmp\"\n"                   \
+    "echo \"ROWRITE=$(touch \"$DATASETS_PATH/ds/sub/new\" 2>&1)\" >> \"$out.tmp\"\n"           \
+    "echo \"HIDDEN=$(ls -A \"$PROBE_HIDDEN\" 2>&1 | wc -l)\" >> \"$out.tmp\"\n"                \
+    "echo \"PIDS=$(ls /proc | grep -c '^[0-9]')\" >> \"$out.tmp\"\n"                           \
+    "mv \"$out.tmp\" \"$out\"\n"
+
+static void check_rank(int rank, int world, int per_node, const char *port)
+{
+    char path[64], v[512], want[128];
+    snprintf(path, sizeof path, "out/env-%d.txt", rank);
+    char *t = fetch(path);
+    struct {
+        const char *key;
+        long val;
+    } nums[] = {{"RANK", rank},
+                {"LOCAL_RANK", rank % per_node},
+                {"NODE_RANK", rank / per_node},
+                {"WORLD_SIZE", world},
+                {"WORKER_PER_NODE", per_node},
+                {"EPOCHS", 3},
+                {"BATCH_SIZE", 16}};
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        value_of(t, nums[i].key, v, sizeof v);
+        snprintf(want, sizeof want, "%ld", nums[i].val);
+        cr_expect_str_eq(v, want, "rank %d: %s", rank, nums[i].key);
+    }
+    const char *strs[][2] = {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port},
+                             {"BACKEND", "gloo"},          {"DATASETS", "ds"},
+                             {"DATASETS_PATH", "/cohort/datasets"},
+                             {"WORKSPACE", "/cohort/workspace"},
+                             {"LR", "0.05"},               {"MY_VAR", "from the job"},
+                             {"CWD", "/cohort/workspace"}, {"DATA", "hello"},
+                             {"HIDDEN", "0"}};
+    for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++) {
+        value_of(t, strs[i][0], v, sizeof v);
+        cr_expect_str_eq(v, strs[i][1], "rank %d: %s", rank, strs[i][0]);
+    }
+    value_of(t, "ARGS", v, sizeof v);
+    snprintf(want, sizeof want, "--local_rank=%d --foo bar baz", rank % per_node);
+    cr_expect_str_eq(v, want, "rank %d: the command line", rank);
+    value_of(t, "ROWRITE", v, sizeof v);
+    cr_expect(strstr(v, "Read-only file system") != NULL, "rank %d: a dataset write gave '%s'",
+              rank, v);
+    value_of(t, "PIDS", v, sizeof v);
+    cr_expect_lt(atoi(v), 10, "rank %d sees %s processes: not its own PID namespace", rank, v);
+    free(t);
+}
+
+static void master_port(long job, char *out, size_t n)
+{
+    char p[64];
+    snprintf(p, sizeof p, "/v1/jobs/%ld/workers", job);
+    th_resp r = th_get(&d, p, tok);
+    cr_assert_eq(r.status, 200);
+    th_free(&r);
+    char *t = fetch("out/env-0.txt");
+    value_of(t, "MASTER_PORT", out, n);
+    free(t);
+}
+
+Test(agent, worker_contract_on_one_node)
+{
+    platform(NULL);
+    agents(1, "8");
+    th_put_text(&d, tok, "ws", "prog.sh", ENV_PROG, "755");
+    char body[1024];
+    snprintf(body, sizeof body,
+             "{\"name\":\"env\",\"image\":\"native\",\"datasets\":[\"ds\"],\"workspace\":\"ws\","
+             "\"code_path\":\"prog.sh\",\"args\":[\"--foo\",\"bar baz\"],\"epochs\":3,\"lr\":0.05,"
+             "\"batch_size\":16,\"worker_spec\":\"cpu-small\",\"worker_count\":4,"
+             "\"env\":{\"MY_VAR\":\"from the job\",\"PROBE_HIDDEN\":\"%s/volumes\"}}",
+             d.dir);
+    long id = submit(body);
+    char seen[16];
+    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 30000, seen), "job ended %s", seen);
+    char port[16];
+    master_port(id, port, sizeof port);
+    cr_expect(atoi(port) >= 31000 && atoi(port) <= 31099, "MASTER_PORT %s outside the range", port);
+    for (int rank = 0; rank < 4; rank++)
+        check_rank(rank, 4, 4, port);
+
+    char p[64];
+    snprintf(p, sizeof p, "/v1/jobs/%ld/events", id);
+    th_resp r = th_get(&d, p, tok);
+    const char *order[] = {"PENDING", "STARTING", "RUNNING", "SUCCEEDED"};
+    const cJSON *items = cJSON_GetObjectItem(r.json, "items");
+    cr_assert_eq(cJSON_GetArraySize(items), 4, "%s", r.body);
+    for (int i = 0; i < 4; i++)
+        cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(items, i), "to")->valuestring,
+                         order[i]);
+    th_free(&r);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/workers", id);
+    r = th_get(&d, p, tok);
+    const cJSON *w;
+    int n = 0;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItem(r.json, "items"))
+    {
+        cr_expect_str_eq(cJSON_GetObjectItem(w, "state")->valuestring, "exited");
+        cr_expect_eq(cJSON_GetObjectItem(w, "exit_code")->valuedouble, 0);
+        n++;
+    }
+    cr_expect_eq(n, 4);
+    th_free(&r);
+}
+
+Test(agent, two_per_node_on_two_agents)
+{
+    platform(NULL);
+    agents(2, "2");
+    th_put_text(&d, tok, "ws", "prog.sh", ENV_PROG, "755");
+    char body[1024];
+    snprintf(body, sizeof body,
+             "{\"name\":\"env2\",\"image\":\"native\",\"datasets\":[\"ds\"],\"workspace\":\"ws\","
+             "\"code_path\":\"prog.sh\",\"args\":[\"--foo\",\"bar baz\"],\"epochs\":3,\"lr\":0.05,"
+             "\"batch_size\":16,\"worker_spec\":\"cpu-small\",\"worker_count\":4,"
+             "\"workers_per_node\":2,"
+             "\"env\":{\"MY_VAR\":\"from the job\",\"PROBE_HIDDEN\":\"%s/volumes\"}}",
+             d.dir);
+    long id = submit(body);
+    char seen[16];
+    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 30000, seen), "job ended %s", seen);
+    char port[16];
+    master_port(id, port, sizeof port);
+    for (int rank = 0; rank < 4; rank++)
+        check_rank(rank, 4, 2, port);
+    char p[64];
+    snprintf(p, sizeof p, "/v1/jobs/%ld/workers", id);
+    th_resp r = th_get(&d, p, tok);
+    double node[4];
+    const cJSON *w;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItem(r.json, "items"))
+    {
+        int rank = (int)cJSON_GetObjectItem(w, "rank")->valuedouble;
+        node[rank] = cJSON_GetObjectItem(w, "node_id")->valuedouble;
+    }
+    th_free(&r);
+    cr_expect_eq(node[0], node[1], "ranks 0 and 1 share a node");
+    cr_expect_eq(node[2], node[3], "ranks 2 and 3 share a node");
+    cr_expect_neq(node[0], node[2], "the gang spans both nodes");
+}
+
+Test(agent, a_failed_rank_stops_the_gang_retries_then_fails)
+{
+    platform(NULL);
+    agents(1, "8");
+    th_put_text(&d, tok, "ws", "fail.sh",
+                "#!/bin/sh\n"
+                "if [ \"$RANK\" = 1 ]; then sleep 0.5; exit 3; fi\n"
+                "exec sleep 60\n",
+                "755");
+    long id = submit("{\"name\":\"fails\",\"image\":\"native\",\"workspace\":\"ws\","
+                     "\"code_path\":\"fail.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                     "\"worker_spec\":\"cpu-small\",\"worker_count\":2,\"max_retries\":1}");
+    char seen[16];
+    cr_assert(th_wait_state(&d, tok, id, "FAILED", 40000, seen), "job ended %s", seen);
+    char p[64];
+    snprintf(p, sizeof p, "/v1/jobs/%ld", id);
+    th_resp r = th_get(&d, p, tok);
+    cr_expect(strstr(th_str(&r, "reason"), "rank 1 on node n1 exited with status 3") != NULL,
+              "reason: %s", th_str(&r, "reason"));
+    cr_expect_eq(th_num(&r, "attempt"), 2, "there was no retry");
+    th_free(&r);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/events", id);
+    r = th_get(&d, p, tok);
+    cr_expect(strstr(r.body, "attempt 1 failed: rank 1 on node n1 exited with status 3; retrying") != NULL,
+              "%s", r.body);
+    th_free(&r);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/workers", id);
+    wait_workers_ended(id);
+    r = th_get(&d, p, tok);
+    const cJSON *w;
+    int stopped = 0;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItem(r.json, "items"))
+    {
+        if (cJSON_GetObjectItem(w, "rank")->valuedouble == 0) {
+            cr_expect_str_eq(cJSON_GetObjectItem(w, "state")->valuestring, "exited");
+            cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(w, "signal")), "rank 0 was not stopped: %s",
+                      r.body);
+            stopped++;
+        }
+    }
+    cr_expect_eq(stopped, 2, "rank 0 of both attempts: %s", r.body);
+    /* Attempts never overlap: attempt 2 was placed after attempt 1 ended. */
+    char last_end[40] = "", first_start[40] = "~";
+    cJSON_ArrayForEach(w, cJSON_GetObjectItem(r.json, "items"))
+    {
+        int attempt = (int)cJSON_GetObjectItem(w, "attempt")->valuedouble;
+        const char *fin = cJSON_GetObjectItem(w, "finished_at")->valuestring;
+        const char *made = cJSON_GetObjectItem(w, "created_at")->valuestring;
+        if (attempt == 1 && fin && strcmp(fin, last_end) > 0)
+            snprintf(last_end, sizeof last_end, "%s", fin);
+        if (attempt == 2 && strcmp(made, first_start) < 0)
+            snprintf(first_start, sizeof first_start, "%s", made);
+    }
+    cr_expect(strcmp(first_start, last_end) >= 0, "attempt 2 placed at %s, attempt 1 ended %s",
+              first_start, last_end);
+    th_free(&r);
+}
+
+/* Processes whose command line holds marker. */
+static int count_marked(const char *marker)
+{
+    DIR *dp = opendir("/proc");
+    struct dirent *e;
+    int n = 0;
+    while (dp && (e = readdir(dp)) != NULL) {
+        char path[300], buf[4096];
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t got = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < got; i++)
+            if (!buf[i])
+                buf[i] = ' ';
+        buf[got] = '\0';
+        n += strstr(buf, marker) != NULL;
+    }
+    if (dp)
+        closedir(dp);
+    return n;
+}
+
+Test(agent, cancel_leaves_no_process_behind)
+{
+    platform(NULL);
+    agents(1, "8");
+    char marker[64], prog[512];
+    snprintf(marker, sizeof marker, "cohort-marker-%d", (int)getpid());
+    snprintf(prog, sizeof prog,
+             "#!/bin/sh\n"
+             "trap '' TERM\n"
+             "setsid sh -c 'trap \"\" TERM; while :; do sleep 1; done' %s &\n"
+             "while :; do sleep 1; done\n",
+             marker);
+    th_put_text(&d, tok, "ws", "stubborn.sh", prog, "755");
+    long id = submit("{\"name\":\"stubborn\",\"image\":\"native\",\"workspace\":\"ws\","
+                     "\"code_path\":\"stubborn.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                     "\"worker_spec\":\"cpu-small\",\"worker_count\":2}");
+    char seen[16];
+    cr_assert(th_wait_state(&d, tok, id, "RUNNING", 20000, seen), "job is %s", seen);
+    for (int i = 0; i < 100 && count_marked(marker) < 2; i++)
+        usleep(50000);
+    cr_assert_eq(count_marked(marker), 2, "the grandchildren never started");
+    char p[64];
+    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", id);
+    th_resp r = th_post(&d, p, tok, NULL);
+    cr_expect_eq(r.status, 200);
+    cr_expect_str_eq(th_str(&r, "state"), "CANCELLED");
+    th_free(&r);
+    int left = -1;
+    for (int i = 0; i < 200 && (left = count_marked(marker)) > 0; i++)
+        usleep(50000); /* the agent's grace period is 2 s here */
+    cr_expect_eq(left, 0, "%d processes of the job outlived its cancel", left);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/workers", id);
+    wait_workers_ended(id);
+    r = th_get(&d, p, tok);
+    cr_expect(strstr(r.body, "\"running\"") == NULL, "a worker still reads running: %s", r.body);
+    th_free(&r);
+}
+
+Test(agent, gangs_wait_whole_never_fit_refused_quota_holds)
+{
+    platform(NULL);
+    agents(2, "4"); /* 8 one-CPU workers in all */
+    th_put_text(&d, tok, "ws", "sleep.sh", "#!/bin/sh\nexec sleep 60\n", "755");
+    const char *big = "{\"name\":\"%s\",\"image\":\"native\",\"workspace\":\"ws\","
+                      "\"code_path\":\"sleep.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                      "\"worker_spec\":\"cpu-small\",\"worker_count\":%d}";
+    char body[512];
+    snprintf(body, sizeof body, big, "a", 6);
+    long a = submit(body);
+    snprintf(body, sizeof body, big, "b", 6);
+    long b = submit(body);
+    char seen[16];
+    cr_assert(th_wait_state(&d, tok, a, "RUNNING", 20000, seen), "a is %s", seen);
+    usleep(1500000); /* a few scheduler passes */
+    char p[64];
+    snprintf(p, sizeof p, "/v1/jobs/%ld", b);
+    th_resp r = th_get(&d, p, tok);
+    cr_expect_str_eq(th_str(&r, "state"), "PENDING");
+    cr_expect(!strncmp(th_str(&r, "reason"), "resources", 9), "reason: %s", th_str(&r, "reason"));
+    cr_expect_eq(th_num(&r, "position"), 1);
+    th_free(&r);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/workers", b);
+    r = th_get(&d, p, tok);
+    cr_expect_eq(th_items(&r), 0, "part of the waiting gang was placed: %s", r.body);
+    th_free(&r);
+
+    snprintf(body, sizeof body, big, "huge", 9);
+    r = th_post(&d, "/v1/jobs", tok, body);
+    cr_expect_eq(r.status, 422, "%s", r.body);
+    cr_expect_str_eq(th_err_code(&r), "never_fits");
+    th_free(&r);
+
+    r = th_req(&d, "PUT", "/v1/tenants/acme/quota", TH_ADMIN, NULL, "{\"max_workers\":6}", 17, NULL);
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    th_free(&r);
+    snprintf(body, sizeof body, big, "c", 1);
+    long c = submit(body);
+    usleep(1500000);
+    snprintf(p, sizeof p, "/v1/jobs/%ld", c);
+    r = th_get(&d, p, tok);
+    cr_expect_str_eq(th_str(&r, "state"), "PENDING", "over quota and yet %s", th_str(&r, "state"));
+    cr_expect(!strncmp(th_str(&r, "reason"), "quota", 5), "reason: %s", th_str(&r, "reason"));
+    th_free(&r);
+
+    /* When a ends, b gets the room. */
+    r = th_req(&d, "PUT", "/v1/tenants/acme/quota", TH_ADMIN, NULL, "{}", 2, NULL);
+    th_free(&r);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", a);
+    r = th_post(&d, p, tok, NULL);
+    th_free(&r);
+    cr_expect(th_wait_state(&d, tok, b, "RUNNING", 20000, seen), "b is %s", seen);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", b);
+    r = th_post(&d, p, tok, NULL);
+    th_free(&r);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", c);
+    r = th_post(&d, p, tok, NULL);
+    th_free(&r);
+}
+
+static int free_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    socklen_t len = sizeof a;
+    cr_assert_eq(bind(s, (struct sockaddr *)&a, sizeof a), 0);
+    getsockname(s, (struct sockaddr *)&a, &len);
+    close(s);
+    return ntohs(a.sin_port);
+}
+
+Test(agent, a_job_survives_a_cohortd_restart)
+{
+    char listen[32];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", free_port());
+    const char *args[] = {"--listen", listen, NULL};
+    platform(args);
+    agents(1, "8");
+    th_put_text(&d, tok, "ws", "slow.sh",
+                "#!/bin/sh\nsleep 3\necho done > \"$WORKSPACE/done-$RANK\"\n", "755");
+    long id = submit("{\"name\":\"slow\",\"image\":\"native\",\"workspace\":\"ws\","
+                     "\"code_path\":\"slow.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                     "\"worker_spec\":\"cpu-small\",\"worker_count\":2}");
+    char seen[16];
+    cr_assert(th_wait_state(&d, tok, id, "RUNNING", 20000, seen), "job is %s", seen);
+    cr_assert_eq(th_stop(&d), 0);
+    usleep(500000);
+    th_restart(&d, args);
+    cr_expect(th_wait_state(&d, tok, id, "SUCCEEDED", 30000, seen), "after the restart: %s", seen);
+    char *t = fetch("done-1");
+    cr_expect_str_eq(t, "done\n");
+    free(t);
+}
