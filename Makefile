@@ -23,7 +23,7 @@ build-asan: deps
 
 run: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	@cmake --build $(BUILD) -j$(JOBS) --target cohortd
+	@cmake --build $(BUILD) -j$(JOBS) --target cohortd cohort-agent
 	@BUILD=$(BUILD) scripts/run
 
 # The whole suite, in the normal build and again under ASan+UBSan.
