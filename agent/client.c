@@ -71,20 +71,23 @@ void client_set_token(client *c, const char *token)
     snprintf(c->auth, sizeof c->auth, "Authorization: Bearer %s", token ? token : "");
 }
 
-long client_call(client *c, const char *method, const char *path, const cJSON *body,
-                 cJSON **out, long timeout_ms, char *err, size_t errlen)
+/* One request; body of n bytes with content type ctype, or none. */
+static long request(client *c, const char *method, const char *path, const char *ctype,
+                    const void *body, size_t n, cJSON **out, long timeout_ms, char *err,
+                    size_t errlen)
 {
-    char url[1024];
+    char url[1024], ct[128];
     struct sink s = {0};
     struct curl_slist *h = NULL;
-    char *json = body ? cJSON_PrintUnformatted(body) : NULL;
     long status = 0;
     *out = NULL;
     snprintf(url, sizeof url, "%s%s", c->server, path);
     if (c->auth[0])
         h = curl_slist_append(h, c->auth);
-    if (json)
-        h = curl_slist_append(h, "Content-Type: application/json");
+    if (ctype) {
+        snprintf(ct, sizeof ct, "Content-Type: %s", ctype);
+        h = curl_slist_append(h, ct);
+    }
     h = curl_slist_append(h, "Expect:");
     CURL *k = c->curl;
     curl_easy_reset(k);
@@ -96,9 +99,9 @@ long client_call(client *c, const char *method, const char *path, const cJSON *b
     curl_easy_setopt(k, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(k, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(k, CURLOPT_WRITEDATA, &s);
-    if (json) {
-        curl_easy_setopt(k, CURLOPT_POSTFIELDS, json);
-        curl_easy_setopt(k, CURLOPT_POSTFIELDSIZE, (long)strlen(json));
+    if (body) {
+        curl_easy_setopt(k, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(k, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)n);
     }
     CURLcode rc = curl_easy_perform(k);
     if (rc == CURLE_OK) {
@@ -110,7 +113,24 @@ long client_call(client *c, const char *method, const char *path, const cJSON *b
                  s.too_big ? "answer too large" : curl_easy_strerror(rc));
     }
     curl_slist_free_all(h);
-    free(json);
     free(s.buf);
     return status;
+}
+
+long client_call(client *c, const char *method, const char *path, const cJSON *body,
+                 cJSON **out, long timeout_ms, char *err, size_t errlen)
+{
+    char *json = body ? cJSON_PrintUnformatted(body) : NULL;
+    long st = request(c, method, path, json ? "application/json" : NULL, json,
+                      json ? strlen(json) : 0, out, timeout_ms, err, errlen);
+    free(json);
+    return st;
+}
+
+long client_put_raw(client *c, const char *path, const void *data, size_t n, cJSON **out,
+                    long timeout_ms, char *err, size_t errlen)
+{
+    static const char empty[1] = "";
+    return request(c, "PUT", path, "application/octet-stream", n ? data : empty, n, out,
+                   timeout_ms, err, errlen);
 }

@@ -26,4 +26,8 @@ void client_set_token(client *c, const char *token);
 long client_call(client *c, const char *method, const char *path, const cJSON *body,
                  cJSON **out, long timeout_ms, char *err, size_t errlen);
 
+/* PUT of raw bytes (application/octet-stream); otherwise as client_call. */
+long client_put_raw(client *c, const char *path, const void *data, size_t n, cJSON **out,
+                    long timeout_ms, char *err, size_t errlen);
+
 #endif

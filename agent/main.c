@@ -259,6 +259,23 @@ static int identity(struct config *c, client *cl, char *token, size_t tn, long l
     return 0;
 }
 
+static int64_t ship_log(void *arg, int64_t id, int64_t offset, const char *buf, size_t n)
+{
+    client *cl = arg;
+    char path[96], err[512];
+    cJSON *out = NULL;
+    snprintf(path, sizeof path, "/v1/agent/logs/%lld?offset=%lld", (long long)id, (long long)offset);
+    long st = client_put_raw(cl, path, buf, n, &out, CALL_TIMEOUT_MS, err, sizeof err);
+    int64_t size = -1;
+    const cJSON *sz = cJSON_GetObjectItem(out, "size");
+    if (st == 200 && cJSON_IsNumber(sz))
+        size = (int64_t)sz->valuedouble;
+    else if (st == 404)
+        size = offset + (int64_t)n; /* the job is gone: drop its output */
+    cJSON_Delete(out);
+    return size;
+}
+
 static void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -340,6 +357,7 @@ int main(int argc, char **argv)
         now = util_mono_us() / 1000;
         int changed = sup_scan(s);
         sup_tick(s);
+        changed |= sup_ship_logs(s, ship_log, cl);
         if (now >= next_desired) {
             cJSON *out = NULL;
             long st = client_call(cl, "GET", "/v1/agent/desired", NULL, &out, CALL_TIMEOUT_MS, err,
@@ -396,6 +414,8 @@ int main(int argc, char **argv)
             break;
         sleep_ms(POLL_MS);
     }
+    sup_scan(s);
+    sup_ship_logs(s, ship_log, cl);
     cJSON *body = cJSON_CreateObject(), *out = NULL;
     cJSON_AddItemToObject(body, "workers", sup_report(s));
     client_call(cl, "POST", "/v1/agent/heartbeat", body, &out, CALL_TIMEOUT_MS, err, sizeof err);

@@ -18,6 +18,7 @@
 #include "storage/util.h"
 
 #define MAX_WORKERS 4096
+#define LOG_CHUNK (256 * 1024)
 
 enum wstate { W_STARTING, W_RUNNING, W_EXITED, W_FAILED };
 
@@ -32,6 +33,8 @@ struct worker {
     int desired;        /* listed in the last desired state */
     int final_sent;     /* its final state went out in a heartbeat */
     int64_t seen_at;    /* first seen without pid, status or process */
+    int64_t log_off;    /* bytes of output.log the server has */
+    int log_done;       /* finished and every byte shipped */
 };
 
 struct sup {
@@ -356,6 +359,56 @@ void sup_stop_all(sup *s)
         stop(&s->w[i]);
 }
 
+int sup_ship_logs(sup *s, sup_ship_fn ship, void *arg)
+{
+    static char buf[LOG_CHUNK];
+    int finished = 0;
+    for (int i = 0; i < s->n; i++) {
+        struct worker *w = &s->w[i];
+        if (w->log_done || w->state == W_STARTING)
+            continue;
+        int done = w->state == W_EXITED || w->state == W_FAILED;
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%lld/output.log", s->cfg.dir, (long long)w->id);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            w->log_done = done; /* nothing was ever printed */
+            finished |= done;
+            continue;
+        }
+        for (int rounds = 0; rounds < 16; rounds++) {
+            struct stat sb;
+            if (fstat(fd, &sb) != 0)
+                break;
+            int64_t left = sb.st_size - w->log_off;
+            if (left <= 0) {
+                w->log_done = done;
+                finished |= done;
+                break;
+            }
+            ssize_t n = pread(fd, buf, left < LOG_CHUNK ? (size_t)left : LOG_CHUNK, w->log_off);
+            if (n <= 0)
+                break;
+            size_t send = (size_t)n;
+            if (!done) {
+                /* Whole lines only, unless one line fills the chunk. */
+                while (send > 0 && buf[send - 1] != '\n')
+                    send--;
+                if (send == 0 && n < LOG_CHUNK)
+                    break;
+                if (send == 0)
+                    send = (size_t)n;
+            }
+            int64_t size = ship(arg, w->id, w->log_off, buf, send);
+            if (size < 0)
+                break;
+            w->log_off = size;
+        }
+        close(fd);
+    }
+    return finished;
+}
+
 cJSON *sup_report(sup *s)
 {
     cJSON *a = cJSON_CreateArray();
@@ -365,7 +418,7 @@ cJSON *sup_report(sup *s)
             continue;
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "id", (double)w->id);
-        if (w->state == W_RUNNING) {
+        if (w->state == W_RUNNING || !w->log_done) {
             cJSON_AddStringToObject(o, "state", "running");
         } else if (w->state == W_EXITED) {
             cJSON_AddStringToObject(o, "state", "exited");
@@ -387,7 +440,7 @@ void sup_reported(sup *s)
     int j = 0;
     for (int i = 0; i < s->n; i++) {
         struct worker *w = &s->w[i];
-        int done = w->state == W_EXITED || w->state == W_FAILED;
+        int done = (w->state == W_EXITED || w->state == W_FAILED) && w->log_done;
         if (done && w->final_sent && !w->desired) {
             write_small(s->cfg.dir, w->id, "acked", "1\n");
             continue; /* forgotten */

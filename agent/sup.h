@@ -36,7 +36,15 @@ void sup_reconcile(sup *s, const cJSON *workers);
 void sup_tick(sup *s);
 /* Stops every worker (lease lost, or the agent stops). */
 void sup_stop_all(sup *s);
-/* The heartbeat's "workers" array (caller deletes). */
+/* Ships what each worker printed since the last call.  ship() sends n
+ * bytes at offset and returns the size of the server's copy after it, or
+ * -1.  Chunks end at a line end while the worker runs, so no line is split. */
+typedef int64_t (*sup_ship_fn)(void *arg, int64_t id, int64_t offset, const char *buf, size_t n);
+/* Returns 1 when some finished worker's output is now wholly shipped. */
+int sup_ship_logs(sup *s, sup_ship_fn ship, void *arg);
+
+/* The heartbeat's "workers" array (caller deletes).  A finished worker is
+ * reported finished only once its whole output has been shipped. */
 cJSON *sup_report(sup *s);
 /* After a heartbeat with that report was accepted: finished workers that
  * are no longer desired are forgotten. */

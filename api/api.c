@@ -62,6 +62,9 @@ static const api_route routes[] = {
     R(POST, "/v1/agent/register", api_agent_register, JSON, 0),
     R(POST, "/v1/agent/heartbeat", api_agent_heartbeat, JSON, 2),
     R(GET, "/v1/agent/desired", api_agent_desired, NONE, 2),
+    R(PUT, "/v1/agent/logs/{}", api_agent_log, RAW, 2),
+    R(GET, "/v1/jobs/{}/logs", api_job_logs, NONE, 1),
+    R(GET, "/v1/jobs/{}/metrics", api_job_metrics, NONE, 1),
     {0, NULL, NULL, 0, 0},
 };
 

@@ -25,7 +25,7 @@
 #define API_LIST_DEFAULT 50
 
 enum api_method { API_GET, API_POST, API_PUT, API_DELETE, API_METHOD_OTHER };
-enum api_body { API_BODY_NONE, API_BODY_JSON, API_BODY_UPLOAD };
+enum api_body { API_BODY_NONE, API_BODY_JSON, API_BODY_UPLOAD, API_BODY_RAW };
 
 typedef struct api_ctx {
     store *st;
@@ -75,8 +75,11 @@ struct api_resp {
     const char *ctype;         /* static string */
     char location[192];        /* Location header when not empty */
     char replayed;             /* Idempotent-Replayed: true */
-    int fd;                    /* >= 0: send this file of fsize bytes; the server closes it */
+    int fd;                    /* >= 0: send fsize bytes of this file from foffset; the server closes it */
     int64_t fsize;
+    int64_t foffset;
+    const char *xname;         /* one extra header, when set (static name) */
+    char xvalue[64];
     /* A durable write: the server runs write_fn through store_submit and
      * then finish with its result; finish owns and frees write_ctx. */
     store_write_fn write_fn;

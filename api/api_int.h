@@ -121,6 +121,12 @@ void api_quota_put(api_ctx *, const api_req *, api_resp *);
 void api_agent_register(api_ctx *, const api_req *, api_resp *);
 void api_agent_heartbeat(api_ctx *, const api_req *, api_resp *);
 void api_agent_desired(api_ctx *, const api_req *, api_resp *);
+void api_agent_log(api_ctx *, const api_req *, api_resp *);
+void api_job_logs(api_ctx *, const api_req *, api_resp *);
+void api_job_metrics(api_ctx *, const api_req *, api_resp *);
+/* The job in the path when the caller may see it (404 otherwise); caller clears j. */
+struct store_job;
+int api_job_find(api_ctx *ctx, const api_req *rq, struct store_job *j, api_resp *rs);
 
 /* ---- volumes shared with jobs (api_volumes.c, api_files.c) ---- */
 #include "storage/store_volume.h"

@@ -458,8 +458,7 @@ fail:
 
 /* ---- read ---- */
 
-/* The job in the path, when the caller may see it; the caller clears j. */
-static int job_find(api_ctx *ctx, const api_req *rq, store_job *j, api_resp *rs)
+int api_job_find(api_ctx *ctx, const api_req *rq, store_job *j, api_resp *rs)
 {
     int64_t id = api_id(rq->param[0]);
     int64_t tenant = api_is_platform_admin(rq->who) ? 0 : api_tenant_of(rq->who);
@@ -470,7 +469,7 @@ static int job_find(api_ctx *ctx, const api_req *rq, store_job *j, api_resp *rs)
 void api_job_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     store_job j;
-    if (job_find(ctx, rq, &j, rs))
+    if (api_job_find(ctx, rq, &j, rs))
         return;
     int64_t pos = !strcmp(j.state, "PENDING") ? sched_position(ctx->sched, j.id) : 0;
     api_json(rs, 200, job_json(&j, pos));
@@ -549,7 +548,7 @@ void api_job_events(api_ctx *ctx, const api_req *rq, api_resp *rs)
     store_job j;
     int limit;
     int64_t cursor;
-    if (api_page(rq, &limit, &cursor, rs) || job_find(ctx, rq, &j, rs))
+    if (api_page(rq, &limit, &cursor, rs) || api_job_find(ctx, rq, &j, rs))
         return;
     api_list pg = {cJSON_CreateArray(), 0, 0};
     int rc = store_job_events(ctx->st, j.id, cursor, limit, event_row, &pg);
@@ -627,7 +626,7 @@ static void job_change(api_ctx *ctx, const api_req *rq, api_resp *rs, store_writ
     }
     /* A viewer learns nothing about ids it cannot see: check existence first. */
     store_job j;
-    if (job_find(ctx, rq, &j, rs))
+    if (api_job_find(ctx, rq, &j, rs))
         return;
     store_job_clear(&j);
     if (!api_can_write(rq->who)) {
@@ -690,7 +689,7 @@ static void worker_row(void *arg, const store_worker *w)
 void api_job_workers(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     store_job j;
-    if (job_find(ctx, rq, &j, rs))
+    if (api_job_find(ctx, rq, &j, rs))
         return;
     cJSON *items = cJSON_CreateArray();
     int rc = store_worker_list(ctx->st, j.id, worker_row, items);

@@ -122,7 +122,8 @@ static enum MHD_Result respond(struct req_state *st)
     api_resp *rs = &st->rs;
     struct MHD_Response *r;
     if (rs->fd >= 0) {
-        r = MHD_create_response_from_fd64((uint64_t)rs->fsize, rs->fd);
+        r = MHD_create_response_from_fd_at_offset64((uint64_t)rs->fsize, rs->fd,
+                                                    (uint64_t)rs->foffset);
         if (r)
             rs->fd = -1; /* libmicrohttpd closes it */
         st->bytes = (size_t)rs->fsize;
@@ -140,6 +141,8 @@ static enum MHD_Result respond(struct req_state *st)
         MHD_add_response_header(r, MHD_HTTP_HEADER_LOCATION, rs->location);
     if (rs->replayed)
         MHD_add_response_header(r, "Idempotent-Replayed", "true");
+    if (rs->xname)
+        MHD_add_response_header(r, rs->xname, rs->xvalue);
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     if (rs->status == 401)
@@ -277,14 +280,15 @@ static void admit(struct req_state *st)
     }
     const char *cl = get_header(st->conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
     long long len = cl ? strtoll(cl, NULL, 10) : 0;
-    if (st->route->body == API_BODY_JSON) {
+    if (st->route->body == API_BODY_JSON || st->route->body == API_BODY_RAW) {
         if (len > (long long)srv->ctx->body_limit) {
             api_error(rs, 413, "too_large", NULL, "the body is larger than %zu bytes",
                       srv->ctx->body_limit);
             st->ready = 1;
             return;
         }
-        if (len > 0 && !content_type_json(get_header(st->conn, MHD_HTTP_HEADER_CONTENT_TYPE))) {
+        if (st->route->body == API_BODY_JSON && len > 0 &&
+            !content_type_json(get_header(st->conn, MHD_HTTP_HEADER_CONTENT_TYPE))) {
             api_error(rs, 415, "unsupported_media_type", NULL,
                       "send the body as Content-Type: application/json");
             st->ready = 1;

@@ -347,3 +347,42 @@ int store_job_set_reason(store_tx *tx, int64_t id, const char *reason)
     store_bind_text(st, 2, reason && reason[0] ? reason : NULL);
     return store_step_change(c, st, NULL);
 }
+
+int store_metric_insert(store_tx *tx, int64_t job_id, int64_t attempt, int64_t rank,
+                        int64_t at, const char *json)
+{
+    static const char sql[] =
+        "INSERT INTO job_metrics(job_id, attempt, rank, at, data) VALUES (?1, ?2, ?3, ?4, ?5)";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, attempt);
+    sqlite3_bind_int64(st, 3, rank);
+    sqlite3_bind_int64(st, 4, at);
+    store_bind_text(st, 5, json);
+    return store_step_change(c, st, NULL);
+}
+
+int store_metric_list(store *s, int64_t job_id, int64_t after, int limit,
+                      void (*row)(void *arg, const store_metric *m), void *arg)
+{
+    static const char sql[] = "SELECT id, attempt, rank, at, data FROM job_metrics"
+                              " WHERE job_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
+    sqlite3_stmt *st = store_read_stmt(s, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, after);
+    sqlite3_bind_int(st, 3, limit);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_metric m = {sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
+                          sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3),
+                          (const char *)sqlite3_column_text(st, 4)};
+        row(arg, &m);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}

@@ -105,6 +105,17 @@ int store_job_briefs_tx(store_tx *tx, const char *state,
 /* Sets the reason of a pending job (no event: it is not a transition). */
 int store_job_set_reason(store_tx *tx, int64_t id, const char *reason);
 
+typedef struct store_metric {
+    int64_t id, attempt, rank, at;
+    const char *data; /* JSON object text, valid during the callback */
+} store_metric;
+
+int store_metric_insert(store_tx *tx, int64_t job_id, int64_t attempt, int64_t rank,
+                        int64_t at, const char *json);
+/* Metrics of a job with id > after, oldest first. */
+int store_metric_list(store *s, int64_t job_id, int64_t after, int limit,
+                      void (*row)(void *arg, const store_metric *m), void *arg);
+
 /* 1 when state is one a job never leaves. */
 int store_job_state_final(const char *state);
 

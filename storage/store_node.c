@@ -308,10 +308,10 @@ int store_worker_desired(store *s, int64_t node_id,
     return worker_each(st, row, arg);
 }
 
-int store_worker_get_tx(store_tx *tx, int64_t id, store_worker *out)
+static const char worker_get_sql[] = "SELECT " WORKER_COLS " FROM workers WHERE id = ?1";
+
+static int worker_one(sqlite3_stmt *st, int64_t id, store_worker *out)
 {
-    static const char sql[] = "SELECT " WORKER_COLS " FROM workers WHERE id = ?1";
-    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
     if (!st)
         return STORE_EIO;
     sqlite3_bind_int64(st, 1, id);
@@ -320,6 +320,16 @@ int store_worker_get_tx(store_tx *tx, int64_t id, store_worker *out)
         worker_row(st, out);
     sqlite3_reset(st);
     return rc;
+}
+
+int store_worker_get(store *s, int64_t id, store_worker *out)
+{
+    return worker_one(store_read_stmt(s, worker_get_sql), id, out);
+}
+
+int store_worker_get_tx(store_tx *tx, int64_t id, store_worker *out)
+{
+    return worker_one(store_stmt(store_tx_conn(tx), worker_get_sql), id, out);
 }
 
 int store_worker_report(store_tx *tx, int64_t id, int64_t node_id, const char *state,

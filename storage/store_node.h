@@ -75,6 +75,7 @@ int store_worker_list(store *s, int64_t job_id, void (*row)(void *arg, const sto
 int store_worker_desired(store *s, int64_t node_id,
                          void (*row)(void *arg, const store_worker *w), void *arg);
 int store_worker_get_tx(store_tx *tx, int64_t id, store_worker *out);
+int store_worker_get(store *s, int64_t id, store_worker *out);
 /* Records what the agent reported; times are set when the state first
  * becomes running or final.  STORE_NOTFOUND when the worker is not on the node. */
 int store_worker_report(store_tx *tx, int64_t id, int64_t node_id, const char *state,

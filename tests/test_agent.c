@@ -476,3 +476,90 @@ Test(agent, a_job_survives_a_cohortd_restart)
     cr_expect_str_eq(t, "done\n");
     free(t);
 }
+
+Test(agent, logs_are_whole_in_order_once_and_metrics_are_kept)
+{
+    platform(NULL);
+    agents(1, "8");
+    th_put_text(&d, tok, "ws", "chatty.sh",
+                "#!/bin/sh\n"
+                "echo 'COHORT_METRIC {\"epoch\":1,\"loss\":0.75}'\n"
+                "i=0\n"
+                "while [ $i -lt 100000 ]; do echo \"line $i\"; i=$((i+1)); done\n"
+                "echo 'COHORT_METRIC {\"epoch\":2,\"loss\":0.25}'\n"
+                "echo 'COHORT_METRIC not json'\n",
+                "755");
+    long id = submit("{\"name\":\"chatty\",\"image\":\"native\",\"workspace\":\"ws\","
+                     "\"code_path\":\"chatty.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                     "\"worker_spec\":\"cpu-small\",\"worker_count\":2}");
+    char seen[16];
+    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 60000, seen), "job ended %s", seen);
+    char p[128];
+    snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=1&limit=8388608", id);
+    th_resp r = th_get(&d, p, tok);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    /* The whole output, in order, each line once. */
+    long next = 0, lines = 0;
+    int ok = 1;
+    for (char *line = strtok(r.body, "\n"); line; line = strtok(NULL, "\n")) {
+        lines++;
+        if (!strncmp(line, "COHORT_METRIC", 13))
+            continue;
+        long v;
+        if (sscanf(line, "line %ld", &v) != 1 || v != next) {
+            ok = 0;
+            cr_expect_fail("line %ld: '%.40s', expected line %ld", lines, line, next);
+            break;
+        }
+        next++;
+    }
+    cr_expect(ok);
+    cr_expect_eq(next, 100000, "%ld lines arrived", next);
+    cr_expect_eq(lines, 100003);
+    th_free(&r);
+
+    snprintf(p, sizeof p, "/v1/jobs/%ld/metrics", id);
+    r = th_get(&d, p, tok);
+    cr_assert_eq(r.status, 200);
+    cr_expect_eq(th_items(&r), 4, "two metrics from each rank: %s", r.body);
+    cr_expect(strstr(r.body, "\"values\":{\"epoch\":2,\"loss\":0.25}") != NULL, "%s", r.body);
+    th_free(&r);
+
+    /* The agent resends a chunk it sent before: nothing is added. */
+    char path[500], buf[512];
+    snprintf(path, sizeof path, "%s/node.json", ag[0].dir);
+    FILE *f = fopen(path, "r");
+    cr_assert(f);
+    size_t got = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[got] = '\0';
+    cJSON *node = cJSON_Parse(buf);
+    const char *node_token = cJSON_GetObjectItem(node, "node_token")->valuestring;
+    snprintf(p, sizeof p, "/v1/jobs/%ld/workers", id);
+    r = th_get(&d, p, tok);
+    long wid = (long)cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(r.json, "items"), 0),
+                                         "id")->valuedouble;
+    th_free(&r);
+    snprintf(p, sizeof p, "/v1/agent/logs/%ld?offset=0", wid);
+    const char again[] = "COHORT_METRIC {\"epoch\":1,\"loss\":0.75}\nline 0\n";
+    r = th_req(&d, "PUT", p, node_token, "application/octet-stream", again, sizeof again - 1, NULL);
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    double size = th_num(&r, "size");
+    th_free(&r);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=0&limit=8388608", id);
+    r = th_get(&d, p, tok);
+    cr_expect_eq((double)r.len, size, "the log grew on a resent chunk");
+    th_free(&r);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/metrics", id);
+    r = th_get(&d, p, tok);
+    cr_expect_eq(th_items(&r), 4, "a resent chunk stored its metrics again");
+    th_free(&r);
+    /* Another tenant's token sees none of it. */
+    char other[80];
+    th_user(&d, "globex", "eve", "member", other);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=0", id);
+    r = th_get(&d, p, other);
+    cr_expect_eq(r.status, 404);
+    th_free(&r);
+    cJSON_Delete(node);
+}

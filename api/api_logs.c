@@ -1,0 +1,249 @@
+/*
+ * api_logs: what workers print.
+ *   PUT /v1/agent/logs/{worker}?offset=O   (node token, raw bytes)
+ *   GET /v1/jobs/{id}/logs?rank=R&attempt=A&offset=O&limit=L
+ *   GET /v1/jobs/{id}/metrics
+ * Each rank's output is one file, <data dir>/logs/<job>/<attempt>/<rank>.log,
+ * appended at the offsets the agent sends: a chunk that was sent before is
+ * recognised by its offset and never written twice.  Lines that begin with
+ * "COHORT_METRIC " and carry one JSON object are also stored as metrics.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "api/api_int.h"
+#include "storage/store_job.h"
+
+#define METRIC_MARK "COHORT_METRIC "
+#define LOG_READ_DEFAULT (1 << 20)
+#define LOG_READ_MAX (8 << 20)
+#define METRICS_PER_CHUNK 1024
+
+static int log_path(api_ctx *ctx, int64_t job, int64_t attempt, int64_t rank, int create,
+                    char *out, size_t n)
+{
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s/logs/%lld/%lld", ctx->data_dir, (long long)job,
+             (long long)attempt);
+    if (create) {
+        char *slash = dir + strlen(ctx->data_dir);
+        for (char *p = slash + 1; *p; p++) {
+            if (*p == '/') {
+                *p = '\0';
+                if (mkdir(dir, 0750) != 0 && errno != EEXIST)
+                    return -1;
+                *p = '/';
+            }
+        }
+        if (mkdir(dir, 0750) != 0 && errno != EEXIST)
+            return -1;
+    }
+    return snprintf(out, n, "%s/%lld.log", dir, (long long)rank) >= (int)n ? -1 : 0;
+}
+
+struct metrics {
+    int64_t job, attempt, rank, at;
+    int n;
+    char *json[METRICS_PER_CHUNK];
+};
+
+static int metrics_write(store_tx *tx, void *arg)
+{
+    struct metrics *m = arg;
+    int rc = STORE_OK;
+    for (int i = 0; rc == STORE_OK && i < m->n; i++)
+        rc = store_metric_insert(tx, m->job, m->attempt, m->rank, m->at, m->json[i]);
+    return rc;
+}
+
+/* Collects the metric lines of data (whole lines only). */
+static void scan_metrics(const char *data, size_t n, struct metrics *m)
+{
+    size_t start = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (data[i] != '\n')
+            continue;
+        size_t len = i - start;
+        const char *line = data + start;
+        start = i + 1;
+        size_t ml = strlen(METRIC_MARK);
+        if (len <= ml || memcmp(line, METRIC_MARK, ml) || m->n == METRICS_PER_CHUNK)
+            continue;
+        cJSON *o = cJSON_ParseWithLength(line + ml, len - ml);
+        if (cJSON_IsObject(o)) {
+            char *text = cJSON_PrintUnformatted(o);
+            if (text)
+                m->json[m->n++] = text;
+        }
+        cJSON_Delete(o);
+    }
+}
+
+void api_agent_log(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    store_worker w;
+    char path[4500];
+    int fd = -1;
+    struct metrics m = {0};
+    int64_t id = api_id(rq->param[0]);
+    const char *o = rq->query(rq->h, "offset");
+    int64_t off = o ? api_id(o) : -1;
+    if (o && !strcmp(o, "0"))
+        off = 0;
+    if (off < 0) {
+        api_error(rs, 400, "invalid_value", "offset", "offset must be a byte offset");
+        goto out;
+    }
+    int rc = id > 0 ? store_worker_get(ctx->st, id, &w) : STORE_NOTFOUND;
+    if (rc == STORE_OK && w.node_id != rq->node->id)
+        rc = STORE_NOTFOUND;
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, "worker");
+        goto out;
+    }
+    if (log_path(ctx, w.job_id, w.attempt, w.rank, 1, path, sizeof path) != 0 ||
+        (fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640)) < 0) {
+        api_error(rs, 500, "internal", NULL, "cannot open the log: %s", strerror(errno));
+        goto out;
+    }
+    struct stat sb;
+    fstat(fd, &sb);
+    int64_t size = sb.st_size;
+    if (off > size) {
+        api_error(rs, 409, "gap", "offset", "the log holds %lld bytes; send from there",
+                  (long long)size);
+        rs->xname = "X-Log-Size";
+        snprintf(rs->xvalue, sizeof rs->xvalue, "%lld", (long long)size);
+        goto out;
+    }
+    /* Only what lies past the end is new: a resent chunk adds nothing. */
+    int64_t skip = size - off;
+    if ((int64_t)rq->body_len > skip) {
+        const char *data = rq->body + skip;
+        size_t n = rq->body_len - (size_t)skip;
+        size_t done = 0;
+        while (done < n) {
+            ssize_t wr = write(fd, data + done, n - done);
+            if (wr < 0 && errno == EINTR)
+                continue;
+            if (wr < 0) {
+                api_error(rs, errno == ENOSPC ? 507 : 500, "internal", NULL,
+                          "cannot write the log: %s", strerror(errno));
+                goto out;
+            }
+            done += (size_t)wr;
+        }
+        size += (int64_t)n;
+        m = (struct metrics){w.job_id, w.attempt, w.rank, util_now_ms(), 0, {0}};
+        scan_metrics(data, n, &m);
+        if (m.n && (rc = store_write(ctx->st, metrics_write, &m)) != STORE_OK) {
+            api_store_error(rs, rc, "metrics");
+            goto out;
+        }
+    }
+    cJSON *res = cJSON_CreateObject();
+    cJSON_AddNumberToObject(res, "size", (double)size);
+    api_json(rs, 200, res);
+out:
+    for (int i = 0; i < m.n; i++)
+        free(m.json[i]);
+    if (fd >= 0)
+        close(fd);
+}
+
+static int64_t query_int(const api_req *rq, const char *key, int64_t dflt)
+{
+    const char *v = rq->query(rq->h, key);
+    if (!v)
+        return dflt;
+    if (!strcmp(v, "0"))
+        return 0;
+    int64_t n = api_id(v);
+    return n > 0 ? n : -1;
+}
+
+void api_job_logs(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    store_job j;
+    char path[4500];
+    if (api_job_find(ctx, rq, &j, rs))
+        return;
+    int64_t rank = query_int(rq, "rank", 0);
+    int64_t attempt = query_int(rq, "attempt", j.attempt);
+    int64_t off = query_int(rq, "offset", 0);
+    int64_t limit = query_int(rq, "limit", LOG_READ_DEFAULT);
+    int64_t job_id = j.id, world = j.worker_count, last = j.attempt;
+    store_job_clear(&j);
+    if (rank < 0 || rank >= world) {
+        api_error(rs, 400, "invalid_value", "rank", "rank must be 0..%lld", (long long)world - 1);
+        return;
+    }
+    if (attempt < 1 || attempt > last) {
+        api_error(rs, 400, "invalid_value", "attempt", "attempt must be 1..%lld", (long long)last);
+        return;
+    }
+    if (off < 0 || limit < 1 || limit > LOG_READ_MAX) {
+        api_error(rs, 400, "invalid_value", off < 0 ? "offset" : "limit",
+                  "offset is a byte offset; limit is 1..%d", LOG_READ_MAX);
+        return;
+    }
+    int64_t size = 0;
+    int fd = -1;
+    if (log_path(ctx, job_id, attempt, rank, 0, path, sizeof path) == 0 &&
+        (fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
+        struct stat sb;
+        fstat(fd, &sb);
+        size = sb.st_size;
+    }
+    if (off > size)
+        off = size;
+    int64_t n = size - off < limit ? size - off : limit;
+    rs->status = 200;
+    rs->ctype = "text/plain; charset=utf-8";
+    rs->xname = "X-Next-Offset";
+    snprintf(rs->xvalue, sizeof rs->xvalue, "%lld", (long long)(off + n));
+    if (fd >= 0 && n > 0) {
+        rs->fd = fd;
+        rs->foffset = off;
+        rs->fsize = n;
+    } else {
+        if (fd >= 0)
+            close(fd);
+        rs->body = strdup("");
+        rs->len = 0;
+    }
+}
+
+static void metric_row(void *arg, const store_metric *m)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)m->id);
+    cJSON_AddNumberToObject(o, "attempt", (double)m->attempt);
+    cJSON_AddNumberToObject(o, "rank", (double)m->rank);
+    api_add_time(o, "at", m->at);
+    cJSON_AddItemToObject(o, "values", cJSON_CreateRaw(m->data));
+    api_list_add(arg, o, m->id);
+}
+
+void api_job_metrics(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    store_job j;
+    int limit;
+    int64_t cursor;
+    if (api_page(rq, &limit, &cursor, rs) || api_job_find(ctx, rq, &j, rs))
+        return;
+    api_list pg = {cJSON_CreateArray(), 0, 0};
+    int rc = store_metric_list(ctx->st, j.id, cursor, limit, metric_row, &pg);
+    store_job_clear(&j);
+    if (rc != STORE_OK) {
+        cJSON_Delete(pg.items);
+        api_store_error(rs, rc, "metrics");
+        return;
+    }
+    api_list_send(rs, &pg, limit);
+}
