@@ -27,7 +27,7 @@
 
 #define POLL_MS 100
 #define DESIRED_EVERY_MS 500
-#define CALL_TIMEOUT_MS 5000
+#define CALL_TIMEOUT_MS 3000
 
 struct config {
     const char *server, *join_token, *name, *address, *data_dir, *mount_root;
@@ -259,14 +259,26 @@ static int identity(struct config *c, client *cl, char *token, size_t tn, long l
     return 0;
 }
 
+/* The link to cohortd for one round of the loop: after a call that got no
+ * answer, the round's other calls are skipped instead of timing out too. */
+struct link {
+    client *cl;
+    int down;
+};
+
 static int64_t ship_log(void *arg, int64_t id, int64_t offset, const char *buf, size_t n)
 {
-    client *cl = arg;
+    struct link *ln = arg;
+    client *cl = ln->cl;
     char path[96], err[512];
+    if (ln->down)
+        return -1;
     cJSON *out = NULL;
     snprintf(path, sizeof path, "/v1/agent/logs/%lld?offset=%lld", (long long)id, (long long)offset);
     long st = client_put_raw(cl, path, buf, n, &out, CALL_TIMEOUT_MS, err, sizeof err);
     int64_t size = -1;
+    if (st == 0)
+        ln->down = 1;
     const cJSON *sz = cJSON_GetObjectItem(out, "size");
     if (st == 200 && cJSON_IsNumber(sz))
         size = (int64_t)sz->valuedouble;
@@ -327,6 +339,10 @@ int main(int argc, char **argv)
     client_set_token(cl, token);
 
     sup_config sc = {0};
+    char lock_path[PATH_MAX + 64];
+    snprintf(lock_path, sizeof lock_path, "%s/agent.lock", cfg.data_dir);
+    sc.agent_lock = lock_path;
+    sc.lease_ms = 30000;
     snprintf(path, sizeof path, "%s/workers", cfg.data_dir);
     sc.dir = path;
     sc.agent_dir = cfg.data_dir;
@@ -353,12 +369,14 @@ int main(int argc, char **argv)
     int64_t hb_ms = 2000, lease_ms = 30000;
     int64_t now = util_mono_us() / 1000, last_contact = now, next_hb = 0, next_desired = 0;
     int lease_lost = 0;
+    struct link ln = {cl, 0};
     while (!stopping) {
         now = util_mono_us() / 1000;
+        ln.down = 0;
         int changed = sup_scan(s);
         sup_tick(s);
-        changed |= sup_ship_logs(s, ship_log, cl);
-        if (now >= next_desired) {
+        changed |= sup_ship_logs(s, ship_log, &ln);
+        if (now >= next_desired && !ln.down) {
             cJSON *out = NULL;
             long st = client_call(cl, "GET", "/v1/agent/desired", NULL, &out, CALL_TIMEOUT_MS, err,
                                   sizeof err);
@@ -370,11 +388,13 @@ int main(int argc, char **argv)
                 fprintf(stderr, "cohort-agent: cohortd does not know this node any more\n");
                 cJSON_Delete(out);
                 break;
+            } else if (st == 0) {
+                ln.down = 1;
             }
             cJSON_Delete(out);
             next_desired = now + DESIRED_EVERY_MS;
         }
-        if (now >= next_hb || changed) {
+        if ((now >= next_hb || changed) && !ln.down) {
             cJSON *body = cJSON_CreateObject();
             cJSON_AddItemToObject(body, "workers", sup_report(s));
             cJSON *out = NULL;
@@ -386,17 +406,21 @@ int main(int argc, char **argv)
                 const cJSON *l = cJSON_GetObjectItem(out, "lease_seconds");
                 if (cJSON_IsNumber(h) && h->valuedouble >= 1)
                     hb_ms = (int64_t)h->valuedouble * 1000;
-                if (cJSON_IsNumber(l) && l->valuedouble >= 1)
+                if (cJSON_IsNumber(l) && l->valuedouble >= 1) {
                     lease_ms = (int64_t)l->valuedouble * 1000;
+                    sup_set_lease(s, lease_ms);
+                }
                 sup_reported(s);
                 last_contact = now;
                 lease_lost = 0;
             } else if (st == 0) {
                 fprintf(stderr, "cohort-agent: %s\n", err);
+                ln.down = 1;
             }
             cJSON_Delete(out);
             next_hb = now + hb_ms;
         }
+        now = util_mono_us() / 1000;
         if (now - last_contact > lease_ms && !lease_lost) {
             fprintf(stderr, "cohort-agent: no word from cohortd for %lld s: stopping every worker\n",
                     (long long)(now - last_contact) / 1000);
@@ -415,7 +439,8 @@ int main(int argc, char **argv)
         sleep_ms(POLL_MS);
     }
     sup_scan(s);
-    sup_ship_logs(s, ship_log, cl);
+    ln.down = 0;
+    sup_ship_logs(s, ship_log, &ln);
     cJSON *body = cJSON_CreateObject(), *out = NULL;
     cJSON_AddItemToObject(body, "workers", sup_report(s));
     client_call(cl, "POST", "/v1/agent/heartbeat", body, &out, CALL_TIMEOUT_MS, err, sizeof err);

@@ -13,9 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Writes text to dir/name atomically. */
@@ -212,8 +214,52 @@ static void __attribute__((noreturn)) ns_init(const shim_spec *sp, int logfd, in
     _exit(0);
 }
 
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* 1 when an agent holds its lock now. */
+static int agent_alive(int lockfd)
+{
+    if (lockfd < 0)
+        return 1;
+    if (flock(lockfd, LOCK_SH | LOCK_NB) == 0) {
+        flock(lockfd, LOCK_UN); /* leave it free for the next agent */
+        return 0;
+    }
+    return 1;
+}
+
+/* Waits for init; stops the worker when no agent has been alive for the lease. */
+static int wait_init(pid_t init, int lockfd, const shim_spec *sp)
+{
+    int st = 0;
+    int64_t gone_since = 0, term_at = 0;
+    for (;;) {
+        pid_t r = waitpid(init, &st, WNOHANG);
+        if (r == init || (r < 0 && errno != EINTR))
+            return st;
+        int64_t now = mono_ms();
+        if (agent_alive(lockfd)) {
+            gone_since = 0;
+        } else if (!gone_since) {
+            gone_since = now;
+        } else if (!term_at && now - gone_since > sp->lease_ms) {
+            kill(init, SIGTERM);
+            term_at = now;
+        } else if (term_at && now - term_at > sp->grace_ms) {
+            kill(init, SIGKILL);
+        }
+        struct timespec ts = {0, 200 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* The detached shim: namespaces, mounts, init, and the final status. */
-static void __attribute__((noreturn)) outer(int dfd, int logfd, const shim_spec *sp)
+static void __attribute__((noreturn)) outer(int dfd, int logfd, int lockfd, const shim_spec *sp)
 {
     char err[300], line[320];
     setsid();
@@ -229,21 +275,21 @@ static void __attribute__((noreturn)) outer(int dfd, int logfd, const shim_spec 
         give_up(dfd, "fork: %s", strerror(errno));
     if (init == 0) {
         close(rp[0]);
+        if (lockfd >= 0)
+            close(lockfd);
         ns_init(sp, logfd, rp[1]);
     }
     close(rp[1]);
     snprintf(line, sizeof line, "%d\n", (int)init);
     put_file(dfd, "pid", line);
-    int st = 0;
-    while (waitpid(init, &st, 0) < 0 && errno == EINTR)
-        ;
+    int st = wait_init(init, lockfd, sp);
     ssize_t n;
     while ((n = read(rp[0], line, sizeof line - 1)) < 0 && errno == EINTR)
         ;
     if (n > 0) {
         line[n] = '\0';
     } else if (WIFSIGNALED(st)) {
-        /* init itself was killed (the agent's SIGKILL after the grace period) */
+        /* init itself was killed (SIGKILL after the grace period) */
         snprintf(line, sizeof line, "signal %d\n", WTERMSIG(st));
     } else {
         snprintf(line, sizeof line, "error the worker's init ended without a word (%d)\n",
@@ -251,6 +297,23 @@ static void __attribute__((noreturn)) outer(int dfd, int logfd, const shim_spec 
     }
     put_file(dfd, "status", line);
     _exit(0);
+}
+
+/* Keeps only the descriptors the shim needs, at 3, 4 and 5: nothing of the
+ * agent's (its lock above all) stays open in a process that outlives it. */
+static void keep_fds(int *dfd, int *logfd, int *lockfd)
+{
+    int a = fcntl(*dfd, F_DUPFD_CLOEXEC, 100);
+    int b = fcntl(*logfd, F_DUPFD_CLOEXEC, 100);
+    int c = *lockfd >= 0 ? fcntl(*lockfd, F_DUPFD_CLOEXEC, 100) : -1;
+    dup3(a, 3, O_CLOEXEC);
+    dup3(b, 4, O_CLOEXEC);
+    if (c >= 0)
+        dup3(c, 5, O_CLOEXEC);
+    close_range(c >= 0 ? 6 : 5, ~0U, 0);
+    *dfd = 3;
+    *logfd = 4;
+    *lockfd = c >= 0 ? 5 : -1;
 }
 
 int shim_launch(const char *dir, const shim_spec *sp, char *err, size_t errlen)
@@ -266,14 +329,19 @@ int shim_launch(const char *dir, const shim_spec *sp, char *err, size_t errlen)
         close(dfd);
         return -1;
     }
+    /* A description of its own: the agent's lock is never shared with it. */
+    int lockfd = sp->agent_lock ? open(sp->agent_lock, O_RDONLY | O_CLOEXEC) : -1;
     pid_t p = fork();
     if (p == 0) {
         /* Fork again so the shim is nobody's child: it outlives the agent. */
         pid_t q = fork();
         if (q != 0)
             _exit(q < 0 ? 1 : 0);
-        outer(dfd, logfd, sp);
+        keep_fds(&dfd, &logfd, &lockfd);
+        outer(dfd, logfd, lockfd, sp);
     }
+    if (lockfd >= 0)
+        close(lockfd);
     int st = 0, rc = 0;
     if (p < 0 || waitpid(p, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         snprintf(err, errlen, "cannot start the shim: %s", p < 0 ? strerror(errno) : "fork failed");

@@ -36,6 +36,11 @@ typedef struct shim_spec {
     const char *hide[SHIM_MAX_HIDE];
     char **env;  /* NULL-terminated "NAME=value" */
     char **args; /* NULL-terminated, after the program */
+    /* The agent holds agent_lock (flock) while it lives.  When no agent has
+     * held it for lease_ms, the shim stops its worker: SIGTERM, then SIGKILL
+     * after grace_ms. */
+    const char *agent_lock;
+    int64_t lease_ms, grace_ms;
 } shim_spec;
 
 /* Starts the worker described by sp with state directory dir.  Returns 0

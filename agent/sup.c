@@ -170,6 +170,11 @@ sup *sup_open(const sup_config *cfg, char *err, size_t errlen)
     return s;
 }
 
+void sup_set_lease(sup *s, int64_t lease_ms)
+{
+    s->cfg.lease_ms = lease_ms;
+}
+
 void sup_close(sup *s)
 {
     free(s);
@@ -280,6 +285,9 @@ static void launch(sup *s, struct worker *w, const cJSON *spec)
     argv[na] = NULL;
     sp.env = envv;
     sp.args = argv;
+    sp.agent_lock = s->cfg.agent_lock;
+    sp.lease_ms = s->cfg.lease_ms;
+    sp.grace_ms = s->cfg.grace_ms;
     int rc = shim_launch(dir, &sp, err, sizeof err);
     for (int i = 0; i < ne; i++)
         free(envv[i]);

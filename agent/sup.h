@@ -19,6 +19,8 @@ typedef struct sup_config {
     const char *dir;        /* one sub-directory per worker */
     const char *agent_dir;  /* hidden from workers */
     int64_t grace_ms;       /* SIGTERM, then SIGKILL after this */
+    const char *agent_lock; /* shims watch it: no agent for lease_ms stops a worker */
+    int64_t lease_ms;
     int nlaunchers;
     const char *launcher_image[SUP_MAX_LAUNCHERS];
     const char *launcher_path[SUP_MAX_LAUNCHERS];
@@ -28,6 +30,8 @@ typedef struct sup sup;
 
 sup *sup_open(const sup_config *cfg, char *err, size_t errlen);
 void sup_close(sup *s);
+/* The lease cohortd announced: given to workers started from now on. */
+void sup_set_lease(sup *s, int64_t lease_ms);
 /* Re-reads every worker's directory; 1 when some state changed. */
 int sup_scan(sup *s);
 /* Brings the node to the desired list (the "workers" array of a desired state). */

@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <signal.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +18,7 @@
 #include "tests/harness.h"
 
 static th_daemon d;
-static th_agent ag[2];
+static th_agent ag[3];
 static int nagents;
 static char tok[80];
 
@@ -51,8 +52,8 @@ static void platform(const char *const *cohortd_args)
 
 static void agents(int n, const char *cpus)
 {
-    static const char *const names[] = {"n1", "n2"};
-    static const char *const ports[] = {"31000-31099", "31100-31199"};
+    static const char *const names[] = {"n1", "n2", "n3"};
+    static const char *const ports[] = {"31000-31099", "31100-31199", "31200-31299"};
     for (int i = 0; i < n; i++) {
         const char *extra[] = {"--cpus", cpus, "--memory-mb", "65536", "--port-range", ports[i], NULL};
         th_agent_start(&ag[i], &d, names[i], extra);
@@ -562,4 +563,155 @@ Test(agent, logs_are_whole_in_order_once_and_metrics_are_kept)
     cr_expect_eq(r.status, 404);
     th_free(&r);
     cJSON_Delete(node);
+}
+
+Test(agent, a_lost_node_fails_its_ranks_and_the_gang_reruns_elsewhere, .timeout = 90)
+{
+    const char *args[] = {"--node-timeout", "2", "--lease", "4", "--heartbeat", "1", NULL};
+    platform(args);
+    agents(3, "1");
+    char marker[64], prog[768];
+    snprintf(marker, sizeof marker, "cohort-orphan-%d", (int)getpid());
+    /* The first attempt of each rank runs until stopped; later ones finish. */
+    snprintf(prog, sizeof prog,
+             "#!/bin/sh\n"
+             "if [ ! -e \"$WORKSPACE/first-$RANK\" ]; then\n"
+             "  touch \"$WORKSPACE/first-$RANK\"\n"
+             "  exec sh -c 'while :; do sleep 1; done' %s\n"
+             "fi\n"
+             "sleep 1\n",
+             marker);
+    th_put_text(&d, tok, "ws", "node.sh", prog, "755");
+    long id = submit("{\"name\":\"survivor\",\"image\":\"native\",\"workspace\":\"ws\","
+                     "\"code_path\":\"node.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                     "\"worker_spec\":\"cpu-small\",\"worker_count\":2,\"workers_per_node\":1,"
+                     "\"max_retries\":1}");
+    char seen[16];
+    cr_assert(th_wait_state(&d, tok, id, "RUNNING", 20000, seen), "job is %s", seen);
+    for (int i = 0; i < 100 && count_marked(marker) < 2; i++)
+        usleep(50000);
+    cr_assert_eq(count_marked(marker), 2);
+
+    /* Kill the agent that holds rank 0. */
+    char p[64];
+    snprintf(p, sizeof p, "/v1/jobs/%ld/workers", id);
+    th_resp r = th_get(&d, p, tok);
+    double node0 = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(r.json, "items"), 0),
+                                       "node_id")->valuedouble;
+    th_free(&r);
+    snprintf(p, sizeof p, "/v1/nodes/%.0f", node0);
+    r = th_get(&d, p, TH_ADMIN);
+    char victim[64];
+    snprintf(victim, sizeof victim, "%s", th_str(&r, "name"));
+    th_free(&r);
+    int k = victim[1] - '1';
+    cr_assert(k >= 0 && k < 3, "node %s", victim);
+    th_agent_kill9(&ag[k]);
+
+    cr_expect(th_wait_state(&d, tok, id, "SUCCEEDED", 40000, seen), "job ended %s", seen);
+    r = th_get(&d, p, TH_ADMIN);
+    cr_expect_str_eq(th_str(&r, "state"), "down", "node %s", victim);
+    th_free(&r);
+    snprintf(p, sizeof p, "/v1/jobs/%ld", id);
+    r = th_get(&d, p, tok);
+    cr_expect_eq(th_num(&r, "attempt"), 2);
+    th_free(&r);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/workers", id);
+    r = th_get(&d, p, tok);
+    const cJSON *w;
+    int lost = 0, stopped = 0, placed_on_victim = 0;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItem(r.json, "items"))
+    {
+        int attempt = (int)cJSON_GetObjectItem(w, "attempt")->valuedouble;
+        const char *state = cJSON_GetObjectItem(w, "state")->valuestring;
+        if (attempt == 1 && !strcmp(state, "lost"))
+            lost++;
+        if (attempt == 1 && !strcmp(state, "exited") && cJSON_IsNumber(cJSON_GetObjectItem(w, "signal")))
+            stopped++;
+        if (attempt == 2 && cJSON_GetObjectItem(w, "node_id")->valuedouble == node0)
+            placed_on_victim++;
+    }
+    cr_expect_eq(lost, 1, "%s", r.body);
+    cr_expect_eq(stopped, 1, "the other rank was not stopped: %s", r.body);
+    cr_expect_eq(placed_on_victim, 0, "attempt 2 went to the down node");
+    th_free(&r);
+    /* The rank left on the dead agent's node stops once its lease runs out. */
+    int left = -1;
+    for (int i = 0; i < 300 && (left = count_marked(marker)) > 0; i++)
+        usleep(50000);
+    cr_expect_eq(left, 0, "%d processes outlived their agent's lease", left);
+}
+
+Test(agent, a_restarted_agent_adopts_its_running_workers)
+{
+    platform(NULL);
+    agents(1, "8");
+    th_put_text(&d, tok, "ws", "steady.sh",
+                "#!/bin/sh\nsleep 4\necho \"rank $RANK done\" > \"$WORKSPACE/steady-$RANK\"\n", "755");
+    long id = submit("{\"name\":\"steady\",\"image\":\"native\",\"workspace\":\"ws\","
+                     "\"code_path\":\"steady.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                     "\"worker_spec\":\"cpu-small\",\"worker_count\":2}");
+    char seen[16];
+    cr_assert(th_wait_state(&d, tok, id, "RUNNING", 20000, seen), "job is %s", seen);
+    th_agent_kill9(&ag[0]);
+    usleep(300000);
+    th_agent_restart(&ag[0], &d, NULL);
+    cr_expect(th_wait_state(&d, tok, id, "SUCCEEDED", 30000, seen), "job ended %s", seen);
+    char p[64];
+    snprintf(p, sizeof p, "/v1/jobs/%ld", id);
+    th_resp r = th_get(&d, p, tok);
+    cr_expect_eq(th_num(&r, "attempt"), 1, "the workers were started again instead of adopted");
+    th_free(&r);
+    char *t = fetch("steady-1");
+    cr_expect_str_eq(t, "rank 1 done\n");
+    free(t);
+}
+
+Test(agent, max_runtime_ends_a_job_as_timeout)
+{
+    platform(NULL);
+    agents(1, "8");
+    th_put_text(&d, tok, "ws", "forever.sh", "#!/bin/sh\nexec sleep 600\n", "755");
+    long id = submit("{\"name\":\"forever\",\"image\":\"native\",\"workspace\":\"ws\","
+                     "\"code_path\":\"forever.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                     "\"worker_spec\":\"cpu-small\",\"worker_count\":1,\"max_runtime_seconds\":2,"
+                     "\"max_retries\":3}");
+    char seen[16];
+    cr_assert(th_wait_state(&d, tok, id, "FAILED", 20000, seen), "job ended %s", seen);
+    char p[64];
+    snprintf(p, sizeof p, "/v1/jobs/%ld", id);
+    th_resp r = th_get(&d, p, tok);
+    cr_expect(!strncmp(th_str(&r, "reason"), "timeout", 7), "reason: %s", th_str(&r, "reason"));
+    cr_expect_eq(th_num(&r, "attempt"), 1, "a timeout is not retried");
+    th_free(&r);
+    wait_workers_ended(id);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/workers", id);
+    r = th_get(&d, p, tok);
+    cr_expect(strstr(r.body, "\"signal\":15") != NULL, "the worker was not stopped: %s", r.body);
+    th_free(&r);
+}
+
+Test(agent, an_agent_cut_off_past_its_lease_stops_its_workers)
+{
+    const char *args[] = {"--lease", "3", NULL};
+    platform(args);
+    agents(1, "8");
+    char marker[64], prog[256];
+    snprintf(marker, sizeof marker, "cohort-cutoff-%d", (int)getpid());
+    snprintf(prog, sizeof prog, "#!/bin/sh\nexec sh -c 'while :; do sleep 1; done' %s\n", marker);
+    th_put_text(&d, tok, "ws", "loop.sh", prog, "755");
+    long id = submit("{\"name\":\"loop\",\"image\":\"native\",\"workspace\":\"ws\","
+                     "\"code_path\":\"loop.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                     "\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
+    char seen[16];
+    cr_assert(th_wait_state(&d, tok, id, "RUNNING", 20000, seen), "job is %s", seen);
+    for (int i = 0; i < 100 && count_marked(marker) < 1; i++)
+        usleep(50000);
+    cr_assert_eq(count_marked(marker), 1);
+    kill(d.pid, SIGSTOP); /* cohortd stops answering */
+    int left = -1;
+    for (int i = 0; i < 300 && (left = count_marked(marker)) > 0; i++)
+        usleep(50000);
+    kill(d.pid, SIGCONT);
+    cr_expect_eq(left, 0, "the worker kept running with its agent cut off past the lease");
 }
