@@ -11,6 +11,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <netdb.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,8 +27,8 @@
 #include "storage/util.h"
 
 #define POLL_MS 100
-#define DESIRED_EVERY_MS 500
 #define CALL_TIMEOUT_MS 3000
+#define LONG_POLL_S 20
 
 struct config {
     const char *server, *join_token, *name, *address, *data_dir, *mount_root;
@@ -288,6 +289,74 @@ static int64_t ship_log(void *arg, int64_t id, int64_t offset, const char *buf, 
     return size;
 }
 
+/*
+ * The desired state arrives on a thread of its own, by long poll: cohortd
+ * answers as soon as it changes, and the main loop takes the newest one.
+ */
+struct poller {
+    client *cl; /* its own connection */
+    pthread_mutex_t lock;
+    pthread_cond_t arrived;
+    cJSON *latest;        /* newest desired state not yet taken; owned */
+    int unknown_node;     /* cohortd answered 401 */
+    int64_t answered_at;  /* monotonic ms of the last answer */
+};
+
+static void *poller_main(void *arg)
+{
+    struct poller *p = arg;
+    char path[128], err[512], version[32] = "0";
+    while (!stopping) {
+        cJSON *out = NULL;
+        snprintf(path, sizeof path, "/v1/agent/desired?version=%s&wait=%d", version, LONG_POLL_S);
+        long st = client_call(p->cl, "GET", path, NULL, &out, (LONG_POLL_S + 5) * 1000L, err,
+                              sizeof err);
+        const cJSON *v = cJSON_GetObjectItem(out, "version");
+        if (st == 200 && cJSON_IsString(v) && strlen(v->valuestring) < sizeof version) {
+            snprintf(version, sizeof version, "%s", v->valuestring);
+            pthread_mutex_lock(&p->lock);
+            cJSON_Delete(p->latest);
+            p->latest = out;
+            p->answered_at = util_mono_us() / 1000;
+            pthread_cond_signal(&p->arrived);
+            pthread_mutex_unlock(&p->lock);
+            continue;
+        }
+        cJSON_Delete(out);
+        if (st == 401) {
+            pthread_mutex_lock(&p->lock);
+            p->unknown_node = 1;
+            pthread_cond_signal(&p->arrived);
+            pthread_mutex_unlock(&p->lock);
+            return NULL;
+        }
+        struct timespec ts = {0, 500 * 1000000L}; /* cohortd away: try again soon */
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+/* Waits up to ms for a new desired state; returns it (caller deletes) or NULL. */
+static cJSON *poller_take(struct poller *p, long ms, int *unknown, int64_t *answered_at)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += ms * 1000000L;
+    while (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&p->lock);
+    if (!p->latest && !p->unknown_node)
+        pthread_cond_timedwait(&p->arrived, &p->lock, &ts);
+    cJSON *got = p->latest;
+    p->latest = NULL;
+    *unknown = p->unknown_node;
+    *answered_at = p->answered_at;
+    pthread_mutex_unlock(&p->lock);
+    return got;
+}
+
 static void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
@@ -366,34 +435,46 @@ int main(int argc, char **argv)
            cfg.mount_root);
     fflush(stdout);
 
+    struct poller pl = {0};
+    pl.cl = client_new(cfg.server, err, sizeof err);
+    pthread_t poll_thread;
+    if (!pl.cl) {
+        fprintf(stderr, "cohort-agent: %s\n", err);
+        goto out;
+    }
+    client_set_token(pl.cl, token);
+    pthread_mutex_init(&pl.lock, NULL);
+    pthread_cond_init(&pl.arrived, NULL);
+    if (pthread_create(&poll_thread, NULL, poller_main, &pl) != 0) {
+        fprintf(stderr, "cohort-agent: cannot start the desired-state thread\n");
+        goto out;
+    }
+    pthread_detach(poll_thread); /* it may sit in a long poll when we exit */
+
     int64_t hb_ms = 2000, lease_ms = 30000;
-    int64_t now = util_mono_us() / 1000, last_contact = now, next_hb = 0, next_desired = 0;
+    int64_t now = util_mono_us() / 1000, last_contact = now, next_hb = 0;
     int lease_lost = 0;
     struct link ln = {cl, 0};
     while (!stopping) {
+        int unknown = 0;
+        int64_t answered = 0;
+        cJSON *desired = poller_take(&pl, POLL_MS, &unknown, &answered);
+        if (unknown) {
+            fprintf(stderr, "cohort-agent: cohortd does not know this node any more\n");
+            break;
+        }
         now = util_mono_us() / 1000;
+        if (answered > last_contact)
+            last_contact = answered;
         ln.down = 0;
         int changed = sup_scan(s);
+        if (desired) {
+            sup_reconcile(s, cJSON_GetObjectItem(desired, "workers"));
+            cJSON_Delete(desired);
+            changed |= sup_scan(s);
+        }
         sup_tick(s);
         changed |= sup_ship_logs(s, ship_log, &ln);
-        if (now >= next_desired && !ln.down) {
-            cJSON *out = NULL;
-            long st = client_call(cl, "GET", "/v1/agent/desired", NULL, &out, CALL_TIMEOUT_MS, err,
-                                  sizeof err);
-            if (st == 200) {
-                sup_reconcile(s, cJSON_GetObjectItem(out, "workers"));
-                last_contact = now;
-                changed |= sup_scan(s);
-            } else if (st == 401) {
-                fprintf(stderr, "cohort-agent: cohortd does not know this node any more\n");
-                cJSON_Delete(out);
-                break;
-            } else if (st == 0) {
-                ln.down = 1;
-            }
-            cJSON_Delete(out);
-            next_desired = now + DESIRED_EVERY_MS;
-        }
         if ((now >= next_hb || changed) && !ln.down) {
             cJSON *body = cJSON_CreateObject();
             cJSON_AddItemToObject(body, "workers", sup_report(s));
@@ -427,7 +508,6 @@ int main(int argc, char **argv)
             sup_stop_all(s);
             lease_lost = 1;
         }
-        sleep_ms(POLL_MS);
     }
     /* Stopping: every worker gets SIGTERM, then SIGKILL after the grace period. */
     sup_stop_all(s);

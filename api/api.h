@@ -53,6 +53,7 @@ typedef struct api_req {
     size_t body_len;
     const store_principal *who; /* user routes: the caller */
     const store_node *node;     /* agent routes: the calling node */
+    int waited;                 /* called again after a wait: answer now */
 } api_req;
 
 typedef struct api_resp api_resp;
@@ -86,6 +87,11 @@ struct api_resp {
     void *write_ctx;
     void (*finish)(api_ctx *ctx, api_resp *rs, void *write_ctx, int rc);
     api_upload *upload;        /* set by an upload route's handler: owned by the server */
+    /* A long poll: the server parks the request until the desired-state
+     * version passes wait_version or wait_ms pass, then calls the handler
+     * again with rq->waited set. */
+    uint64_t wait_version;
+    int64_t wait_ms;
     char tenant[UTIL_NAME_MAX + 1]; /* for the access log */
 };
 

@@ -598,8 +598,10 @@ static void job_change_done(api_ctx *ctx, api_resp *rs, void *arg, int rc)
         api_json(rs, 200, job_json(&c->after, 0));
     else
         rs->status = 204;
-    if (rc == STORE_OK)
+    if (rc == STORE_OK) {
+        sched_bump(ctx->sched); /* its workers are to stop */
         sched_wake(ctx->sched);
+    }
     store_job_clear(&c->after);
     free(c);
 }

@@ -426,8 +426,10 @@ void api_agent_heartbeat(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_store_error(rs, rc, "heartbeat");
         goto out;
     }
-    if (r->changed)
+    if (r->changed) {
+        sched_bump(ctx->sched); /* a failed rank may have stopped its gang */
         sched_wake(ctx->sched);
+    }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "heartbeat_seconds", (double)ctx->heartbeat_s);
     cJSON_AddNumberToObject(o, "lease_seconds", (double)ctx->lease_s);
@@ -587,8 +589,20 @@ static void desired_row(void *arg, const store_worker *w)
     store_job_clear(&j);
 }
 
+#define DESIRED_WAIT_MAX 60
+
 void api_agent_desired(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
+    const char *v = rq->query(rq->h, "version"), *w = rq->query(rq->h, "wait");
+    uint64_t known = v ? strtoull(v, NULL, 10) : 0;
+    int64_t wait = w ? api_id(w) : 0;
+    /* Read the version first: whatever changes after it wakes the next poll. */
+    uint64_t version = sched_version(ctx->sched);
+    if (!rq->waited && wait > 0 && v && version <= known) {
+        rs->wait_version = known;
+        rs->wait_ms = (wait > DESIRED_WAIT_MAX ? DESIRED_WAIT_MAX : wait) * 1000;
+        return;
+    }
     struct desired d = {ctx, rq->node, cJSON_CreateArray(), 0};
     int rc = store_worker_desired(ctx->st, rq->node->id, desired_row, &d);
     if (rc != STORE_OK || d.failed) {
@@ -598,6 +612,9 @@ void api_agent_desired(api_ctx *ctx, const api_req *rq, api_resp *rs)
     }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "node_id", (double)rq->node->id);
+    char vb[24];
+    snprintf(vb, sizeof vb, "%llu", (unsigned long long)version);
+    cJSON_AddStringToObject(o, "version", vb);
     cJSON_AddBoolToObject(o, "drained", rq->node->drained);
     cJSON_AddItemToObject(o, "workers", d.items);
     api_json(rs, 200, o);

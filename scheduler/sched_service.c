@@ -28,6 +28,9 @@ struct sched_service {
     int woken, stopping;
     struct position *pos; /* sorted by job_id */
     size_t npos;
+    uint64_t version;
+    void (*notify)(void *arg);
+    void *notify_arg;
 };
 
 /* ---- growable arrays for one pass ---- */
@@ -52,6 +55,7 @@ struct use {
 
 struct pass {
     sched_service *svc;
+    int placed;
     sched_node *nodes;
     size_t nnodes, capn;
     store_node *info; /* info[i] is nodes[i] */
@@ -276,6 +280,7 @@ static int schedule(store_tx *tx, void *arg)
         } else if (store_tx_mark(tx) == STORE_OK) {
             if (commit_placement(tx, p, j, b, shape, idx) == STORE_OK) {
                 store_tx_keep(tx);
+                p->placed++;
                 u->jobs++;
                 u->workers += j->workers;
                 u->cpus += j->workers * j->cpus;
@@ -295,6 +300,7 @@ static int schedule(store_tx *tx, void *arg)
 struct tick {
     int64_t now, node_timeout_ms;
     store_tx *tx;
+    int changed; /* workers lost or jobs stopped */
 };
 
 static void job_lost(void *arg, int64_t job_id)
@@ -306,6 +312,7 @@ static void job_lost(void *arg, int64_t job_id)
 static void node_down(void *arg, int64_t node_id)
 {
     struct tick *t = arg;
+    t->changed = 1;
     store_worker_lose_node(t->tx, node_id, t->now, job_lost, t);
 }
 
@@ -343,6 +350,7 @@ static int tick(store_tx *tx, void *arg)
         int r = sched_job_end(tx, 0, s.ids[i], "FAILED", why);
         if (r != STORE_OK && r != SCHED_FINAL)
             rc = r;
+        t->changed = 1;
     }
     return rc;
 }
@@ -355,12 +363,16 @@ static int pos_cmp(const void *a, const void *b)
 
 static void run_pass(sched_service *s)
 {
-    struct tick t = {util_now_ms(), s->cfg.node_timeout_ms, NULL};
+    struct tick t = {util_now_ms(), s->cfg.node_timeout_ms, NULL, 0};
     int rc = store_write(s->st, tick, &t);
     if (rc != STORE_OK && rc != STORE_BUSY)
         fprintf(stderr, "scheduler: tick failed (store error %d)\n", rc);
+    if (rc == STORE_OK && t.changed)
+        sched_bump(s);
     struct pass p = {.svc = s};
     rc = store_write(s->st, schedule, &p);
+    if (rc == STORE_OK && p.placed)
+        sched_bump(s);
     if (rc != STORE_OK && rc != STORE_BUSY)
         fprintf(stderr, "scheduler: pass failed (store error %d)\n", rc);
     if (rc == STORE_OK) {
@@ -417,6 +429,7 @@ sched_service *sched_start(store *st, const sched_config *cfg, char *err, size_t
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->wake, NULL);
     s->woken = 1; /* a first pass at once */
+    s->version = (uint64_t)util_now_ms(); /* never below what a previous run handed out */
     if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
         snprintf(err, errlen, "cannot start the scheduler thread");
         pthread_mutex_destroy(&s->lock);
@@ -450,6 +463,26 @@ void sched_stop(sched_service *s)
     pthread_cond_destroy(&s->wake);
     free(s->pos);
     free(s);
+}
+
+uint64_t sched_version(sched_service *s)
+{
+    return s ? __atomic_load_n(&s->version, __ATOMIC_ACQUIRE) : 0;
+}
+
+void sched_bump(sched_service *s)
+{
+    if (!s)
+        return;
+    __atomic_add_fetch(&s->version, 1, __ATOMIC_RELEASE);
+    if (s->notify)
+        s->notify(s->notify_arg);
+}
+
+void sched_on_bump(sched_service *s, void (*notify)(void *arg), void *arg)
+{
+    s->notify_arg = arg;
+    s->notify = notify;
 }
 
 int64_t sched_position(sched_service *s, int64_t job_id)

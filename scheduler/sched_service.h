@@ -25,6 +25,15 @@ sched_service *sched_start(store *st, const sched_config *cfg, char *err, size_t
 /* Asks for a pass soon. */
 void sched_wake(sched_service *s);
 void sched_stop(sched_service *s);
+/*
+ * The desired-state version: bumped after every commit that places or
+ * stops workers, so agents waiting on it (long poll) fetch their new state.
+ * notify(arg) is called after each bump (from whichever thread bumped).
+ */
+uint64_t sched_version(sched_service *s);
+void sched_bump(sched_service *s);
+void sched_on_bump(sched_service *s, void (*notify)(void *arg), void *arg);
+
 /* Queue position of a pending job (1: next), 0 when not known yet. */
 int64_t sched_position(sched_service *s, int64_t job_id);
 

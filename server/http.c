@@ -21,6 +21,8 @@
 
 #include "server/metrics.h"
 
+struct req_state;
+
 struct http_server {
     struct MHD_Daemon *d;
     api_ctx *ctx;
@@ -28,11 +30,17 @@ struct http_server {
     int port;
     int in_flight; /* requests between first callback and completion */
     int route_metrics, route_other;
+    /* Long polls parked until the desired-state version moves or they time out. */
+    pthread_mutex_t wlock;
+    pthread_cond_t wcond;
+    struct req_state *waiting;
+    pthread_t wthread;
+    int wstop;
 };
 
 #define HTTP_PATH_MAX 4096
 
-enum phase { P_READ, P_WAIT, P_WRITTEN, P_SENT };
+enum phase { P_READ, P_WAIT, P_WRITTEN, P_PARKED, P_RESUMED, P_SENT };
 
 struct req_state {
     http_server *srv;
@@ -53,6 +61,9 @@ struct req_state {
     int status;
     size_t bytes;
     char method[8];
+    uint64_t wait_version;      /* parked: until the version passes this */
+    int64_t wait_until;         /* parked: or until this (monotonic ms) */
+    struct req_state *wnext;
 };
 
 /* Route labels for metrics: the patterns, then /metrics and "other". */
@@ -162,6 +173,76 @@ static void write_done(void *arg, int rc)
     MHD_resume_connection(st->conn);
 }
 
+static int64_t mono_ms(void)
+{
+    return util_mono_us() / 1000;
+}
+
+/* Resumes every parked request whose version moved or whose time is up.
+ * Called with wlock held. */
+static void wake_due(http_server *srv, int64_t now)
+{
+    uint64_t v = sched_version(srv->ctx->sched);
+    struct req_state **pp = &srv->waiting;
+    while (*pp) {
+        struct req_state *st = *pp;
+        if (v > st->wait_version || now >= st->wait_until) {
+            *pp = st->wnext;
+            st->phase = P_RESUMED;
+            MHD_resume_connection(st->conn);
+        } else {
+            pp = &st->wnext;
+        }
+    }
+}
+
+static void on_bump(void *arg)
+{
+    http_server *srv = arg;
+    pthread_mutex_lock(&srv->wlock);
+    wake_due(srv, mono_ms());
+    pthread_mutex_unlock(&srv->wlock);
+}
+
+/* Ends long polls at their deadlines. */
+static void *waiter_main(void *arg)
+{
+    http_server *srv = arg;
+    pthread_mutex_lock(&srv->wlock);
+    while (!srv->wstop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&srv->wcond, &srv->wlock, &ts);
+        wake_due(srv, srv->wstop ? INT64_MAX : mono_ms());
+    }
+    wake_due(srv, INT64_MAX);
+    pthread_mutex_unlock(&srv->wlock);
+    return NULL;
+}
+
+/* Parks a long poll; the version is checked again under the lock, so a
+ * bump between the handler's look and this never goes unnoticed. */
+static void park(struct req_state *st)
+{
+    http_server *srv = st->srv;
+    st->wait_version = st->rs.wait_version;
+    st->wait_until = mono_ms() + st->rs.wait_ms;
+    st->rs.wait_ms = 0;
+    st->ready = 0;
+    st->phase = P_PARKED;
+    MHD_suspend_connection(st->conn);
+    pthread_mutex_lock(&srv->wlock);
+    st->wnext = srv->waiting;
+    srv->waiting = st;
+    wake_due(srv, mono_ms());
+    pthread_mutex_unlock(&srv->wlock);
+}
+
 /* Runs the handler (or the upload's finish) and sends, or parks for a write. */
 static enum MHD_Result complete(struct req_state *st)
 {
@@ -175,6 +256,10 @@ static enum MHD_Result complete(struct req_state *st)
             st->route->fn(st->srv->ctx, &st->rq, &st->rs);
         }
         st->ready = 1;
+    }
+    if (st->rs.wait_ms > 0) {
+        park(st);
+        return MHD_YES;
     }
     if (st->rs.write_fn) {
         store_write_fn fn = st->rs.write_fn;
@@ -407,8 +492,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return MHD_YES;
     }
-    if (__atomic_load_n(&st->phase, __ATOMIC_ACQUIRE) == P_WAIT)
+    enum phase ph = __atomic_load_n(&st->phase, __ATOMIC_ACQUIRE);
+    if (ph == P_WAIT || ph == P_PARKED)
         return MHD_YES;
+    if (ph == P_RESUMED) {
+        st->phase = P_READ;
+        st->rq.waited = 1;
+    }
     /* One read snapshot per callback: SQLite's locks are taken once. */
     store_read_begin(srv->ctx->st);
     enum MHD_Result ret;
@@ -512,6 +602,14 @@ http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t 
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : cfg->port;
+    pthread_mutex_init(&s->wlock, NULL);
+    pthread_cond_init(&s->wcond, NULL);
+    if (pthread_create(&s->wthread, NULL, waiter_main, s) != 0) {
+        snprintf(err, errlen, "cannot start the long-poll thread");
+        MHD_stop_daemon(s->d);
+        goto fail;
+    }
+    sched_on_bump(ctx->sched, on_bump, s);
     return s;
 fail:
     free(s);
@@ -530,6 +628,13 @@ void http_stop(http_server *s, int grace_ms)
     MHD_socket fd = MHD_quiesce_daemon(s->d);
     if (fd != MHD_INVALID_SOCKET)
         close(fd);
+    /* Parked long polls are answered now, and no more are parked for long. */
+    sched_on_bump(s->ctx->sched, NULL, NULL);
+    pthread_mutex_lock(&s->wlock);
+    s->wstop = 1;
+    pthread_cond_signal(&s->wcond);
+    pthread_mutex_unlock(&s->wlock);
+    pthread_join(s->wthread, NULL);
     for (int waited = 0; waited < grace_ms; waited += 10) {
         if (__atomic_load_n(&s->in_flight, __ATOMIC_RELAXED) == 0)
             break;
@@ -537,5 +642,7 @@ void http_stop(http_server *s, int grace_ms)
         nanosleep(&ts, NULL);
     }
     MHD_stop_daemon(s->d);
+    pthread_mutex_destroy(&s->wlock);
+    pthread_cond_destroy(&s->wcond);
     free(s);
 }
