@@ -36,6 +36,7 @@ struct http_server {
     struct req_state *waiting;
     pthread_t wthread;
     int wstop;
+    int stopping; /* shutting down: no long waits, and connections close */
 };
 
 #define HTTP_PATH_MAX 4096
@@ -154,6 +155,8 @@ static enum MHD_Result respond(struct req_state *st)
         MHD_add_response_header(r, "Idempotent-Replayed", "true");
     if (rs->xname)
         MHD_add_response_header(r, rs->xname, rs->xvalue);
+    if (__atomic_load_n(&st->srv->stopping, __ATOMIC_ACQUIRE))
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     if (rs->status == 401)
@@ -258,8 +261,15 @@ static enum MHD_Result complete(struct req_state *st)
         st->ready = 1;
     }
     if (st->rs.wait_ms > 0) {
-        park(st);
-        return MHD_YES;
+        if (!__atomic_load_n(&st->srv->stopping, __ATOMIC_ACQUIRE)) {
+            park(st);
+            return MHD_YES;
+        }
+        /* Shutting down: answer the long poll now. */
+        st->rs.wait_ms = 0;
+        st->rq.waited = 1;
+        st->ready = 0;
+        return complete(st);
     }
     if (st->rs.write_fn) {
         store_write_fn fn = st->rs.write_fn;
@@ -625,6 +635,7 @@ void http_stop(http_server *s, int grace_ms)
 {
     if (!s)
         return;
+    __atomic_store_n(&s->stopping, 1, __ATOMIC_RELEASE);
     MHD_socket fd = MHD_quiesce_daemon(s->d);
     if (fd != MHD_INVALID_SOCKET)
         close(fd);
