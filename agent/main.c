@@ -27,6 +27,7 @@
 #include "storage/util.h"
 
 #define POLL_MS 100
+#define BUSY_POLL_MS 10 /* while workers run: their ends are noticed this soon */
 #define CALL_TIMEOUT_MS 3000
 #define LONG_POLL_S 20
 
@@ -380,6 +381,12 @@ int main(int argc, char **argv)
     sa.sa_handler = on_stop;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    /* Children (the shims' first forks) are reaped by the kernel: launching
+     * never waits on them. */
+    struct sigaction chld = {0};
+    chld.sa_handler = SIG_DFL;
+    chld.sa_flags = SA_NOCLDWAIT;
+    sigaction(SIGCHLD, &chld, NULL);
 
     if (mkdir(cfg.data_dir, 0700) != 0 && errno != EEXIST) {
         fprintf(stderr, "cohort-agent: %s: %s\n", cfg.data_dir, strerror(errno));
@@ -458,7 +465,8 @@ int main(int argc, char **argv)
     while (!stopping) {
         int unknown = 0;
         int64_t answered = 0;
-        cJSON *desired = poller_take(&pl, POLL_MS, &unknown, &answered);
+        cJSON *desired = poller_take(&pl, sup_running(s) ? BUSY_POLL_MS : POLL_MS, &unknown,
+                                     &answered);
         if (unknown) {
             fprintf(stderr, "cohort-agent: cohortd does not know this node any more\n");
             break;

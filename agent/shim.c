@@ -20,7 +20,9 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Writes text to dir/name atomically. */
+/* Writes text to dir/name atomically (rename).  No fsync: after a crash of
+ * the node its workers are gone anyway and cohortd reports them lost; what
+ * counts is what cohortd recorded. */
 static void put_file(int dfd, const char *name, const char *text)
 {
     char tmp[64];
@@ -29,7 +31,7 @@ static void put_file(int dfd, const char *name, const char *text)
     if (fd < 0)
         return;
     size_t n = strlen(text);
-    int ok = write(fd, text, n) == (ssize_t)n && fsync(fd) == 0;
+    int ok = write(fd, text, n) == (ssize_t)n;
     close(fd);
     if (ok)
         renameat(dfd, tmp, dfd, name);
@@ -233,11 +235,15 @@ static int agent_alive(int lockfd)
     return 1;
 }
 
-/* Waits for init; stops the worker when no agent has been alive for the lease. */
+/* Waits for init (woken at once by SIGCHLD); stops the worker when no agent
+ * has been alive for the lease. */
 static int wait_init(pid_t init, int lockfd, const shim_spec *sp)
 {
     int st = 0;
     int64_t gone_since = 0, term_at = 0;
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
     for (;;) {
         pid_t r = waitpid(init, &st, WNOHANG);
         if (r == init || (r < 0 && errno != EINTR))
@@ -253,8 +259,8 @@ static int wait_init(pid_t init, int lockfd, const shim_spec *sp)
         } else if (term_at && now - term_at > sp->grace_ms) {
             kill(init, SIGKILL);
         }
-        struct timespec ts = {0, 200 * 1000000L};
-        nanosleep(&ts, NULL);
+        struct timespec ts = {0, 500 * 1000000L};
+        sigtimedwait(&chld, NULL, &ts);
     }
 }
 
@@ -270,6 +276,13 @@ static void __attribute__((noreturn)) outer(int dfd, int logfd, int lockfd, cons
     int rp[2];
     if (pipe2(rp, O_CLOEXEC) != 0)
         give_up(dfd, "pipe: %s", strerror(errno));
+    /* SIGCHLD stays blocked here so wait_init can wait for it; the
+     * namespace's init restores its own mask. */
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    signal(SIGCHLD, SIG_DFL);
     pid_t init = fork();
     if (init < 0)
         give_up(dfd, "fork: %s", strerror(errno));
@@ -277,6 +290,7 @@ static void __attribute__((noreturn)) outer(int dfd, int logfd, int lockfd, cons
         close(rp[0]);
         if (lockfd >= 0)
             close(lockfd);
+        sigprocmask(SIG_UNBLOCK, &chld, NULL);
         ns_init(sp, logfd, rp[1]);
     }
     close(rp[1]);
@@ -316,38 +330,36 @@ static void keep_fds(int *dfd, int *logfd, int *lockfd)
     *lockfd = c >= 0 ? 5 : -1;
 }
 
-int shim_launch(const char *dir, const shim_spec *sp, char *err, size_t errlen)
+int shim_launch(const char *dir, const shim_spec *sp, const char *note, char *err,
+                size_t errlen)
 {
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0) {
-        snprintf(err, errlen, "%s: %s", dir, strerror(errno));
-        return -1;
-    }
-    int logfd = openat(dfd, "output.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (logfd < 0) {
-        snprintf(err, errlen, "%s/output.log: %s", dir, strerror(errno));
-        close(dfd);
-        return -1;
-    }
-    /* A description of its own: the agent's lock is never shared with it. */
-    int lockfd = sp->agent_lock ? open(sp->agent_lock, O_RDONLY | O_CLOEXEC) : -1;
+    /* Everything but the fork happens in the child: the agent's thread
+     * spends no time on files when it starts a batch of workers. */
     pid_t p = fork();
     if (p == 0) {
-        /* Fork again so the shim is nobody's child: it outlives the agent. */
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0)
+            _exit(1);
+        if (note)
+            put_file(dfd, "spec.json", note);
+        int logfd = openat(dfd, "output.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+        if (logfd < 0)
+            give_up(dfd, "cannot create output.log: %s", strerror(errno));
+        /* A description of its own: the agent's lock is never shared with it. */
+        int lockfd = sp->agent_lock ? open(sp->agent_lock, O_RDONLY | O_CLOEXEC) : -1;
+        /* Fork again so the shim is nobody's child: it outlives the agent.
+         * The agent reaps this intermediate process without waiting (shim.h). */
         pid_t q = fork();
+        if (q < 0)
+            give_up(dfd, "cannot fork the shim: %s", strerror(errno));
         if (q != 0)
-            _exit(q < 0 ? 1 : 0);
+            _exit(0);
         keep_fds(&dfd, &logfd, &lockfd);
         outer(dfd, logfd, lockfd, sp);
     }
-    if (lockfd >= 0)
-        close(lockfd);
-    int st = 0, rc = 0;
-    if (p < 0 || waitpid(p, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-        snprintf(err, errlen, "cannot start the shim: %s", p < 0 ? strerror(errno) : "fork failed");
-        rc = -1;
+    if (p < 0) {
+        snprintf(err, errlen, "cannot start the shim: %s", strerror(errno));
+        return -1;
     }
-    close(logfd);
-    close(dfd);
-    return rc;
+    return 0;
 }

@@ -43,9 +43,12 @@ typedef struct shim_spec {
     int64_t lease_ms, grace_ms;
 } shim_spec;
 
-/* Starts the worker described by sp with state directory dir.  Returns 0
- * once the shim runs on its own (the outcome appears in dir/status later),
- * -1 with a message when it could not be started at all. */
-int shim_launch(const char *dir, const shim_spec *sp, char *err, size_t errlen);
+/* Starts the worker described by sp with state directory dir (which must
+ * exist); note, when not NULL, is written to dir/spec.json for people.  Returns 0
+ * once the shim is on its way (the outcome appears in dir/status later),
+ * -1 with a message when it could not be started at all.  The caller
+ * reaps its children without waiting (SIGCHLD with SA_NOCLDWAIT). */
+int shim_launch(const char *dir, const shim_spec *sp, const char *note, char *err,
+                size_t errlen);
 
 #endif

@@ -35,6 +35,7 @@ struct worker {
     int64_t seen_at;    /* first seen without pid, status or process */
     int64_t log_off;    /* bytes of output.log the server has */
     int log_done;       /* finished and every byte shipped */
+    int log_fd;         /* output.log, kept open while shipping: 0 = not open yet */
 };
 
 struct sup {
@@ -72,7 +73,8 @@ static int read_small(const char *dir, int64_t id, const char *name, char *out, 
     return 0;
 }
 
-static void write_small(const char *dir, int64_t id, const char *name, const char *text)
+/* Writes dir/id/name atomically (rename); durable (fsync) when sync is set. */
+static void write_file(const char *dir, int64_t id, const char *name, const char *text, int sync)
 {
     char path[4200], tmp[4300];
     snprintf(path, sizeof path, "%s/%lld/%s", dir, (long long)id, name);
@@ -81,10 +83,16 @@ static void write_small(const char *dir, int64_t id, const char *name, const cha
     if (!f)
         return;
     fputs(text, f);
-    int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int ok = fflush(f) == 0 && (!sync || fsync(fileno(f)) == 0);
     fclose(f);
     if (ok)
         rename(tmp, path);
+}
+
+/* Worker state files need no fsync, for the reason in shim.c. */
+static void write_small(const char *dir, int64_t id, const char *name, const char *text)
+{
+    write_file(dir, id, name, text, 0);
 }
 
 /* Reads one worker's directory into w; 1 when its state changed. */
@@ -93,6 +101,9 @@ static int refresh(sup *s, struct worker *w)
     char buf[300];
     enum wstate before = w->state;
     if (w->state == W_EXITED || w->state == W_FAILED)
+        return 0;
+    /* While its init lives a worker has no status yet: no file to read. */
+    if (w->state == W_RUNNING && w->pid > 0 && kill(w->pid, 0) == 0)
         return 0;
     if (read_small(s->cfg.dir, w->id, "status", buf, sizeof buf) == 0) {
         long v;
@@ -217,11 +228,6 @@ static void launch(sup *s, struct worker *w, const cJSON *spec)
         snprintf(err, sizeof err, "cannot create %.200s: %s", dir, strerror(errno));
         goto fail;
     }
-    char *text = cJSON_PrintUnformatted(spec);
-    if (text) {
-        write_small(s->cfg.dir, w->id, "spec.json", text);
-        free(text);
-    }
     const char *image = jstr(spec, "image"), *fw = jstr(spec, "framework");
     sp.program = jstr(spec, "program");
     sp.mount_root = jstr(spec, "mount_root");
@@ -288,7 +294,9 @@ static void launch(sup *s, struct worker *w, const cJSON *spec)
     sp.agent_lock = s->cfg.agent_lock;
     sp.lease_ms = s->cfg.lease_ms;
     sp.grace_ms = s->cfg.grace_ms;
-    int rc = shim_launch(dir, &sp, err, sizeof err);
+    char *note = cJSON_PrintUnformatted(spec);
+    int rc = shim_launch(dir, &sp, note, err, sizeof err);
+    free(note);
     for (int i = 0; i < ne; i++)
         free(envv[i]);
     if (rc == 0) {
@@ -376,10 +384,14 @@ int sup_ship_logs(sup *s, sup_ship_fn ship, void *arg)
         if (w->log_done || w->state == W_STARTING)
             continue;
         int done = w->state == W_EXITED || w->state == W_FAILED;
-        char path[4200];
-        snprintf(path, sizeof path, "%s/%lld/output.log", s->cfg.dir, (long long)w->id);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (w->log_fd <= 0) {
+            char path[4200];
+            snprintf(path, sizeof path, "%s/%lld/output.log", s->cfg.dir, (long long)w->id);
+            w->log_fd = open(path, O_RDONLY | O_CLOEXEC);
+        }
+        int fd = w->log_fd;
         if (fd < 0) {
+            w->log_fd = 0;
             w->log_done = done; /* nothing was ever printed */
             finished |= done;
             continue;
@@ -412,7 +424,10 @@ int sup_ship_logs(sup *s, sup_ship_fn ship, void *arg)
                 break;
             w->log_off = size;
         }
-        close(fd);
+        if (w->log_done) {
+            close(fd);
+            w->log_fd = 0;
+        }
     }
     return finished;
 }
@@ -451,6 +466,8 @@ void sup_reported(sup *s)
         int done = (w->state == W_EXITED || w->state == W_FAILED) && w->log_done;
         if (done && w->final_sent && !w->desired) {
             write_small(s->cfg.dir, w->id, "acked", "1\n");
+            if (w->log_fd > 0)
+                close(w->log_fd);
             continue; /* forgotten */
         }
         if (done)

@@ -1,0 +1,278 @@
+/*
+ * bench/e2e: N single-worker jobs that exit at once, through the REST API
+ * and one local agent.  Prints jobs completed per second (first submit to
+ * last SUCCEEDED) and submit-to-start latency p50/p99 (the job's program
+ * records when it started).  Needs root (the agent's namespaces).
+ * usage: bench_e2e BUILD_DIR [JOBS]
+ */
+#include <curl/curl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ADMIN "bench-e2e-admin-token-0123456789"
+
+#define SUBMITTERS 8
+
+static char base[128], dir[64];
+static CURL *curl; /* the main thread's; each submitter has its own */
+
+struct sink {
+    char buf[1 << 16];
+    size_t len;
+};
+
+static size_t on_data(char *p, size_t size, size_t n, void *arg)
+{
+    struct sink *s = arg;
+    size_t add = size * n;
+    if (s->len + add >= sizeof s->buf)
+        add = sizeof s->buf - 1 - s->len;
+    memcpy(s->buf + s->len, p, add);
+    s->len += add;
+    s->buf[s->len] = '\0';
+    return size * n;
+}
+
+static long call_on(CURL *curl, const char *method, const char *path, const char *ctype,
+                    const char *body, size_t n, struct sink *out)
+{
+    char url[512], auth[128], ct[128];
+    struct curl_slist *h = NULL;
+    snprintf(url, sizeof url, "%s%s", base, path);
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", ADMIN);
+    h = curl_slist_append(h, auth);
+    if (ctype) {
+        snprintf(ct, sizeof ct, "Content-Type: %s", ctype);
+        h = curl_slist_append(h, ct);
+    }
+    out->len = 0;
+    out->buf[0] = '\0';
+    curl_easy_reset(curl);
+    curl_easy_setopt(curl, CURLOPT_URL, url);
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(curl, CURLOPT_WRITEDATA, out);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT, 30L);
+    if (body) {
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, (long)n);
+    }
+    long st = 0;
+    if (curl_easy_perform(curl) == CURLE_OK)
+        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &st);
+    curl_slist_free_all(h);
+    return st;
+}
+
+static long call(const char *method, const char *path, const char *ctype, const char *body,
+                 size_t n, struct sink *out)
+{
+    return call_on(curl, method, path, ctype, body, n, out);
+}
+
+static long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static pid_t spawn(char *const argv[], const char *log)
+{
+    pid_t p = fork();
+    if (p == 0) {
+        FILE *f = freopen(log, "w", stdout);
+        (void)f;
+        dup2(1, 2);
+        setenv("COHORT_ADMIN_TOKEN", ADMIN, 1);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    return p;
+}
+
+struct submitter {
+    int first, step, jobs;
+    long long *submitted;
+    int failed;
+};
+
+/* Submits jobs first, first+step, ... over a connection of its own. */
+static void *submit_main(void *arg)
+{
+    struct submitter *sb = arg;
+    CURL *c = curl_easy_init();
+    struct sink *out = malloc(sizeof *out);
+    for (int i = sb->first; c && out && i < sb->jobs; i += sb->step) {
+        char body[512];
+        int n = snprintf(body, sizeof body,
+                         "{\"name\":\"e2e-%d\",\"image\":\"native\",\"workspace\":\"ws\","
+                         "\"code_path\":\"stamp\",\"epochs\":1,\"lr\":0.1,\"batch_size\":1,"
+                         "\"worker_spec\":\"cpu-small\",\"worker_count\":1,"
+                         "\"env\":{\"BENCH_I\":\"%d\"}}",
+                         i, i);
+        sb->submitted[i] = now_ns();
+        if (call_on(c, "POST", "/v1/jobs", "application/json", body, (size_t)n, out) != 201)
+            sb->failed++;
+    }
+    free(out);
+    curl_easy_cleanup(c);
+    return NULL;
+}
+
+static int cmp(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return x < y ? -1 : x > y;
+}
+
+static long count_state(const char *metrics, const char *state)
+{
+    char key[64];
+    snprintf(key, sizeof key, "cohort_jobs{state=\"%s\"} ", state);
+    const char *p = strstr(metrics, key);
+    return p ? atol(p + strlen(key)) : 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench_e2e BUILD_DIR [JOBS]\n");
+        return 2;
+    }
+    const char *build = argv[1];
+    int jobs = argc > 2 ? atoi(argv[2]) : 1000;
+    if (geteuid() != 0) {
+        fprintf(stderr, "bench/e2e: needs root (the agent sandboxes workers in namespaces)\n");
+        return 1;
+    }
+    char cohortd[512], agent[512], prog[512], path[1024];
+    snprintf(cohortd, sizeof cohortd, "%s/cohortd", build);
+    snprintf(agent, sizeof agent, "%s/cohort-agent", build);
+    snprintf(prog, sizeof prog, "%s/bench_e2e_started", build);
+    snprintf(dir, sizeof dir, "/tmp/cohort-e2e-XXXXXX");
+    if (!mkdtemp(dir))
+        return 1;
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    curl = curl_easy_init();
+    snprintf(path, sizeof path, "%s/cohortd.log", dir);
+    char *cargs[] = {cohortd, "--listen", "127.0.0.1:0", "--data-dir", dir, "--access-log", "off",
+                     NULL};
+    pid_t cpid = spawn(cargs, path);
+    char addr_file[256], line[128] = "";
+    snprintf(addr_file, sizeof addr_file, "%s/cohortd.addr", dir);
+    for (int i = 0; i < 100 && !line[0]; i++) {
+        FILE *f = fopen(addr_file, "r");
+        if (f) {
+            if (!fgets(line, sizeof line, f))
+                line[0] = '\0';
+            fclose(f);
+        }
+        usleep(50000);
+    }
+    line[strcspn(line, "\n")] = '\0';
+    snprintf(base, sizeof base, "http://%s", line);
+
+    struct sink out;
+    call("POST", "/v1/nodes/join-tokens", NULL, NULL, 0, &out);
+    char join[128] = "";
+    char *t = strstr(out.buf, "\"token\":\"");
+    if (t)
+        sscanf(t + 9, "%127[^\"]", join);
+    char adir[256];
+    snprintf(adir, sizeof adir, "%s/agent", dir);
+    snprintf(path, sizeof path, "%s/agent.log", dir);
+    char *aargs[] = {agent, "--server", base, "--join-token", join, "--name", "bench",
+                     "--data-dir", adir, "--cpus", "64", "--memory-mb", "262144",
+                     "--address", "127.0.0.1", NULL};
+    pid_t apid = spawn(aargs, path);
+    for (int i = 0; i < 100; i++) {
+        call("GET", "/v1/nodes", NULL, NULL, 0, &out);
+        if (strstr(out.buf, "\"bench\""))
+            break;
+        usleep(50000);
+    }
+    const char ws[] = "{\"name\":\"ws\"}";
+    call("POST", "/v1/workspaces", "application/json", ws, sizeof ws - 1, &out);
+    FILE *pf = fopen(prog, "rb");
+    static char bin[1 << 20];
+    size_t blen = pf ? fread(bin, 1, sizeof bin, pf) : 0;
+    if (pf)
+        fclose(pf);
+    long st = call("PUT", "/v1/workspaces/ws/files/stamp?mode=755", "application/octet-stream",
+                   bin, blen, &out);
+    /* A directory for the start stamps, by uploading a placeholder into it. */
+    call("PUT", "/v1/workspaces/ws/files/started/.keep", "application/octet-stream", "", 0, &out);
+    if (st != 201 || !join[0]) {
+        fprintf(stderr, "bench/e2e: set-up failed (%ld): %s\n", st, out.buf);
+        return 1;
+    }
+
+    long long *submitted = calloc((size_t)jobs, sizeof *submitted);
+    long long t0 = now_ns();
+    pthread_t th[SUBMITTERS];
+    struct submitter sb[SUBMITTERS];
+    for (int k = 0; k < SUBMITTERS; k++) {
+        sb[k] = (struct submitter){k, SUBMITTERS, jobs, submitted, 0};
+        pthread_create(&th[k], NULL, submit_main, &sb[k]);
+    }
+    for (int k = 0; k < SUBMITTERS; k++) {
+        pthread_join(th[k], NULL);
+        if (sb[k].failed) {
+            fprintf(stderr, "bench/e2e: %d submits failed\n", sb[k].failed);
+            return 1;
+        }
+    }
+    long long t_submitted = now_ns();
+    long done = 0, failed = 0;
+    for (int i = 0; i < 6000 && done + failed < jobs; i++) {
+        call("GET", "/metrics", NULL, NULL, 0, &out);
+        done = count_state(out.buf, "SUCCEEDED");
+        failed = count_state(out.buf, "FAILED");
+        usleep(10000);
+    }
+    long long t_done = now_ns();
+
+    /* Where the workspace is on disk: tenant 1 (platform), workspace 1. */
+    long long *lat = calloc((size_t)jobs, sizeof *lat);
+    int nl = 0;
+    for (int i = 0; i < jobs; i++) {
+        snprintf(path, sizeof path, "%s/volumes/1/workspaces/1/started/%d", dir, i);
+        FILE *f = fopen(path, "r");
+        long long s;
+        if (f && fscanf(f, "%lld", &s) == 1)
+            lat[nl++] = s - submitted[i];
+        if (f)
+            fclose(f);
+    }
+    qsort(lat, (size_t)nl, sizeof *lat, cmp);
+    double secs = (double)(t_done - t0) / 1e9;
+    printf("RESULT op=e2e jobs=%d succeeded=%ld failed=%ld seconds=%.2f jobs_per_s=%.0f "
+           "submit_per_s=%.0f\n",
+           jobs, done, failed, secs, done / secs, jobs / ((double)(t_submitted - t0) / 1e9));
+    if (nl > 0)
+        printf("RESULT op=submit_to_start samples=%d p50_ms=%.1f p99_ms=%.1f max_ms=%.1f\n", nl,
+               lat[nl / 2] / 1e6, lat[nl * 99 / 100] / 1e6, lat[nl - 1] / 1e6);
+    kill(apid, SIGTERM);
+    waitpid(apid, NULL, 0);
+    kill(cpid, SIGTERM);
+    waitpid(cpid, NULL, 0);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (getenv("COHORT_BENCH_KEEP"))
+        printf("bench/e2e: kept %s\n", dir);
+    else if (system(cmd) != 0)
+        return 1;
+    free(submitted);
+    free(lat);
+    curl_easy_cleanup(curl);
+    return done == jobs ? 0 : 1;
+}
