@@ -32,7 +32,7 @@
 #define LONG_POLL_S 20
 
 struct config {
-    const char *server, *join_token, *name, *address, *data_dir, *mount_root;
+    const char *server, *join_token, *name, *address, *data_dir, *mount_root, *shim;
     long long cpus, memory_mb, gpus, port_lo, port_hi, grace_s;
     int nlaunchers;
     char launcher[SUP_MAX_LAUNCHERS][2][PATH_MAX];
@@ -65,6 +65,7 @@ static void usage(FILE *f)
             "                        program itself\n"
             "  --mount-root DIR      where workers see datasets/ and workspace/ (default /cohort)\n"
             "  --stop-grace S        SIGTERM, then SIGKILL after S seconds (default 10)\n"
+            "  --shim PATH           the cohort-shim program (default: beside this one)\n"
             "  --help\n");
 }
 
@@ -117,6 +118,7 @@ static int parse_args(int argc, char **argv, struct config *c)
         {"memory-mb", required_argument, NULL, 'm'}, {"gpus", required_argument, NULL, 'g'},
         {"port-range", required_argument, NULL, 'p'}, {"launcher", required_argument, NULL, 'l'},
         {"mount-root", required_argument, NULL, 'r'}, {"stop-grace", required_argument, NULL, 'G'},
+        {"shim", required_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     c->data_dir = "/var/lib/cohort-agent";
@@ -137,6 +139,7 @@ static int parse_args(int argc, char **argv, struct config *c)
         case 'a': c->address = optarg; break;
         case 'd': c->data_dir = optarg; break;
         case 'r': c->mount_root = optarg; break;
+        case 'S': c->shim = optarg; break;
         case 'c': c->cpus = strtoll(optarg, &end, 10); if (*end || c->cpus < 1) goto bad; break;
         case 'm': c->memory_mb = strtoll(optarg, &end, 10); if (*end || c->memory_mb < 1) goto bad; break;
         case 'g': c->gpus = strtoll(optarg, &end, 10); if (*end || c->gpus < 0) goto bad; break;
@@ -415,6 +418,20 @@ int main(int argc, char **argv)
     client_set_token(cl, token);
 
     sup_config sc = {0};
+    char shim[PATH_MAX + 16];
+    if (cfg.shim) {
+        snprintf(shim, sizeof shim, "%s", cfg.shim);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", shim, PATH_MAX);
+        shim[n > 0 ? n : 0] = '\0';
+        char *slash = strrchr(shim, '/');
+        snprintf(slash ? slash + 1 : shim, 16, "cohort-shim");
+    }
+    if (access(shim, X_OK) != 0) {
+        fprintf(stderr, "cohort-agent: cannot run the shim %s: %s\n", shim, strerror(errno));
+        goto out;
+    }
+    sc.shim = shim;
     char lock_path[PATH_MAX + 64];
     snprintf(lock_path, sizeof lock_path, "%s/agent.lock", cfg.data_dir);
     sc.agent_lock = lock_path;

@@ -330,36 +330,25 @@ static void keep_fds(int *dfd, int *logfd, int *lockfd)
     *lockfd = c >= 0 ? 5 : -1;
 }
 
-int shim_launch(const char *dir, const shim_spec *sp, const char *note, char *err,
-                size_t errlen)
+int shim_start(const char *dir, const shim_spec *sp, const char *note)
 {
-    /* Everything but the fork happens in the child: the agent's thread
-     * spends no time on files when it starts a batch of workers. */
-    pid_t p = fork();
-    if (p == 0) {
-        int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd < 0)
-            _exit(1);
-        if (note)
-            put_file(dfd, "spec.json", note);
-        int logfd = openat(dfd, "output.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-        if (logfd < 0)
-            give_up(dfd, "cannot create output.log: %s", strerror(errno));
-        /* A description of its own: the agent's lock is never shared with it. */
-        int lockfd = sp->agent_lock ? open(sp->agent_lock, O_RDONLY | O_CLOEXEC) : -1;
-        /* Fork again so the shim is nobody's child: it outlives the agent.
-         * The agent reaps this intermediate process without waiting (shim.h). */
-        pid_t q = fork();
-        if (q < 0)
-            give_up(dfd, "cannot fork the shim: %s", strerror(errno));
-        if (q != 0)
-            _exit(0);
-        keep_fds(&dfd, &logfd, &lockfd);
-        outer(dfd, logfd, lockfd, sp);
-    }
-    if (p < 0) {
-        snprintf(err, errlen, "cannot start the shim: %s", strerror(errno));
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
         return -1;
-    }
-    return 0;
+    if (note)
+        put_file(dfd, "spec.json", note);
+    int logfd = openat(dfd, "output.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (logfd < 0)
+        give_up(dfd, "cannot create output.log: %s", strerror(errno));
+    /* A description of its own: the agent's lock is never shared with it. */
+    int lockfd = sp->agent_lock ? open(sp->agent_lock, O_RDONLY | O_CLOEXEC) : -1;
+    /* Fork so the shim is nobody's child: it outlives the agent, which reaps
+     * this first process without waiting. */
+    pid_t q = fork();
+    if (q < 0)
+        give_up(dfd, "cannot fork the shim: %s", strerror(errno));
+    if (q != 0)
+        return 0;
+    keep_fds(&dfd, &logfd, &lockfd);
+    outer(dfd, logfd, lockfd, sp);
 }

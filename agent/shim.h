@@ -1,8 +1,9 @@
 /*
  * shim: starts one worker in its sandbox and records how it ended.
  *
- * The agent forks a shim that detaches (new session, never the agent's
- * child), so workers outlive an agent restart.  The shim enters a new mount
+ * cohort-shim (shim_main.c) is spawned by the agent for each worker and
+ * detaches (new session, never the agent's child), so workers outlive an
+ * agent restart.  The shim enters a new mount
  * and PID namespace, lays out the volumes under mount_root (datasets
  * read-only, submounts included; the workspace writable), hides the host
  * paths listed in hide, and forks the namespace's init, which starts the
@@ -43,12 +44,12 @@ typedef struct shim_spec {
     int64_t lease_ms, grace_ms;
 } shim_spec;
 
-/* Starts the worker described by sp with state directory dir (which must
- * exist); note, when not NULL, is written to dir/spec.json for people.  Returns 0
- * once the shim is on its way (the outcome appears in dir/status later),
- * -1 with a message when it could not be started at all.  The caller
- * reaps its children without waiting (SIGCHLD with SA_NOCLDWAIT). */
-int shim_launch(const char *dir, const shim_spec *sp, const char *note, char *err,
-                size_t errlen);
+/*
+ * Runs the worker described by sp with state directory dir (which exists);
+ * note, when not NULL, goes to dir/spec.json for people.  The calling
+ * process forks the detached shim and returns 0 at once; the outcome
+ * appears in dir/status later.  -1 when even that failed.
+ */
+int shim_start(const char *dir, const shim_spec *sp, const char *note);
 
 #endif

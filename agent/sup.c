@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "agent/shim.h"
 #include "storage/util.h"
 
 #define MAX_WORKERS 4096
@@ -216,101 +216,73 @@ static const char *jstr(const cJSON *o, const char *k)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-/* Builds the shim's spec from a launch spec and starts it. */
+/* Hands a launch spec to a new cohort-shim: one posix_spawn and one write,
+ * so a batch of workers starts without the agent touching their files. */
 static void launch(sup *s, struct worker *w, const cJSON *spec)
 {
     char dir[4200], err[300] = "";
-    char *envv[256], *argv[300];
-    int ne = 0, na = 0;
-    shim_spec sp = {0};
+    int pfd[2] = {-1, -1};
     snprintf(dir, sizeof dir, "%s/%lld", s->cfg.dir, (long long)w->id);
-    if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-        snprintf(err, sizeof err, "cannot create %.200s: %s", dir, strerror(errno));
-        goto fail;
-    }
     const char *image = jstr(spec, "image"), *fw = jstr(spec, "framework");
-    sp.program = jstr(spec, "program");
-    sp.mount_root = jstr(spec, "mount_root");
-    sp.workspace = jstr(spec, "workspace");
-    if (!image || !fw || !sp.program || !sp.mount_root || !sp.workspace ||
-        !util_relpath_valid(sp.program, strlen(sp.program))) {
-        snprintf(err, sizeof err, "the launch spec is incomplete (is the workspace gone?)");
-        goto fail;
+    cJSON *req = cJSON_CreateObject();
+    cJSON_AddStringToObject(req, "dir", dir);
+    cJSON_AddItemReferenceToObject(req, "spec", (cJSON *)spec);
+    const char *launcher = image && fw ? launcher_for(s, image, fw) : NULL;
+    if (launcher)
+        cJSON_AddStringToObject(req, "launcher", launcher);
+    cJSON_AddStringToObject(req, "agent_dir", s->cfg.agent_dir);
+    if (s->cfg.agent_lock)
+        cJSON_AddStringToObject(req, "agent_lock", s->cfg.agent_lock);
+    cJSON_AddNumberToObject(req, "lease_ms", (double)s->cfg.lease_ms);
+    cJSON_AddNumberToObject(req, "grace_ms", (double)s->cfg.grace_ms);
+    char *text = cJSON_PrintUnformatted(req);
+    cJSON_Delete(req);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    pid_t pid;
+    int rc = -1;
+    if (!text || pipe2(pfd, O_CLOEXEC) != 0) {
+        snprintf(err, sizeof err, "cannot prepare the launch: %s", strerror(errno));
+        goto out;
     }
-    sp.launcher = launcher_for(s, image, fw);
-    if (strcmp(fw, "native") && !sp.launcher) {
-        snprintf(err, sizeof err, "no launcher on this node for image %s (see --launcher)", image);
-        goto fail;
+    posix_spawn_file_actions_adddup2(&fa, pfd[0], 0);
+    char *const argv[] = {(char *)s->cfg.shim, NULL};
+    char *const envp[] = {NULL};
+    int e = posix_spawn(&pid, s->cfg.shim, &fa, NULL, argv, envp);
+    if (e != 0) {
+        snprintf(err, sizeof err, "cannot run %.200s: %s", s->cfg.shim, strerror(e));
+        goto out;
     }
-    const cJSON *d;
-    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "datasets"))
-    {
-        const char *name = jstr(d, "name"), *path = jstr(d, "path");
-        if (!name || !util_name_valid(name) || !path || sp.ndatasets == SHIM_MAX_DATASETS) {
-            snprintf(err, sizeof err, "dataset %s is missing", name ? name : "?");
-            goto fail;
-        }
-        sp.ds_name[sp.ndatasets] = name;
-        sp.ds_path[sp.ndatasets++] = path;
-    }
-    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "hide"))
-    {
-        if (cJSON_IsString(d) && sp.nhide < SHIM_MAX_HIDE - 1)
-            sp.hide[sp.nhide++] = d->valuestring;
-    }
-    sp.hide[sp.nhide++] = s->cfg.agent_dir;
-    /* The contract's variables, then a minimal base the job did not set. */
-    static const char *const base[] = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                                       "LANG=C.UTF-8", "PYTHONUNBUFFERED=1", NULL};
-    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "env"))
-    {
-        if (!cJSON_IsString(d) || ne >= 250)
+    close(pfd[0]);
+    pfd[0] = -1;
+    size_t n = strlen(text), done = 0;
+    while (done < n) {
+        ssize_t wr = write(pfd[1], text + done, n - done);
+        if (wr < 0 && errno == EINTR)
             continue;
-        size_t len = strlen(d->string) + strlen(d->valuestring) + 2;
-        envv[ne] = malloc(len);
-        if (envv[ne])
-            snprintf(envv[ne++], len, "%s=%s", d->string, d->valuestring);
+        if (wr < 0) {
+            snprintf(err, sizeof err, "cannot hand the spec to the shim: %s", strerror(errno));
+            goto out;
+        }
+        done += (size_t)wr;
     }
-    for (int i = 0; base[i]; i++) {
-        size_t k = strcspn(base[i], "=");
-        int set = 0;
-        for (int j = 0; j < ne; j++)
-            set |= !strncmp(envv[j], base[i], k + 1);
-        if (!set)
-            envv[ne++] = strdup(base[i]);
-    }
-    char home[4200];
-    snprintf(home, sizeof home, "HOME=%s/workspace", sp.mount_root);
-    envv[ne++] = strdup(home);
-    envv[ne] = NULL;
-    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "args"))
-    {
-        if (cJSON_IsString(d) && na < 298)
-            argv[na++] = d->valuestring;
-    }
-    argv[na] = NULL;
-    sp.env = envv;
-    sp.args = argv;
-    sp.agent_lock = s->cfg.agent_lock;
-    sp.lease_ms = s->cfg.lease_ms;
-    sp.grace_ms = s->cfg.grace_ms;
-    char *note = cJSON_PrintUnformatted(spec);
-    int rc = shim_launch(dir, &sp, note, err, sizeof err);
-    free(note);
-    for (int i = 0; i < ne; i++)
-        free(envv[i]);
+    rc = 0;
+out:
+    posix_spawn_file_actions_destroy(&fa);
+    if (pfd[0] >= 0)
+        close(pfd[0]);
+    if (pfd[1] >= 0)
+        close(pfd[1]);
+    free(text);
     if (rc == 0) {
         w->state = W_STARTING;
         return;
     }
-fail:
     fprintf(stderr, "cohort-agent: worker %lld: %s\n", (long long)w->id, err);
-    {
-        char line[320];
-        snprintf(line, sizeof line, "error %s\n", err);
-        if (mkdir(dir, 0700) == 0 || errno == EEXIST)
-            write_small(s->cfg.dir, w->id, "status", line);
-    }
+    char line[320];
+    snprintf(line, sizeof line, "error %s\n", err);
+    if (mkdir(dir, 0700) == 0 || errno == EEXIST)
+        write_small(s->cfg.dir, w->id, "status", line);
     w->state = W_FAILED;
     snprintf(w->message, sizeof w->message, "%.250s", err);
 }

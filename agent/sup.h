@@ -17,6 +17,7 @@
 
 typedef struct sup_config {
     const char *dir;        /* one sub-directory per worker */
+    const char *shim;       /* the cohort-shim program */
     const char *agent_dir;  /* hidden from workers */
     int64_t grace_ms;       /* SIGTERM, then SIGKILL after this */
     const char *agent_lock; /* shims watch it: no agent for lease_ms stops a worker */
