@@ -24,7 +24,7 @@
 
 #define SUBMITTERS 8
 
-static char base[128], dir[64];
+static char base[160], dir[64];
 static CURL *curl; /* the main thread's; each submitter has its own */
 
 struct sink {
