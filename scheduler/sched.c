@@ -3,7 +3,21 @@
  */
 #include "scheduler/sched.h"
 
+#include <math.h>
 #include <stdlib.h>
+
+double sched_decayed_use(int64_t cpus, int64_t gpus, int64_t start, int64_t end, int64_t now)
+{
+    if (end <= start || end > now)
+        end = end > now ? now : end;
+    if (end <= start)
+        return 0;
+    double w = (double)cpus + SCHED_GPU_WEIGHT * (double)gpus;
+    double h = SCHED_HALF_LIFE_MS / 1000.0, k = log(2.0) / h;
+    double a = (double)(now - end) / 1000.0, b = (double)(now - start) / 1000.0;
+    /* integral over ages a..b of 2^(-age/h) */
+    return w * (exp(-k * a) - exp(-k * b)) / k;
+}
 
 static int job_cmp(const void *a, const void *b)
 {

@@ -27,6 +27,16 @@ typedef struct sched_job {
     int64_t cpus, mem, gpus; /* per worker */
 } sched_job;
 
+/*
+ * Fair share: a tenant's past use, decayed by half every SCHED_HALF_LIFE_MS.
+ * A worker running from start to end (ms) with cpus and gpus adds, at now,
+ * its resource-seconds (cpus + SCHED_GPU_WEIGHT x gpus per second) weighted
+ * by 2^-(age of each second / half-life), integrated exactly.
+ */
+#define SCHED_HALF_LIFE_MS (3600 * 1000)
+#define SCHED_GPU_WEIGHT 16
+double sched_decayed_use(int64_t cpus, int64_t gpus, int64_t start, int64_t end, int64_t now);
+
 /* Orders jobs for the queue: priority (high first), then tenant usage (low
  * first), then submit time, then id. */
 void sched_order(sched_job *jobs, int n);

@@ -51,11 +51,13 @@ struct sched_service {
 struct use {
     int64_t tenant_id;
     int64_t jobs, workers, cpus, gpus;
+    double decayed; /* fair share: past use, decayed */
 };
 
 struct pass {
     sched_service *svc;
     int placed;
+    int64_t now;
     sched_node *nodes;
     size_t nnodes, capn;
     store_node *info; /* info[i] is nodes[i] */
@@ -106,7 +108,7 @@ static struct use *use_of(struct pass *p, int64_t tenant)
     for (size_t i = 0; i < p->nuse; i++)
         if (p->use[i].tenant_id == tenant)
             return &p->use[i];
-    struct use u = {tenant, 0, 0, 0, 0};
+    struct use u = {tenant, 0, 0, 0, 0, 0.0};
     size_t before = p->nuse;
     PUSH(p->use, p->nuse, p->capu, u);
     return p->nuse > before ? &p->use[p->nuse - 1] : NULL;
@@ -135,6 +137,15 @@ static void add_pending(void *arg, const store_job_brief *b)
     PUSH(p->briefs, p->nbriefs, p->capb, *b);
     if (p->njobs != p->nbriefs)
         p->oom = 1;
+}
+
+static void add_usage(void *arg, int64_t tenant, int64_t cpus, int64_t gpus, int64_t start,
+                      int64_t end)
+{
+    struct pass *p = arg;
+    struct use *u = use_of(p, tenant);
+    if (u)
+        u->decayed += sched_decayed_use(cpus, gpus, start, end ? end : p->now, p->now);
 }
 
 static void add_quota(void *arg, const store_quota *q)
@@ -246,8 +257,15 @@ static int schedule(store_tx *tx, void *arg)
         rc = store_job_briefs_tx(tx, "PENDING", add_pending, p);
     if (rc == STORE_OK)
         rc = store_quota_all_tx(tx, add_quota, p);
+    /* Uses older than 24 half-lives weigh under 1e-7: left out. */
+    if (rc == STORE_OK)
+        rc = store_usage_tx(tx, p->now - 24LL * SCHED_HALF_LIFE_MS, add_usage, p);
     if (rc != STORE_OK || p->oom)
         return rc != STORE_OK ? rc : STORE_NOMEM;
+    for (size_t i = 0; i < p->njobs; i++) {
+        struct use *u = use_of(p, p->jobs[i].tenant_id);
+        p->jobs[i].usage = u ? u->decayed : 0.0;
+    }
     sched_order(p->jobs, (int)p->njobs);
     int *idx = malloc((p->nnodes + 1) * sizeof *idx);
     if (!idx)
@@ -369,7 +387,7 @@ static void run_pass(sched_service *s)
         fprintf(stderr, "scheduler: tick failed (store error %d)\n", rc);
     if (rc == STORE_OK && t.changed)
         sched_bump(s);
-    struct pass p = {.svc = s};
+    struct pass p = {.svc = s, .now = util_now_ms()};
     rc = store_write(s->st, schedule, &p);
     if (rc == STORE_OK && p.placed)
         sched_bump(s);

@@ -396,6 +396,27 @@ int store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms,
     return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
 }
 
+int store_usage_tx(store_tx *tx, int64_t since_ms,
+                   void (*row)(void *arg, int64_t tenant_id, int64_t cpus, int64_t gpus,
+                               int64_t started_at, int64_t finished_at),
+                   void *arg)
+{
+    static const char sql[] =
+        "SELECT j.tenant_id, j.cpus, j.gpus, w.started_at, coalesce(w.finished_at, 0)"
+        " FROM workers w JOIN jobs j ON j.id = w.job_id"
+        " WHERE w.started_at IS NOT NULL AND (w.finished_at IS NULL OR w.finished_at > ?1)";
+    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, since_ms);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        row(arg, sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
+            sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3), sqlite3_column_int64(st, 4));
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}
+
 int store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_id,
                        int64_t attempt)
 {

@@ -86,6 +86,13 @@ int store_worker_stop_attempt(store_tx *tx, int64_t job_id, int64_t attempt);
 int store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms,
                            void (*row)(void *arg, int64_t job_id), void *arg);
 
+/* Workers that ran since since_ms (or still run), with their job's tenant
+ * and size, for fair share: row() gets finished_at 0 while running. */
+int store_usage_tx(store_tx *tx, int64_t since_ms,
+                   void (*row)(void *arg, int64_t tenant_id, int64_t cpus, int64_t gpus,
+                               int64_t started_at, int64_t finished_at),
+                   void *arg);
+
 /* Reserves port on node for an attempt of a job; STORE_CONFLICT when taken. */
 int store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_id,
                        int64_t attempt);

@@ -715,3 +715,44 @@ Test(agent, an_agent_cut_off_past_its_lease_stops_its_workers)
     kill(d.pid, SIGCONT);
     cr_expect_eq(left, 0, "the worker kept running with its agent cut off past the lease");
 }
+
+Test(agent, fair_share_puts_the_lighter_tenant_first)
+{
+    platform(NULL);
+    agents(1, "1"); /* one worker at a time */
+    char tb[80];
+    th_user(&d, "globex", "bob", "member", tb);
+    th_resp r = th_post(&d, "/v1/workspaces", tb, "{\"name\":\"ws\"}");
+    th_free(&r);
+    th_put_text(&d, tb, "ws", "quick.sh", "#!/bin/sh\nexit 0\n", "755");
+    th_put_text(&d, tok, "ws", "quick.sh", "#!/bin/sh\nexit 0\n", "755");
+    th_put_text(&d, tok, "ws", "busy.sh", "#!/bin/sh\nsleep 2\n", "755");
+    const char *busy = "{\"name\":\"busy\",\"image\":\"native\",\"workspace\":\"ws\","
+                       "\"code_path\":\"busy.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                       "\"worker_spec\":\"cpu-small\",\"worker_count\":1}";
+    const char *quick = "{\"name\":\"quick\",\"image\":\"native\",\"workspace\":\"ws\","
+                        "\"code_path\":\"quick.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                        "\"worker_spec\":\"cpu-small\",\"worker_count\":1}";
+    char seen[16];
+    long warm = submit(busy); /* acme uses the node for 2 s */
+    cr_assert(th_wait_state(&d, tok, warm, "SUCCEEDED", 20000, seen), "%s", seen);
+    long block = submit(busy);
+    cr_assert(th_wait_state(&d, tok, block, "RUNNING", 20000, seen), "%s", seen);
+    long a = submit(quick); /* acme first... */
+    usleep(100000);
+    r = th_post(&d, "/v1/jobs", tb, quick); /* ...then globex, which used nothing */
+    cr_assert_eq(r.status, 201);
+    long b = (long)th_num(&r, "id");
+    th_free(&r);
+    cr_assert(th_wait_state(&d, tok, a, "SUCCEEDED", 20000, seen), "%s", seen);
+    cr_assert(th_wait_state(&d, tb, b, "SUCCEEDED", 20000, seen), "%s", seen);
+    char pa[64], pb[64];
+    snprintf(pa, sizeof pa, "/v1/jobs/%ld", a);
+    snprintf(pb, sizeof pb, "/v1/jobs/%ld", b);
+    th_resp ra = th_get(&d, pa, tok), rb = th_get(&d, pb, tb);
+    cr_expect(strcmp(th_str(&rb, "started_at"), th_str(&ra, "started_at")) < 0,
+              "globex's job started %s, after acme's %s", th_str(&rb, "started_at"),
+              th_str(&ra, "started_at"));
+    th_free(&ra);
+    th_free(&rb);
+}

@@ -99,3 +99,23 @@ Test(sched, memory_and_gpus_bound_a_node)
     cr_expect_eq(sched_place(n, 1, &j, 4, idx), 0);
     cr_expect_eq(n[0].free_gpus, 0);
 }
+
+Test(sched, fair_share_decays_by_half_each_half_life)
+{
+    int64_t hour = SCHED_HALF_LIFE_MS, now = 100 * hour;
+    /* One CPU for one second, just now: about one CPU-second. */
+    double recent = sched_decayed_use(1, 0, now - 1000, now, now);
+    cr_expect(recent > 0.999 && recent < 1.0, "%f", recent);
+    /* The same second one half-life ago weighs half. */
+    double old = sched_decayed_use(1, 0, now - hour - 1000, now - hour, now);
+    cr_expect(old > 0.4995 && old < 0.5005, "%f", old);
+    /* A GPU weighs SCHED_GPU_WEIGHT CPUs; a running worker counts up to now. */
+    double gpu = sched_decayed_use(0, 1, now - 1000, 0, now);
+    cr_expect_eq(gpu, 0, "an end of 0 is not 'running' here: the caller passes now");
+    gpu = sched_decayed_use(0, 1, now - 1000, now, now);
+    cr_expect(gpu > SCHED_GPU_WEIGHT * 0.999, "%f", gpu);
+    /* A whole day of 8 CPUs, a day ago, weighs little beside an hour now. */
+    double day = sched_decayed_use(8, 0, now - 48 * hour, now - 24 * hour, now);
+    double hour_now = sched_decayed_use(8, 0, now - hour, now, now);
+    cr_expect_lt(day, hour_now / 1000);
+}
