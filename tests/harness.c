@@ -348,11 +348,20 @@ static void agent_launch(th_agent *a, th_daemon *d, const char *const *extra)
     pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
-        const char *argv[40] = {COHORT_AGENT_BIN, "--server", d->base, "--name", a->name,
-                                "--data-dir", a->dir, "--join-token", a->join,
-                                "--stop-grace", "2", "--address", "127.0.0.1"};
-        int n = 13;
-        for (int i = 0; extra && extra[i] && n < 38; i++)
+        const char *argv[44];
+        int n = 0;
+        if (a->netns[0]) {
+            argv[n++] = "/usr/sbin/ip";
+            argv[n++] = "netns";
+            argv[n++] = "exec";
+            argv[n++] = a->netns;
+        }
+        const char *base[] = {COHORT_AGENT_BIN, "--server", d->base, "--name", a->name,
+                              "--data-dir", a->dir, "--join-token", a->join,
+                              "--stop-grace", "2", "--address", "127.0.0.1"};
+        for (size_t i = 0; i < sizeof base / sizeof base[0]; i++)
+            argv[n++] = base[i];
+        for (int i = 0; extra && extra[i] && n < 42; i++)
             argv[n++] = extra[i];
         argv[n] = NULL;
         char logp[420];
@@ -360,7 +369,7 @@ static void agent_launch(th_agent *a, th_daemon *d, const char *const *extra)
         FILE *f = freopen(logp, "a", stdout);
         (void)f;
         dup2(1, 2);
-        execv(COHORT_AGENT_BIN, (char *const *)argv);
+        execv(argv[0], (char *const *)argv);
         _exit(127);
     }
     a->pid = pid;
@@ -368,7 +377,15 @@ static void agent_launch(th_agent *a, th_daemon *d, const char *const *extra)
 
 void th_agent_start(th_agent *a, th_daemon *d, const char *name, const char *const *extra)
 {
+    th_agent_start_in(a, d, NULL, name, extra);
+}
+
+void th_agent_start_in(th_agent *a, th_daemon *d, const char *netns, const char *name,
+                       const char *const *extra)
+{
     memset(a, 0, sizeof *a);
+    if (netns)
+        snprintf(a->netns, sizeof a->netns, "%s", netns);
     snprintf(a->name, sizeof a->name, "%s", name);
     snprintf(a->dir, sizeof a->dir, "%s/agent-%s", d->dir, name);
     th_resp r = th_post(d, "/v1/nodes/join-tokens", TH_ADMIN, NULL);

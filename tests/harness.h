@@ -78,6 +78,7 @@ void th_db_query(th_daemon *d, const char *sql, char *out, size_t n);
 
 typedef struct th_agent {
     pid_t pid;
+    char netns[32]; /* run inside this network namespace when set */
     char dir[400];
     char name[64];
     char join[80];
@@ -88,6 +89,9 @@ int th_can_sandbox(void);
 /* Starts cohort-agent for d with a fresh join token and waits until its node is
  * registered; extra args (may be NULL) are appended. */
 void th_agent_start(th_agent *a, th_daemon *d, const char *name, const char *const *extra);
+/* The same, inside network namespace netns (made by the caller). */
+void th_agent_start_in(th_agent *a, th_daemon *d, const char *netns, const char *name,
+                       const char *const *extra);
 /* Starts it again with the same data dir (it keeps its node identity). */
 void th_agent_restart(th_agent *a, th_daemon *d, const char *const *extra);
 /* SIGTERM (it stops its workers) and wait; returns its exit status. */

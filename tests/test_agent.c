@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <stdarg.h>
 #include <signal.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -22,12 +23,37 @@ static th_agent ag[3];
 static int nagents;
 static char tok[80];
 
+/* Network namespaces and the bridge a test made, removed in teardown. */
+static char net_tag[16];
+
+static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void sh(const char *fmt, ...)
+{
+    char cmd[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int rc = system(cmd);
+    (void)rc;
+}
+
+static void net_cleanup(void)
+{
+    if (!net_tag[0])
+        return;
+    sh("ip netns del %s-1 2>/dev/null; ip netns del %s-2 2>/dev/null; "
+       "ip link del %s-br 2>/dev/null", net_tag, net_tag, net_tag);
+    net_tag[0] = '\0';
+}
+
 static void teardown(void)
 {
     for (int i = 0; i < nagents; i++)
         th_agent_cleanup(&ag[i]);
     th_stop(&d);
     th_cleanup(&d);
+    net_cleanup();
 }
 
 TestSuite(agent, .fini = teardown, .timeout = 120);
@@ -755,4 +781,68 @@ Test(agent, fair_share_puts_the_lighter_tenant_first)
               th_str(&ra, "started_at"));
     th_free(&ra);
     th_free(&rb);
+}
+
+/* Two hosts of the test's own: network namespaces on a bridge, each with an
+ * agent; cohortd listens on the bridge.  The job's two ranks, one per host,
+ * meet at MASTER_ADDR:MASTER_PORT across them. */
+Test(agent, ranks_meet_across_two_network_namespaces, .timeout = 90)
+{
+    if (!th_can_sandbox())
+        cr_skip_test("needs root to create network namespaces");
+    int net = 100 + getpid() % 150;
+    snprintf(net_tag, sizeof net_tag, "ct%d", (int)getpid() % 100000);
+    net_cleanup();
+    snprintf(net_tag, sizeof net_tag, "ct%d", (int)getpid() % 100000);
+    sh("ip link add %s-br type bridge && ip addr add 10.211.%d.1/24 dev %s-br && "
+       "ip link set %s-br up",
+       net_tag, net, net_tag, net_tag);
+    for (int i = 1; i <= 2; i++)
+        sh("ip netns add %s-%d && ip link add %s-h%d type veth peer name %s-n%d && "
+           "ip link set %s-h%d master %s-br up && ip link set %s-n%d netns %s-%d && "
+           "ip -n %s-%d addr add 10.211.%d.%d/24 dev %s-n%d && "
+           "ip -n %s-%d link set %s-n%d up && ip -n %s-%d link set lo up",
+           net_tag, i, net_tag, i, net_tag, i, net_tag, i, net_tag, net_tag, i, net_tag, i, net_tag,
+           i, net, 1 + i, net_tag, i, net_tag, i, net_tag, i, net_tag, i);
+    char listen[40], ns[2][40], addr[2][24];
+    snprintf(listen, sizeof listen, "10.211.%d.1:0", net);
+    const char *args[] = {"--listen", listen, NULL};
+    platform(args);
+    for (int i = 0; i < 2; i++) {
+        snprintf(ns[i], sizeof ns[i], "%s-%d", net_tag, i + 1);
+        snprintf(addr[i], sizeof addr[i], "10.211.%d.%d", net, i + 2);
+        const char *extra[] = {"--cpus", "1", "--address", addr[i], "--port-range", "32000-32099",
+                               NULL};
+        th_agent_start_in(&ag[i], &d, ns[i], i ? "n2" : "n1", extra);
+    }
+    nagents = 2;
+    FILE *f = fopen(COHORT_RENDEZVOUS_BIN, "rb");
+    cr_assert(f);
+    static char bin[2 << 20];
+    size_t n = fread(bin, 1, sizeof bin, f);
+    fclose(f);
+    th_resp r = th_put_file(&d, "/v1/workspaces/ws/files/meet?mode=755", tok, bin, n);
+    cr_assert_eq(r.status, 201, "%s", r.body);
+    th_free(&r);
+    long id = submit("{\"name\":\"meet\",\"image\":\"native\",\"workspace\":\"ws\","
+                     "\"code_path\":\"meet\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                     "\"worker_spec\":\"cpu-small\",\"worker_count\":2,\"workers_per_node\":1}");
+    char seen[16];
+    cr_expect(th_wait_state(&d, tok, id, "SUCCEEDED", 40000, seen), "job ended %s", seen);
+    char p[128];
+    snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=1", id);
+    r = th_get(&d, p, tok);
+    cr_expect(strstr(r.body, "rank 1 reached rank 0 at 10.211.") != NULL, "rank 1 said: %s", r.body);
+    th_free(&r);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=0", id);
+    r = th_get(&d, p, tok);
+    cr_expect(strstr(r.body, "rank 0 met all 2 ranks") != NULL, "rank 0 said: %s", r.body);
+    th_free(&r);
+    /* The ranks ran on different hosts: MASTER_ADDR was the other namespace's. */
+    snprintf(p, sizeof p, "/v1/jobs/%ld/workers", id);
+    r = th_get(&d, p, tok);
+    const cJSON *items = cJSON_GetObjectItem(r.json, "items");
+    cr_expect_neq(cJSON_GetObjectItem(cJSON_GetArrayItem(items, 0), "node_id")->valuedouble,
+                  cJSON_GetObjectItem(cJSON_GetArrayItem(items, 1), "node_id")->valuedouble);
+    th_free(&r);
 }

@@ -1,0 +1,78 @@
+/*
+ * A job program for the tests: the ranks meet at MASTER_ADDR:MASTER_PORT
+ * the way env:// rendezvous does.  Rank 0 listens on MASTER_PORT and hears
+ * from every other rank; the others connect (retrying for up to 30 s), say
+ * who they are and wait for rank 0's answer.  Exits 0 when all met.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+static int env_int(const char *k)
+{
+    const char *v = getenv(k);
+    return v ? atoi(v) : -1;
+}
+
+int main(void)
+{
+    int rank = env_int("RANK"), world = env_int("WORLD_SIZE"), port = env_int("MASTER_PORT");
+    const char *addr = getenv("MASTER_ADDR");
+    char line[256];
+    if (rank < 0 || world < 1 || port <= 0 || !addr) {
+        fprintf(stderr, "the rank environment is incomplete\n");
+        return 2;
+    }
+    if (rank == 0) {
+        int s = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+        setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        if (bind(s, (struct sockaddr *)&a, sizeof a) != 0 || listen(s, 64) != 0) {
+            fprintf(stderr, "rank 0 cannot listen on port %d: %s\n", port, strerror(errno));
+            return 1;
+        }
+        for (int i = 1; i < world; i++) {
+            int c = accept(s, NULL, NULL);
+            ssize_t n = c >= 0 ? read(c, line, sizeof line - 1) : -1;
+            if (n <= 0)
+                return 1;
+            line[n] = '\0';
+            printf("rank 0 heard: %s", line);
+            if (write(c, "ok\n", 3) != 3)
+                return 1;
+            close(c);
+        }
+        printf("rank 0 met all %d ranks\n", world);
+        return 0;
+    }
+    /* The agents give numeric addresses: no resolver (this program is static). */
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (inet_pton(AF_INET, addr, &to.sin_addr) != 1) {
+        fprintf(stderr, "MASTER_ADDR %s is not an IPv4 address\n", addr);
+        return 1;
+    }
+    for (int tries = 0; tries < 300; tries++) {
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(s, (struct sockaddr *)&to, sizeof to) == 0) {
+            int n = snprintf(line, sizeof line, "rank %d of %d\n", rank, world);
+            ssize_t got = write(s, line, (size_t)n) == n ? read(s, line, sizeof line - 1) : -1;
+            close(s);
+            if (got > 0 && !strncmp(line, "ok", 2)) {
+                printf("rank %d reached rank 0 at %s:%d\n", rank, addr, port);
+                return 0;
+            }
+            return 1;
+        }
+        close(s);
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    fprintf(stderr, "rank %d could not reach %s:%d\n", rank, addr, port);
+    return 1;
+}
