@@ -57,9 +57,25 @@ int64_t sched_shape(const sched_node *nodes, int n, const sched_job *j);
  * Places every worker of j now, per_node on each of workers/per_node nodes,
  * or none: fills node_idx[] with indexes into nodes (node-major order, the
  * node of rank 0 first), takes their resources, and returns 0; -1 when the
- * gang does not fit now (nothing is taken).  Prefers the nodes that the
- * gang fills most tightly, so large holes stay for large jobs.
+ * gang does not fit now (nothing is taken).  Prefers the nodes with the
+ * fewest free CPUs that hold the gang's share, so large holes stay for large
+ * jobs, and keeps GPU nodes for GPU work while other nodes have room.
  */
 int sched_place(sched_node *nodes, int n, const sched_job *j, int64_t per_node, int *node_idx);
+
+/*
+ * The same decisions on a large cluster, fast: a sched_cluster indexes the
+ * nodes by free capacity (buckets of free CPUs, GPU nodes apart) and by
+ * capacity class, so shaping and placing a job cost no more with 10,000
+ * nodes than with 1,000.  It works on the caller's nodes array, which it
+ * updates as sched_place does; it must be rebuilt when the array changes
+ * otherwise.
+ */
+typedef struct sched_cluster sched_cluster;
+
+sched_cluster *sched_cluster_new(sched_node *nodes, int n);
+void sched_cluster_free(sched_cluster *c);
+int64_t sched_cluster_shape(const sched_cluster *c, const sched_job *j);
+int sched_cluster_place(sched_cluster *c, const sched_job *j, int64_t per_node, int *node_idx);
 
 #endif

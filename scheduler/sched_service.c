@@ -268,8 +268,12 @@ static int schedule(store_tx *tx, void *arg)
     }
     sched_order(p->jobs, (int)p->njobs);
     int *idx = malloc((p->nnodes + 1) * sizeof *idx);
-    if (!idx)
+    sched_cluster *cl = sched_cluster_new(p->nodes, (int)p->nnodes);
+    if (!idx || !cl) {
+        free(idx);
+        sched_cluster_free(cl);
         return STORE_NOMEM;
+    }
     int blocked = 0;
     int64_t position = 0;
     for (size_t i = 0; i < p->njobs; i++) {
@@ -279,7 +283,7 @@ static int schedule(store_tx *tx, void *arg)
         char why[STORE_REASON_MAX + 1];
         if (!b || !u)
             continue;
-        int64_t shape = sched_shape(p->nodes, (int)p->nnodes, j);
+        int64_t shape = sched_cluster_shape(cl, j);
         const char *q = over_quota(p, j, u, why, sizeof why);
         int64_t live = 0;
         if (store_worker_live(tx, j->id, &live) == STORE_OK && live > 0) {
@@ -291,7 +295,7 @@ static int schedule(store_tx *tx, void *arg)
             set_reason(tx, b, "resources: no node has registered yet");
         } else if (shape == 0) {
             set_reason(tx, b, "resources: no usable nodes can hold this job now");
-        } else if (blocked || sched_place(p->nodes, (int)p->nnodes, j, shape, idx) != 0) {
+        } else if (blocked || sched_cluster_place(cl, j, shape, idx) != 0) {
             /* Strict queue order: nothing passes a job that waits for room. */
             blocked = 1;
             set_reason(tx, b, "resources: waiting for room on the nodes");
@@ -312,6 +316,7 @@ static int schedule(store_tx *tx, void *arg)
         PUSH(p->pos, p->npos, p->capp, ps);
     }
     free(idx);
+    sched_cluster_free(cl);
     return STORE_OK;
 }
 
