@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "scheduler/sched_service.h"
 #include "storage/store.h"
@@ -58,6 +59,15 @@ typedef struct api_req {
 
 typedef struct api_resp api_resp;
 
+/* A response streamed as it is produced (follow=true logs).  read() gives
+ * up to n bytes: > 0 bytes, 0 when nothing is ready yet (the server asks
+ * again shortly), -1 at the end.  The server calls done() once. */
+typedef struct api_stream {
+    ssize_t (*read)(struct api_stream *s, char *buf, size_t n);
+    void (*done)(struct api_stream *s);
+    void *state;
+} api_stream;
+
 /* A file upload in progress: the server writes the body into fd, at most
  * limit bytes, then calls finish (or abort when the body was not whole). */
 typedef struct api_upload {
@@ -87,6 +97,7 @@ struct api_resp {
     void *write_ctx;
     void (*finish)(api_ctx *ctx, api_resp *rs, void *write_ctx, int rc);
     api_upload *upload;        /* set by an upload route's handler: owned by the server */
+    api_stream *stream;        /* a streamed body: owned by the server once set */
     /* A long poll: the server parks the request until the desired-state
      * version passes wait_version or wait_ms pass, then calls the handler
      * again with rq->waited set. */

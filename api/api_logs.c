@@ -18,6 +18,7 @@
 
 #include "api/api_int.h"
 #include "storage/store_job.h"
+#include "storage/store_node.h"
 
 #define METRIC_MARK "COHORT_METRIC "
 #define LOG_READ_DEFAULT (1 << 20)
@@ -167,6 +168,66 @@ static int64_t query_int(const api_req *rq, const char *key, int64_t dflt)
     return n > 0 ? n : -1;
 }
 
+/* follow=true: the log as it grows, until the attempt has ended and every
+ * byte of it has arrived (an agent reports a rank ended only after shipping
+ * its whole output). */
+struct follow {
+    api_stream s;
+    api_ctx *ctx;
+    int64_t job_id, attempt, rank;
+    char path[4500];
+    int fd;
+    int64_t off;
+};
+
+/* 1 when the attempt is over: the job moved past it, or ended, and none of
+ * its workers is alive. */
+static int attempt_over(struct follow *f)
+{
+    store_job j;
+    if (store_job_get(f->ctx->st, 0, f->job_id, &j) != STORE_OK)
+        return 1; /* deleted */
+    int moved_on = j.attempt > f->attempt || store_job_state_final(j.state);
+    store_job_clear(&j);
+    if (!moved_on)
+        return 0;
+    return !store_attempt_live(f->ctx->st, f->job_id, f->attempt);
+}
+
+static ssize_t follow_read(api_stream *s, char *buf, size_t n)
+{
+    struct follow *f = s->state;
+    if (f->fd < 0)
+        f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (f->fd >= 0) {
+        ssize_t got = pread(f->fd, buf, n, f->off);
+        if (got > 0) {
+            f->off += got;
+            return got;
+        }
+    }
+    /* Nothing new: over, or wait.  Checked in that order, then the file once
+     * more, so bytes written just before the end are not lost. */
+    if (!attempt_over(f))
+        return 0;
+    if (f->fd < 0)
+        f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    ssize_t got = f->fd >= 0 ? pread(f->fd, buf, n, f->off) : 0;
+    if (got > 0) {
+        f->off += got;
+        return got;
+    }
+    return -1;
+}
+
+static void follow_done(api_stream *s)
+{
+    struct follow *f = s->state;
+    if (f->fd >= 0)
+        close(f->fd);
+    free(f);
+}
+
 void api_job_logs(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     store_job j;
@@ -190,6 +251,26 @@ void api_job_logs(api_ctx *ctx, const api_req *rq, api_resp *rs)
     if (off < 0 || limit < 1 || limit > LOG_READ_MAX) {
         api_error(rs, 400, "invalid_value", off < 0 ? "offset" : "limit",
                   "offset is a byte offset; limit is 1..%d", LOG_READ_MAX);
+        return;
+    }
+    const char *follow = rq->query(rq->h, "follow");
+    if (follow && !strcmp(follow, "true")) {
+        struct follow *f = calloc(1, sizeof *f);
+        if (!f || log_path(ctx, job_id, attempt, rank, 0, f->path, sizeof f->path) != 0) {
+            free(f);
+            api_error(rs, 500, "internal", NULL, "out of memory");
+            return;
+        }
+        f->s = (api_stream){follow_read, follow_done, f};
+        f->ctx = ctx;
+        f->job_id = job_id;
+        f->attempt = attempt;
+        f->rank = rank;
+        f->fd = -1;
+        f->off = off;
+        rs->status = 200;
+        rs->ctype = "text/plain; charset=utf-8";
+        rs->stream = &f->s;
         return;
     }
     int64_t size = 0;

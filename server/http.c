@@ -65,6 +65,7 @@ struct req_state {
     uint64_t wait_version;      /* parked: until the version passes this */
     int64_t wait_until;         /* parked: or until this (monotonic ms) */
     struct req_state *wnext;
+    int streaming;              /* parked inside a streamed body */
 };
 
 /* Route labels for metrics: the patterns, then /metrics and "other". */
@@ -129,11 +130,68 @@ static void log_line(struct req_state *st, const char *url)
     fputs(line, f);
 }
 
+#define STREAM_POLL_MS 250
+
+static int64_t mono_ms(void);
+
+/* A streamed body, owned by its libmicrohttpd response: freed with it,
+ * which may be after the request's state. */
+struct stream_ctx {
+    api_stream *sm;
+    struct req_state *st; /* valid while the body is being sent */
+};
+
+/* Content reader of a streamed body.  With nothing ready the connection is
+ * suspended and parked for STREAM_POLL_MS, so no thread waits on it. */
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    struct stream_ctx *cx = cls;
+    struct req_state *st = cx->st;
+    ssize_t n = cx->sm->read(cx->sm, buf, max);
+    if (n > 0) {
+        st->bytes += (size_t)n;
+        return n;
+    }
+    if (n < 0 || __atomic_load_n(&st->srv->stopping, __ATOMIC_ACQUIRE))
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    http_server *srv = st->srv;
+    st->streaming = 1;
+    st->wait_version = UINT64_MAX;
+    st->wait_until = mono_ms() + STREAM_POLL_MS;
+    MHD_suspend_connection(st->conn);
+    pthread_mutex_lock(&srv->wlock);
+    st->wnext = srv->waiting;
+    srv->waiting = st;
+    pthread_mutex_unlock(&srv->wlock);
+    return 0;
+}
+
+static void stream_done(void *cls)
+{
+    struct stream_ctx *cx = cls;
+    cx->sm->done(cx->sm);
+    free(cx);
+}
+
 static enum MHD_Result respond(struct req_state *st)
 {
     api_resp *rs = &st->rs;
     struct MHD_Response *r;
-    if (rs->fd >= 0) {
+    if (rs->stream) {
+        struct stream_ctx *cx = malloc(sizeof *cx);
+        r = cx ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, stream_read, cx,
+                                                   stream_done)
+               : NULL;
+        if (r) {
+            cx->sm = rs->stream;
+            cx->st = st;
+            rs->stream = NULL; /* the response owns it now */
+        } else {
+            free(cx);
+        }
+        st->bytes = 0;
+    } else if (rs->fd >= 0) {
         r = MHD_create_response_from_fd_at_offset64((uint64_t)rs->fsize, rs->fd,
                                                     (uint64_t)rs->foffset);
         if (r)
@@ -191,7 +249,8 @@ static void wake_due(http_server *srv, int64_t now)
         struct req_state *st = *pp;
         if (v > st->wait_version || now >= st->wait_until) {
             *pp = st->wnext;
-            st->phase = P_RESUMED;
+            if (!st->streaming)
+                st->phase = P_RESUMED;
             MHD_resume_connection(st->conn);
         } else {
             pp = &st->wnext;
@@ -545,6 +604,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         /* Not reached in practice: a write is always finished before sending. */
         st->rs.finish(srv->ctx, &st->rs, st->rs.write_ctx, STORE_BUSY);
     }
+    if (st->rs.stream)
+        st->rs.stream->done(st->rs.stream);
     api_resp_clear(&st->rs);
     free(st->pbuf);
     free(st->body.buf);

@@ -447,6 +447,20 @@ int store_port_release_idle(store_tx *tx)
     return rc == STORE_NOTFOUND ? STORE_OK : rc;
 }
 
+int store_attempt_live(store *s, int64_t job_id, int64_t attempt)
+{
+    static const char sql[] = "SELECT 1 FROM workers WHERE job_id = ?1 AND attempt = ?2"
+                              " AND state IN ('assigned', 'running') LIMIT 1";
+    sqlite3_stmt *st = store_read_stmt(s, sql);
+    if (!st)
+        return 1;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, attempt);
+    int rc = store_step_row(st);
+    sqlite3_reset(st);
+    return rc == STORE_OK;
+}
+
 int store_worker_live(store_tx *tx, int64_t job_id, int64_t *n)
 {
     static const char sql[] = "SELECT count(*) FROM workers WHERE job_id = ?1"

@@ -846,3 +846,25 @@ Test(agent, ranks_meet_across_two_network_namespaces, .timeout = 90)
                   cJSON_GetObjectItem(cJSON_GetArrayItem(items, 1), "node_id")->valuedouble);
     th_free(&r);
 }
+
+Test(agent, follow_streams_the_log_until_the_attempt_ends)
+{
+    platform(NULL);
+    agents(1, "8");
+    th_put_text(&d, tok, "ws", "tick.sh",
+                "#!/bin/sh\nfor i in 1 2 3 4 5 6 7 8; do echo \"tick $i\"; sleep 0.2; done\n", "755");
+    long id = submit("{\"name\":\"tick\",\"image\":\"native\",\"workspace\":\"ws\","
+                     "\"code_path\":\"tick.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                     "\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
+    /* Followed from before the job starts; the answer ends when it does. */
+    char p[128];
+    snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=0&follow=true", id);
+    th_resp r = th_get(&d, p, tok);
+    cr_assert_eq(r.status, 200);
+    cr_expect_str_eq(r.body, "tick 1\ntick 2\ntick 3\ntick 4\ntick 5\ntick 6\ntick 7\ntick 8\n");
+    th_free(&r);
+    snprintf(p, sizeof p, "/v1/jobs/%ld", id);
+    r = th_get(&d, p, tok);
+    cr_expect_str_eq(th_str(&r, "state"), "SUCCEEDED", "the stream ended before the job");
+    th_free(&r);
+}
