@@ -38,6 +38,8 @@ test-asan: build-asan
 bench: build
 	@$(BUILD)/bench_fsync /tmp 10
 	@bench/api/run $(BUILD)
+	@$(BUILD)/bench_sched
+	@$(BUILD)/bench_e2e $(BUILD) 1000 200
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

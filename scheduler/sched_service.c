@@ -498,14 +498,19 @@ void sched_bump(sched_service *s)
     if (!s)
         return;
     __atomic_add_fetch(&s->version, 1, __ATOMIC_RELEASE);
+    /* Under the lock: once sched_on_bump(NULL) returns, no call is running. */
+    pthread_mutex_lock(&s->lock);
     if (s->notify)
         s->notify(s->notify_arg);
+    pthread_mutex_unlock(&s->lock);
 }
 
 void sched_on_bump(sched_service *s, void (*notify)(void *arg), void *arg)
 {
+    pthread_mutex_lock(&s->lock);
     s->notify_arg = arg;
     s->notify = notify;
+    pthread_mutex_unlock(&s->lock);
 }
 
 int64_t sched_position(sched_service *s, int64_t job_id)
