@@ -6,12 +6,15 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 MAKEFLAGS  += --no-print-directory
 
-.PHONY: all deps build build-asan run test test-normal test-asan bench clean
+.PHONY: all deps test-deps build build-asan run test test-normal test-asan bench clean
 
 all: build
 
 deps:
 	@scripts/install-deps
+
+test-deps:
+	@scripts/install-deps --test
 
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -29,13 +32,13 @@ run: deps
 # The whole suite, in the normal build and again under ASan+UBSan.
 test: test-normal test-asan
 
-test-normal: build
+test-normal: test-deps build
 	@scripts/test $(BUILD)
 
-test-asan: build-asan
+test-asan: test-deps build-asan
 	@scripts/test $(ASAN_BUILD)
 
-bench: build
+bench: test-deps build
 	@$(BUILD)/bench_fsync /tmp 10
 	@bench/api/run $(BUILD)
 	@$(BUILD)/bench_sched

@@ -868,3 +868,86 @@ Test(agent, follow_streams_the_log_until_the_attempt_ends)
     cr_expect_str_eq(th_str(&r, "state"), "SUCCEEDED", "the stream ended before the job");
     th_free(&r);
 }
+
+/* An IDX file: two zero bytes, type 0x08 (unsigned byte), the number of
+ * dimensions, each dimension big-endian, then the bytes. */
+static size_t idx_header(unsigned char *out, int ndim, const unsigned *dims)
+{
+    out[0] = out[1] = 0;
+    out[2] = 0x08;
+    out[3] = (unsigned char)ndim;
+    for (int i = 0; i < ndim; i++) {
+        out[4 + 4 * i] = (unsigned char)(dims[i] >> 24);
+        out[5 + 4 * i] = (unsigned char)(dims[i] >> 16);
+        out[6 + 4 * i] = (unsigned char)(dims[i] >> 8);
+        out[7 + 4 * i] = (unsigned char)dims[i];
+    }
+    return 4 + 4 * (size_t)ndim;
+}
+
+Test(agent, an_unmodified_torch_distributed_script_trains, .timeout = 180)
+{
+    if (system("/usr/bin/python3 -c 'import torch' 2>/dev/null") != 0)
+        cr_skip_test("Debian's python3-torch is missing: scripts/install-deps --test installs it");
+    platform(NULL);
+    const char *extra[] = {"--cpus", "8", "--launcher", "pytorch=/usr/bin/python3", NULL};
+    th_agent_start(&ag[0], &d, "n1", extra);
+    nagents = 1;
+    /* 512 8x8 images of 10 classes: a fixed pattern per class plus noise. */
+    enum { N = 512, SIDE = 8 };
+    static unsigned char images[16 + N * SIDE * SIDE], labels[8 + N];
+    unsigned dims3[] = {N, SIDE, SIDE}, dims1[] = {N};
+    size_t hi = idx_header(images, 3, dims3), hl = idx_header(labels, 1, dims1);
+    srand(7);
+    for (int i = 0; i < N; i++) {
+        int c = i % 10;
+        labels[hl + i] = (unsigned char)c;
+        for (int p = 0; p < SIDE * SIDE; p++)
+            images[hi + (size_t)i * SIDE * SIDE + p] =
+                (unsigned char)(((p * 7 + c * 13) % 10 < 3 ? 180 : 20) + rand() % 60);
+    }
+    th_resp r = th_post(&d, "/v1/datasets", tok, "{\"name\":\"digits\"}");
+    th_free(&r);
+    r = th_put_file(&d, "/v1/datasets/digits/files/train-images-idx3-ubyte", tok, images,
+                    hi + N * SIDE * SIDE);
+    cr_assert_eq(r.status, 201);
+    th_free(&r);
+    r = th_put_file(&d, "/v1/datasets/digits/files/train-labels-idx1-ubyte", tok, labels, hl + N);
+    cr_assert_eq(r.status, 201);
+    th_free(&r);
+    FILE *f = fopen(COHORT_SOURCE_DIR "/tests/ddp_train.py", "r");
+    cr_assert(f);
+    static char script[16384];
+    size_t n = fread(script, 1, sizeof script - 1, f);
+    fclose(f);
+    script[n] = '\0';
+    th_put_text(&d, tok, "ws", "ddp_train.py", script, NULL);
+    long id = submit("{\"name\":\"ddp\",\"image\":\"pytorch\",\"datasets\":[\"digits\"],"
+                     "\"workspace\":\"ws\",\"code_path\":\"ddp_train.py\",\"epochs\":6,"
+                     "\"lr\":0.5,\"batch_size\":32,\"worker_spec\":\"cpu-small\","
+                     "\"worker_count\":2,\"env\":{\"OMP_NUM_THREADS\":\"1\"}}");
+    char seen[16];
+    int ok = th_wait_state(&d, tok, id, "SUCCEEDED", 150000, seen);
+    char p[128];
+    snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=0", id);
+    r = th_get(&d, p, tok);
+    cr_assert(ok, "job ended %s; rank 0 printed:\n%s", seen, r.body);
+    /* The loss falls: the last epoch's is below the first's. */
+    double first = -1, last = -1;
+    for (char *line = strtok(r.body, "\n"); line; line = strtok(NULL, "\n")) {
+        int epoch;
+        double loss;
+        if (sscanf(line, "rank 0/2 epoch %d loss %lf", &epoch, &loss) == 2) {
+            if (first < 0)
+                first = loss;
+            last = loss;
+        }
+    }
+    th_free(&r);
+    cr_expect(first > 0 && last >= 0, "no loss lines in the log");
+    cr_expect_lt(last, first * 0.7, "the loss went from %.4f to %.4f", first, last);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/metrics", id);
+    r = th_get(&d, p, tok);
+    cr_expect_eq(th_items(&r), 12, "6 epochs from each of 2 ranks: %s", r.body);
+    th_free(&r);
+}
