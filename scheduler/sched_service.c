@@ -54,10 +54,24 @@ struct use {
     double decayed; /* fair share: past use, decayed */
 };
 
+/* A running (or just placed) job: when it ends at the latest, and what it holds. */
+struct active {
+    int64_t id, end; /* end: INT64_MAX when it has no max_runtime_seconds */
+    int64_t cpus, mem, gpus;
+};
+
+struct alloc {
+    int64_t job_id, node_id, workers;
+};
+
 struct pass {
     sched_service *svc;
     int placed;
     int64_t now;
+    struct active *act;
+    size_t nact, capa;
+    struct alloc *al;
+    size_t nal, capal;
     sched_node *nodes;
     size_t nnodes, capn;
     store_node *info; /* info[i] is nodes[i] */
@@ -77,6 +91,8 @@ struct pass {
 
 static void pass_free(struct pass *p)
 {
+    free(p->act);
+    free(p->al);
     free(p->nodes);
     free(p->info);
     free(p->jobs);
@@ -114,9 +130,26 @@ static struct use *use_of(struct pass *p, int64_t tenant)
     return p->nuse > before ? &p->use[p->nuse - 1] : NULL;
 }
 
+static void add_alloc(void *arg, int64_t job_id, int64_t node_id, int64_t workers)
+{
+    struct pass *p = arg;
+    struct alloc a = {job_id, node_id, workers};
+    PUSH(p->al, p->nal, p->capal, a);
+}
+
+static int64_t end_of(int64_t now, int64_t started_at, int64_t max_runtime_s)
+{
+    if (max_runtime_s <= 0)
+        return INT64_MAX;
+    return (started_at > 0 ? started_at : now) + max_runtime_s * 1000;
+}
+
 static void add_active(void *arg, const store_job_brief *b)
 {
     struct pass *p = arg;
+    struct active a = {b->id, end_of(p->now, b->started_at, b->max_runtime_seconds), b->cpus,
+                       b->memory_mb, b->gpus};
+    PUSH(p->act, p->nact, p->capa, a);
     struct use *u = use_of(p, b->tenant_id);
     if (!u) {
         p->oom = 1;
@@ -239,6 +272,85 @@ static int commit_placement(store_tx *tx, struct pass *p, const sched_job *j,
     return rc;
 }
 
+static int active_cmp(const void *a, const void *b)
+{
+    const struct active *x = a, *y = b;
+    return (x->end > y->end) - (x->end < y->end);
+}
+
+static int node_index(const struct pass *p, int64_t id)
+{
+    size_t lo = 0, hi = p->nnodes; /* nodes come in id order */
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (p->nodes[mid].id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < p->nnodes && p->nodes[lo].id == id ? (int)lo : -1;
+}
+
+/*
+ * The head's reservation (EASY backfill): the earliest time it would fit
+ * if every running job ended at its max_runtime_seconds bound.  INT64_MAX
+ * when that time is not known (a job it waits for has no bound).
+ */
+static int64_t shadow_time(struct pass *p, const sched_job *head, int64_t shape)
+{
+    sched_node *copy = malloc((p->nnodes + 1) * sizeof *copy);
+    int *idx = malloc((p->nnodes + 1) * sizeof *idx);
+    int64_t shadow = INT64_MAX;
+    if (!copy || !idx)
+        goto out;
+    memcpy(copy, p->nodes, p->nnodes * sizeof *copy);
+    if (p->nact > 1)
+        qsort(p->act, p->nact, sizeof *p->act, active_cmp);
+    for (size_t a = 0; a < p->nact && p->act[a].end != INT64_MAX; a++) {
+        const struct active *ac = &p->act[a];
+        for (size_t k = 0; k < p->nal; k++) {
+            int i = p->al[k].job_id == ac->id ? node_index(p, p->al[k].node_id) : -1;
+            if (i < 0)
+                continue;
+            copy[i].free_cpus += p->al[k].workers * ac->cpus;
+            copy[i].free_mem += p->al[k].workers * ac->mem;
+            copy[i].free_gpus += p->al[k].workers * ac->gpus;
+        }
+        /* Several jobs may end at once: check after the last of them. */
+        if (a + 1 < p->nact && p->act[a + 1].end == ac->end)
+            continue;
+        sched_node *trial = malloc((p->nnodes + 1) * sizeof *trial);
+        if (!trial)
+            break;
+        memcpy(trial, copy, p->nnodes * sizeof *trial);
+        sched_cluster *c = sched_cluster_new(trial, (int)p->nnodes);
+        int fits = c && sched_cluster_place(c, head, shape, idx) == 0;
+        sched_cluster_free(c);
+        free(trial);
+        if (fits) {
+            shadow = ac->end;
+            break;
+        }
+    }
+out:
+    free(copy);
+    free(idx);
+    return shadow;
+}
+
+/* Counts a job placed in this pass as running, for later reservations. */
+static void note_placed(struct pass *p, const sched_job *j, const store_job_brief *b,
+                        int64_t per_node, const int *idx)
+{
+    struct active a = {j->id, end_of(p->now, 0, b->max_runtime_seconds), j->cpus, j->mem,
+                       j->gpus};
+    PUSH(p->act, p->nact, p->capa, a);
+    for (int64_t r = 0; r < j->workers / per_node; r++) {
+        struct alloc al = {j->id, p->nodes[idx[r]].id, per_node};
+        PUSH(p->al, p->nal, p->capal, al);
+    }
+}
+
 static void set_reason(store_tx *tx, const store_job_brief *b, const char *why)
 {
     if (strcmp(b->reason, why))
@@ -257,6 +369,8 @@ static int schedule(store_tx *tx, void *arg)
         rc = store_job_briefs_tx(tx, "PENDING", add_pending, p);
     if (rc == STORE_OK)
         rc = store_quota_all_tx(tx, add_quota, p);
+    if (rc == STORE_OK)
+        rc = store_alloc_tx(tx, add_alloc, p);
     /* Uses older than 24 half-lives weigh under 1e-7: left out. */
     if (rc == STORE_OK)
         rc = store_usage_tx(tx, p->now - 24LL * SCHED_HALF_LIFE_MS, add_usage, p);
@@ -275,7 +389,7 @@ static int schedule(store_tx *tx, void *arg)
         return STORE_NOMEM;
     }
     int blocked = 0;
-    int64_t position = 0;
+    int64_t position = 0, head = 0, shadow = INT64_MAX;
     for (size_t i = 0; i < p->njobs; i++) {
         sched_job *j = &p->jobs[i];
         const store_job_brief *b = brief_of(p, j->id);
@@ -295,13 +409,27 @@ static int schedule(store_tx *tx, void *arg)
             set_reason(tx, b, "resources: no node has registered yet");
         } else if (shape == 0) {
             set_reason(tx, b, "resources: no usable nodes can hold this job now");
-        } else if (blocked || sched_cluster_place(cl, j, shape, idx) != 0) {
-            /* Strict queue order: nothing passes a job that waits for room. */
+        } else if (blocked && !(b->max_runtime_seconds > 0 &&
+                                p->now + b->max_runtime_seconds * 1000 <= shadow &&
+                                sched_cluster_place(cl, j, shape, idx) == 0)) {
+            /* Behind a blocked head only a job that ends before the head's
+             * reservation may start (backfill); the others wait. */
+            snprintf(why, sizeof why,
+                     shadow == INT64_MAX
+                         ? "resources: waiting behind job %lld"
+                         : "resources: waiting behind job %lld (backfill only for jobs whose "
+                           "max_runtime_seconds ends before its start)",
+                     (long long)head);
+            set_reason(tx, b, why);
+        } else if (!blocked && sched_cluster_place(cl, j, shape, idx) != 0) {
             blocked = 1;
+            head = j->id;
+            shadow = shadow_time(p, j, shape);
             set_reason(tx, b, "resources: waiting for room on the nodes");
         } else if (store_tx_mark(tx) == STORE_OK) {
             if (commit_placement(tx, p, j, b, shape, idx) == STORE_OK) {
                 store_tx_keep(tx);
+                note_placed(p, j, b, shape, idx);
                 p->placed++;
                 u->jobs++;
                 u->workers += j->workers;

@@ -417,6 +417,23 @@ int store_usage_tx(store_tx *tx, int64_t since_ms,
     return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
 }
 
+int store_alloc_tx(store_tx *tx, void (*row)(void *arg, int64_t job_id, int64_t node_id,
+                                             int64_t workers),
+                   void *arg)
+{
+    static const char sql[] = "SELECT job_id, node_id, count(*) FROM workers"
+                              " WHERE state IN ('assigned', 'running') GROUP BY job_id, node_id";
+    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    if (!st)
+        return STORE_EIO;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        row(arg, sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
+            sqlite3_column_int64(st, 2));
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}
+
 int store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_id,
                        int64_t attempt)
 {

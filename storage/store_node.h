@@ -93,6 +93,12 @@ int store_usage_tx(store_tx *tx, int64_t since_ms,
                                int64_t started_at, int64_t finished_at),
                    void *arg);
 
+/* Live workers grouped by job and node: row() gets how many of the job's
+ * workers hold that node. */
+int store_alloc_tx(store_tx *tx, void (*row)(void *arg, int64_t job_id, int64_t node_id,
+                                             int64_t workers),
+                   void *arg);
+
 /* Reserves port on node for an attempt of a job; STORE_CONFLICT when taken. */
 int store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_id,
                        int64_t attempt);

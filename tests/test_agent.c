@@ -951,3 +951,55 @@ Test(agent, an_unmodified_torch_distributed_script_trains, .timeout = 180)
     cr_expect_eq(th_items(&r), 12, "6 epochs from each of 2 ranks: %s", r.body);
     th_free(&r);
 }
+
+Test(agent, backfill_only_what_ends_before_the_blocked_head_starts)
+{
+    platform(NULL);
+    agents(1, "4");
+    th_put_text(&d, tok, "ws", "s3.sh", "#!/bin/sh\nsleep 3\n", "755");
+    th_put_text(&d, tok, "ws", "s1.sh", "#!/bin/sh\nsleep 1\n", "755");
+    const char *fmt = "{\"name\":\"%s\",\"image\":\"native\",\"workspace\":\"ws\","
+                      "\"code_path\":\"%s\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                      "\"worker_spec\":\"cpu-small\",\"worker_count\":%d,"
+                      "\"max_runtime_seconds\":%d}";
+    char body[512], seen[16], p[64];
+    snprintf(body, sizeof body, fmt, "a", "s3.sh", 3, 6);
+    long a = submit(body);
+    cr_assert(th_wait_state(&d, tok, a, "RUNNING", 20000, seen), "a is %s", seen);
+    snprintf(body, sizeof body, fmt, "head", "s1.sh", 4, 60); /* needs the whole node */
+    long head = submit(body);
+    snprintf(body, sizeof body, fmt, "short", "s1.sh", 1, 2); /* ends before head can start */
+    long c = submit(body);
+    snprintf(body, sizeof body, fmt, "long", "s1.sh", 1, 30); /* would outlast a's bound */
+    long dd = submit(body);
+    cr_expect(th_wait_state(&d, tok, c, "SUCCEEDED", 10000, seen), "the short job is %s", seen);
+    snprintf(p, sizeof p, "/v1/jobs/%ld", head);
+    th_resp r = th_get(&d, p, tok);
+    cr_expect_str_eq(th_str(&r, "state"), "PENDING", "the head started while a ran");
+    th_free(&r);
+    snprintf(p, sizeof p, "/v1/jobs/%ld", dd);
+    r = th_get(&d, p, tok);
+    cr_expect_str_eq(th_str(&r, "state"), "PENDING", "a job that outlasts the head's reservation"
+                                                     " was backfilled");
+    cr_expect(strstr(th_str(&r, "reason"), "waiting behind job") != NULL, "reason: %s",
+              th_str(&r, "reason"));
+    th_free(&r);
+    /* When a ends, the head runs first; the long job after it. */
+    cr_expect(th_wait_state(&d, tok, head, "SUCCEEDED", 20000, seen), "the head is %s", seen);
+    cr_expect(th_wait_state(&d, tok, dd, "SUCCEEDED", 20000, seen), "the long job is %s", seen);
+    th_resp rh, rd;
+    snprintf(p, sizeof p, "/v1/jobs/%ld", head);
+    rh = th_get(&d, p, tok);
+    snprintf(p, sizeof p, "/v1/jobs/%ld", dd);
+    rd = th_get(&d, p, tok);
+    cr_expect(strcmp(th_str(&rh, "started_at"), th_str(&rd, "started_at")) <= 0,
+              "the long job passed the head");
+    snprintf(p, sizeof p, "/v1/jobs/%ld", c);
+    th_resp rc = th_get(&d, p, tok);
+    cr_expect(strcmp(th_str(&rc, "started_at"), th_str(&rh, "started_at")) < 0,
+              "the short job was not backfilled: it started %s, the head %s",
+              th_str(&rc, "started_at"), th_str(&rh, "started_at"));
+    th_free(&rc);
+    th_free(&rh);
+    th_free(&rd);
+}
