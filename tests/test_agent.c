@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/harness.h"
@@ -148,6 +149,8 @@ static void wait_workers_ended(long id)
     "echo \"ROWRITE=$(touch \"$DATASETS_PATH/ds/sub/new\" 2>&1)\" >> \"$out.tmp\"\n"           \
     "echo \"HIDDEN=$(ls -A \"$PROBE_HIDDEN\" 2>&1 | wc -l)\" >> \"$out.tmp\"\n"                \
     "echo \"PIDS=$(ls /proc | grep -c '^[0-9]')\" >> \"$out.tmp\"\n"                           \
+    "echo \"NNP=$(grep NoNewPrivs /proc/self/status | tr -dc 0-9)\" >> \"$out.tmp\"\n"          \
+    "echo \"FDS=$(ls /proc/self/fd | tr '\\n' ' ')\" >> \"$out.tmp\"\n"                       \
     "mv \"$out.tmp\" \"$out\"\n"
 
 static void check_rank(int rank, int world, int per_node, const char *port)
@@ -189,6 +192,11 @@ static void check_rank(int rank, int world, int per_node, const char *port)
               rank, v);
     value_of(t, "PIDS", v, sizeof v);
     cr_expect_lt(atoi(v), 10, "rank %d sees %s processes: not its own PID namespace", rank, v);
+    value_of(t, "NNP", v, sizeof v);
+    cr_expect_str_eq(v, "1", "rank %d may gain privileges (NoNewPrivs %s)", rank, v);
+    /* ls sees stdin, stdout, stderr and its own listing of the directory: nothing else. */
+    value_of(t, "FDS", v, sizeof v);
+    cr_expect_str_eq(v, "0 1 2 3 ", "rank %d inherited descriptors: %s", rank, v);
     free(t);
 }
 
@@ -1002,4 +1010,74 @@ Test(agent, backfill_only_what_ends_before_the_blocked_head_starts)
     th_free(&rc);
     th_free(&rh);
     th_free(&rd);
+}
+
+Test(agent, a_drained_node_takes_no_new_workers)
+{
+    platform(NULL);
+    agents(1, "4");
+    th_put_text(&d, tok, "ws", "q.sh", "#!/bin/sh\nexit 0\n", "755");
+    th_resp r = th_post(&d, "/v1/nodes/1/drain", TH_ADMIN, NULL);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(r.json, "drained")));
+    th_free(&r);
+    long id = submit("{\"name\":\"q\",\"image\":\"native\",\"workspace\":\"ws\","
+                     "\"code_path\":\"q.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                     "\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
+    usleep(1500000);
+    char p[64], seen[16];
+    snprintf(p, sizeof p, "/v1/jobs/%ld", id);
+    r = th_get(&d, p, tok);
+    cr_expect_str_eq(th_str(&r, "state"), "PENDING", "placed on a drained node");
+    th_free(&r);
+    r = th_post(&d, "/v1/nodes/1/undrain", TH_ADMIN, NULL);
+    cr_expect_eq(r.status, 200);
+    th_free(&r);
+    cr_expect(th_wait_state(&d, tok, id, "SUCCEEDED", 20000, seen), "after undrain: %s", seen);
+    /* Only the platform admin sees or drains nodes. */
+    r = th_post(&d, "/v1/nodes/1/drain", tok, NULL);
+    cr_expect_eq(r.status, 403);
+    th_free(&r);
+}
+
+Test(agent, dataset_submounts_are_read_only_too)
+{
+    platform(NULL);
+    agents(1, "4");
+    /* A mount inside the dataset's directory on the host (as storage often is). */
+    th_resp r = th_get(&d, "/v1/datasets/ds", tok);
+    long ds = (long)th_num(&r, "id");
+    th_free(&r);
+    r = th_get(&d, "/v1/tenants/acme", TH_ADMIN);
+    long tenant = (long)th_num(&r, "id");
+    th_free(&r);
+    char src[300], dst[400], cmd[2000];
+    snprintf(src, sizeof src, "%s/elsewhere", d.dir);
+    snprintf(dst, sizeof dst, "%s/volumes/%ld/datasets/%ld/mnt", d.dir, tenant, ds);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' '%s' && echo inner > '%s/f' && mount --bind '%s' '%s'",
+             src, dst, src, src, dst);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    th_put_text(&d, tok, "ws", "sub.sh",
+                "#!/bin/sh\n"
+                "cat \"$DATASETS_PATH/ds/mnt/f\" > \"$WORKSPACE/inner\"\n"
+                "touch \"$DATASETS_PATH/ds/mnt/new\" 2> \"$WORKSPACE/err\"\n"
+                "exit 0\n",
+                "755");
+    long id = submit("{\"name\":\"sub\",\"image\":\"native\",\"datasets\":[\"ds\"],"
+                     "\"workspace\":\"ws\",\"code_path\":\"sub.sh\",\"epochs\":1,\"lr\":0.1,"
+                     "\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
+    char seen[16];
+    int ok = th_wait_state(&d, tok, id, "SUCCEEDED", 20000, seen);
+    snprintf(cmd, sizeof cmd, "umount '%s'", dst);
+    cr_expect_eq(system(cmd), 0);
+    cr_assert(ok, "job ended %s", seen);
+    char *t = fetch("inner");
+    cr_expect_str_eq(t, "inner\n", "the submount was not visible");
+    free(t);
+    t = fetch("err");
+    cr_expect(strstr(t, "Read-only file system") != NULL, "a write into a submount gave: '%s'", t);
+    free(t);
+    struct stat sb;
+    snprintf(cmd, sizeof cmd, "%s/new", src);
+    cr_expect(stat(cmd, &sb) != 0, "the write went through to the host");
 }
