@@ -43,12 +43,7 @@ void api_spec_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
         return;
     api_list pg = {cJSON_CreateArray(), 0, 0};
     int rc = store_spec_list(ctx->st, cursor, limit, spec_row, &pg);
-    if (rc != STORE_OK) {
-        cJSON_Delete(pg.items);
-        api_store_error(rs, rc, "worker specs");
-        return;
-    }
-    api_list_send(rs, &pg, limit);
+    api_list_done(rs, &pg, limit, rc, "worker specs");
 }
 
 void api_spec_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
@@ -183,12 +178,7 @@ void api_image_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
         return;
     api_list pg = {cJSON_CreateArray(), 0, 0};
     int rc = store_image_list(ctx->st, cursor, limit, image_row, &pg);
-    if (rc != STORE_OK) {
-        cJSON_Delete(pg.items);
-        api_store_error(rs, rc, "images");
-        return;
-    }
-    api_list_send(rs, &pg, limit);
+    api_list_done(rs, &pg, limit, rc, "images");
 }
 
 void api_image_get(api_ctx *ctx, const api_req *rq, api_resp *rs)

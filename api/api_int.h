@@ -46,6 +46,9 @@ typedef struct api_list {
 /* Sends {"items": [...], "next_cursor": "..." | null}; consumes pg->items. */
 void api_list_send(api_resp *rs, api_list *pg, int limit);
 void api_list_add(api_list *pg, cJSON *item, int64_t id);
+/* Ends a list handler: sends the page when rc is STORE_OK, else drops it and
+ * answers the store's error about what. */
+void api_list_done(api_resp *rs, api_list *pg, int limit, int rc, const char *what);
 
 void api_add_time(cJSON *o, const char *key, int64_t ms); /* RFC 3339, or null when 0 */
 

@@ -512,12 +512,7 @@ void api_job_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
     }
     struct job_rows rows = {{cJSON_CreateArray(), 0, 0}, ctx->sched};
     int rc = store_job_list(ctx->st, &f, job_row, &rows);
-    if (rc != STORE_OK) {
-        cJSON_Delete(rows.pg.items);
-        api_store_error(rs, rc, "jobs");
-        return;
-    }
-    api_list_send(rs, &rows.pg, f.limit);
+    api_list_done(rs, &rows.pg, f.limit, rc, "jobs");
 }
 
 static cJSON *event_json(const store_event *e)
@@ -553,12 +548,7 @@ void api_job_events(api_ctx *ctx, const api_req *rq, api_resp *rs)
     api_list pg = {cJSON_CreateArray(), 0, 0};
     int rc = store_job_events(ctx->st, j.id, cursor, limit, event_row, &pg);
     store_job_clear(&j);
-    if (rc != STORE_OK) {
-        cJSON_Delete(pg.items);
-        api_store_error(rs, rc, "events");
-        return;
-    }
-    api_list_send(rs, &pg, limit);
+    api_list_done(rs, &pg, limit, rc, "events");
 }
 
 /* ---- cancel and delete ---- */

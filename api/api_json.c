@@ -311,3 +311,14 @@ void api_list_send(api_resp *rs, api_list *pg, int limit)
     }
     api_json(rs, 200, o);
 }
+
+void api_list_done(api_resp *rs, api_list *pg, int limit, int rc, const char *what)
+{
+    if (rc != STORE_OK) {
+        cJSON_Delete(pg->items);
+        pg->items = NULL;
+        api_store_error(rs, rc, what);
+        return;
+    }
+    api_list_send(rs, pg, limit);
+}

@@ -321,10 +321,5 @@ void api_job_metrics(api_ctx *ctx, const api_req *rq, api_resp *rs)
     api_list pg = {cJSON_CreateArray(), 0, 0};
     int rc = store_metric_list(ctx->st, j.id, cursor, limit, metric_row, &pg);
     store_job_clear(&j);
-    if (rc != STORE_OK) {
-        cJSON_Delete(pg.items);
-        api_store_error(rs, rc, "metrics");
-        return;
-    }
-    api_list_send(rs, &pg, limit);
+    api_list_done(rs, &pg, limit, rc, "metrics");
 }

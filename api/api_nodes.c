@@ -110,12 +110,7 @@ void api_node_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
         return;
     api_list pg = {cJSON_CreateArray(), 0, 0};
     int rc = store_node_list(ctx->st, cursor, limit, node_row, &pg);
-    if (rc != STORE_OK) {
-        cJSON_Delete(pg.items);
-        api_store_error(rs, rc, "nodes");
-        return;
-    }
-    api_list_send(rs, &pg, limit);
+    api_list_done(rs, &pg, limit, rc, "nodes");
 }
 
 static int node_find(api_ctx *ctx, const api_req *rq, store_node *n, api_resp *rs)

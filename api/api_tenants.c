@@ -112,19 +112,16 @@ void api_tenant_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
     if (api_page(rq, &limit, &cursor, rs))
         return;
     api_list pg = {cJSON_CreateArray(), 0, 0};
+    int rc = STORE_OK;
     if (api_is_platform_admin(rq->who)) {
-        int rc = store_tenant_list(ctx->st, cursor, limit, tenant_row, &pg);
-        if (rc != STORE_OK) {
-            cJSON_Delete(pg.items);
-            api_store_error(rs, rc, "tenants");
-            return;
-        }
+        rc = store_tenant_list(ctx->st, cursor, limit, tenant_row, &pg);
     } else {
+        /* Everyone else sees one tenant: their own. */
         store_tenant t;
         if (cursor == 0 && store_tenant_by_name(ctx->st, rq->who->user.tenant, &t) == STORE_OK)
             tenant_row(&pg, &t);
     }
-    api_list_send(rs, &pg, limit);
+    api_list_done(rs, &pg, limit, rc, "tenants");
 }
 
 void api_tenant_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
@@ -201,12 +198,7 @@ void api_user_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
         return;
     api_list pg = {cJSON_CreateArray(), 0, 0};
     int rc = store_user_list(ctx->st, t.id, cursor, limit, user_row, &pg);
-    if (rc != STORE_OK) {
-        cJSON_Delete(pg.items);
-        api_store_error(rs, rc, "users");
-        return;
-    }
-    api_list_send(rs, &pg, limit);
+    api_list_done(rs, &pg, limit, rc, "users");
 }
 
 void api_user_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
@@ -295,12 +287,7 @@ void api_token_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
     }
     api_list pg = {cJSON_CreateArray(), 0, 0};
     int rc = store_token_list(ctx->st, u.id, cursor, limit, token_row, &pg);
-    if (rc != STORE_OK) {
-        cJSON_Delete(pg.items);
-        api_store_error(rs, rc, "tokens");
-        return;
-    }
-    api_list_send(rs, &pg, limit);
+    api_list_done(rs, &pg, limit, rc, "tokens");
 }
 
 struct token_del {

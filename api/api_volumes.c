@@ -162,12 +162,7 @@ static void volume_list(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol
     struct vol_list l = {{cJSON_CreateArray(), 0, 0}, k};
     int rc = store_volume_list(ctx->st, k, api_tenant_of(rq->who), k == STORE_DATASET, cursor,
                                limit, vol_row, &l);
-    if (rc != STORE_OK) {
-        cJSON_Delete(l.pg.items);
-        api_store_error(rs, rc, kind_what[k]);
-        return;
-    }
-    api_list_send(rs, &l.pg, limit);
+    api_list_done(rs, &l.pg, limit, rc, kind_what[k]);
 }
 
 static void volume_get(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_kind k)
