@@ -62,7 +62,8 @@ static cJSON *raw_or(const char *json, const char *fallback)
     return cJSON_CreateRaw(json && json[0] ? json : fallback);
 }
 
-static cJSON *job_json(const store_job *j, int64_t position)
+/* position and wait (why a pending job waits) come from the scheduler. */
+static cJSON *job_json(const store_job *j, int64_t position, const char *wait)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)j->id);
@@ -70,7 +71,9 @@ static cJSON *job_json(const store_job *j, int64_t position)
     cJSON_AddStringToObject(o, "tenant", j->tenant);
     cJSON_AddStringToObject(o, "user", j->user);
     cJSON_AddStringToObject(o, "state", j->state);
-    if (j->reason[0])
+    if (wait && wait[0])
+        cJSON_AddStringToObject(o, "reason", wait);
+    else if (j->reason[0])
         cJSON_AddStringToObject(o, "reason", j->reason);
     else
         cJSON_AddNullToObject(o, "reason");
@@ -162,10 +165,10 @@ static void job_insert_done(api_ctx *ctx, api_resp *rs, void *arg, int rc)
         store_job j;
         /* Read back so the answer carries exactly what was stored. */
         if (store_job_get(ctx->st, n->j.tenant_id, n->j.id, &j) == STORE_OK) {
-            api_json(rs, 201, job_json(&j, 0));
+            api_json(rs, 201, job_json(&j, 0, NULL));
             store_job_clear(&j);
         } else {
-            api_json(rs, 201, job_json(&n->j, 0));
+            api_json(rs, 201, job_json(&n->j, 0, NULL));
         }
         rs->replayed = (char)n->replayed;
         sched_wake(ctx->sched);
@@ -471,8 +474,10 @@ void api_job_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
     store_job j;
     if (api_job_find(ctx, rq, &j, rs))
         return;
-    int64_t pos = !strcmp(j.state, "PENDING") ? sched_position(ctx->sched, j.id) : 0;
-    api_json(rs, 200, job_json(&j, pos));
+    char wait[SCHED_REASON_MAX];
+    int64_t pos = !strcmp(j.state, "PENDING") ? sched_position(ctx->sched, j.id, wait, sizeof wait)
+                                              : (wait[0] = '\0', 0);
+    api_json(rs, 200, job_json(&j, pos, wait));
     store_job_clear(&j);
 }
 
@@ -484,8 +489,10 @@ struct job_rows {
 static void job_row(void *arg, const store_job *j)
 {
     struct job_rows *r = arg;
-    int64_t pos = !strcmp(j->state, "PENDING") ? sched_position(r->sched, j->id) : 0;
-    api_list_add(&r->pg, job_json(j, pos), j->id);
+    char wait[SCHED_REASON_MAX];
+    int64_t pos = !strcmp(j->state, "PENDING") ? sched_position(r->sched, j->id, wait, sizeof wait)
+                                               : (wait[0] = '\0', 0);
+    api_list_add(&r->pg, job_json(j, pos, wait), j->id);
 }
 
 void api_job_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
@@ -585,7 +592,7 @@ static void job_change_done(api_ctx *ctx, api_resp *rs, void *arg, int rc)
     else if (rc != STORE_OK)
         api_store_error(rs, rc, "job");
     else if (c->after.id)
-        api_json(rs, 200, job_json(&c->after, 0));
+        api_json(rs, 200, job_json(&c->after, 0, NULL));
     else
         rs->status = 204;
     if (rc == STORE_OK) {

@@ -14,9 +14,14 @@
 #include "storage/store_node.h"
 #include "storage/util.h"
 
+/* A pending job's place in the queue and why it waits.  Kept in memory:
+ * it changes with every pass and is no part of the job's history. */
+#define SCHED_REST_MAX_US 50000
+
 struct position {
     int64_t job_id;
     int64_t pos;
+    char reason[SCHED_REASON_MAX];
 };
 
 struct sched_service {
@@ -28,6 +33,7 @@ struct sched_service {
     int woken, stopping;
     struct position *pos; /* sorted by job_id */
     size_t npos;
+    int no_nodes;         /* no node is up and undrained: nothing was planned */
     uint64_t version;
     void (*notify)(void *arg);
     void *notify_arg;
@@ -64,9 +70,17 @@ struct alloc {
     int64_t job_id, node_id, workers;
 };
 
+/* A gang the plan placed, to be committed (and checked again) in a write. */
+struct placement {
+    int64_t job_id, attempt, per_node, workers, cpus, mem, gpus;
+    int64_t *nodes; /* node ids, node-major: the node of rank 0 first */
+};
+
 struct pass {
     sched_service *svc;
     int placed;
+    struct placement *pl;
+    size_t npl, cappl;
     int64_t now;
     struct active *act;
     size_t nact, capa;
@@ -74,8 +88,6 @@ struct pass {
     size_t nal, capal;
     sched_node *nodes;
     size_t nnodes, capn;
-    store_node *info; /* info[i] is nodes[i] */
-    size_t ninfo, capi;
     sched_job *jobs;
     size_t njobs, capj;
     store_job_brief *briefs; /* by id, as read */
@@ -91,10 +103,12 @@ struct pass {
 
 static void pass_free(struct pass *p)
 {
+    for (size_t i = 0; i < p->npl; i++)
+        free(p->pl[i].nodes);
+    free(p->pl);
     free(p->act);
     free(p->al);
     free(p->nodes);
-    free(p->info);
     free(p->jobs);
     free(p->briefs);
     free(p->use);
@@ -113,9 +127,9 @@ static void add_node(void *arg, const store_node *n)
                      n->cpus - n->used_cpus,
                      n->memory_mb - n->used_memory_mb,
                      n->gpus - n->used_gpus};
+    size_t before = p->nnodes;
     PUSH(p->nodes, p->nnodes, p->capn, sn);
-    PUSH(p->info, p->ninfo, p->capi, *n);
-    if (p->nnodes != p->ninfo)
+    if (p->nnodes == before)
         p->oom = 1;
 }
 
@@ -240,36 +254,75 @@ static int64_t free_port(store_tx *tx, const store_node *n)
     return -1;
 }
 
-/* Writes one placement: workers node-major, the port, STARTING. */
-static int commit_placement(store_tx *tx, struct pass *p, const sched_job *j,
-                            const store_job_brief *b, int64_t per_node, const int *idx)
+/*
+ * Writes one placement: workers node-major, the port, STARTING.  Checked
+ * against the state of now first: the job still pending in that attempt,
+ * every node up, undrained and with room.  STORE_CONFLICT when not.
+ */
+static int commit_placement(store_tx *tx, const struct placement *pl)
 {
-    int64_t m = j->workers / per_node;
-    const store_node *master = &p->info[idx[0]];
-    int64_t port = free_port(tx, master);
+    int64_t m = pl->workers / pl->per_node;
+    store_node master;
+    store_job j;
+    int rc = store_job_get_tx(tx, 0, pl->job_id, &j);
+    if (rc != STORE_OK)
+        return rc;
+    int ok = !strcmp(j.state, "PENDING") && j.attempt == pl->attempt;
+    store_job_clear(&j);
+    if (!ok)
+        return STORE_CONFLICT;
+    for (int64_t r = 0; r < m; r++) {
+        store_node n;
+        if (store_node_get_tx(tx, pl->nodes[r], &n) != STORE_OK || strcmp(n.state, "up") ||
+            n.drained || n.cpus - n.used_cpus < pl->per_node * pl->cpus ||
+            n.memory_mb - n.used_memory_mb < pl->per_node * pl->mem ||
+            n.gpus - n.used_gpus < pl->per_node * pl->gpus)
+            return STORE_CONFLICT;
+        if (r == 0)
+            master = n;
+    }
+    int64_t port = free_port(tx, &master);
     if (port < 0)
         return STORE_CONFLICT;
-    int rc = store_port_reserve(tx, master->id, port, j->id, b->attempt);
+    rc = store_port_reserve(tx, master.id, port, pl->job_id, pl->attempt);
     for (int64_t r = 0; rc == STORE_OK && r < m; r++) {
-        for (int64_t l = 0; rc == STORE_OK && l < per_node; l++) {
+        for (int64_t l = 0; rc == STORE_OK && l < pl->per_node; l++) {
             store_worker w = {0};
-            w.job_id = j->id;
-            w.attempt = b->attempt;
-            w.rank = r * per_node + l;
+            w.job_id = pl->job_id;
+            w.attempt = pl->attempt;
+            w.rank = r * pl->per_node + l;
             w.node_rank = r;
             w.local_rank = l;
-            w.node_id = p->info[idx[r]].id;
+            w.node_id = pl->nodes[r];
             rc = store_worker_insert(tx, &w);
         }
     }
     if (rc == STORE_OK)
-        rc = store_job_place(tx, j->id, master->id, port, per_node);
+        rc = store_job_place(tx, pl->job_id, master.id, port, pl->per_node);
     char why[128];
     snprintf(why, sizeof why, "placed: %lld x %lld workers, rank 0 on %s", (long long)m,
-             (long long)per_node, master->name);
+             (long long)pl->per_node, master.name);
     if (rc == STORE_OK)
-        rc = store_job_transition(tx, j->id, "PENDING", "STARTING", why);
+        rc = store_job_transition(tx, pl->job_id, "PENDING", "STARTING", why);
     return rc;
+}
+
+/* The write of a pass: every placement, each all or nothing. */
+static int commit_all(store_tx *tx, void *arg)
+{
+    struct pass *p = arg;
+    p->placed = 0;
+    for (size_t i = 0; i < p->npl; i++) {
+        if (store_tx_mark(tx) != STORE_OK)
+            return STORE_EIO;
+        if (commit_placement(tx, &p->pl[i]) == STORE_OK) {
+            store_tx_keep(tx);
+            p->placed++;
+        } else {
+            store_tx_undo(tx); /* the next pass looks again */
+        }
+    }
+    return STORE_OK;
 }
 
 static int active_cmp(const void *a, const void *b)
@@ -351,15 +404,16 @@ static void note_placed(struct pass *p, const sched_job *j, const store_job_brie
     }
 }
 
-static void set_reason(store_tx *tx, const store_job_brief *b, const char *why)
+static int id_cmp(const void *a, const void *b)
 {
-    if (strcmp(b->reason, why))
-        store_job_set_reason(tx, b->id, why);
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
 }
 
-static int schedule(store_tx *tx, void *arg)
+/* Plans a pass on a read snapshot: what to place, and every pending job's
+ * position and reason.  Writes nothing. */
+static int plan(store_tx *tx, struct pass *p)
 {
-    struct pass *p = arg;
     int rc = store_node_all_tx(tx, add_node, p);
     if (rc == STORE_OK)
         rc = store_job_briefs_tx(tx, "STARTING", add_active, p);
@@ -390,6 +444,13 @@ static int schedule(store_tx *tx, void *arg)
     }
     int blocked = 0;
     int64_t position = 0, head = 0, shadow = INT64_MAX;
+    /* Jobs with live workers, from the allocations read above. */
+    int64_t *live = malloc((p->nal + 1) * sizeof *live);
+    size_t nlive = 0;
+    for (size_t k = 0; live && k < p->nal; k++)
+        live[nlive++] = p->al[k].job_id;
+    if (nlive > 1)
+        qsort(live, nlive, sizeof *live, id_cmp);
     for (size_t i = 0; i < p->njobs; i++) {
         sched_job *j = &p->jobs[i];
         const store_job_brief *b = brief_of(p, j->id);
@@ -399,16 +460,16 @@ static int schedule(store_tx *tx, void *arg)
             continue;
         int64_t shape = sched_cluster_shape(cl, j);
         const char *q = over_quota(p, j, u, why, sizeof why);
-        int64_t live = 0;
-        if (store_worker_live(tx, j->id, &live) == STORE_OK && live > 0) {
+        const char *wait = NULL;
+        if (nlive && bsearch(&j->id, live, nlive, sizeof *live, id_cmp)) {
             /* Two attempts of one gang never overlap. */
-            set_reason(tx, b, "retry: waiting for the previous attempt's workers to stop");
+            wait = "retry: waiting for the previous attempt's workers to stop";
         } else if (q) {
-            set_reason(tx, b, q);
+            wait = q;
         } else if (p->nnodes == 0) {
-            set_reason(tx, b, "resources: no node has registered yet");
+            wait = "resources: no node has registered yet";
         } else if (shape == 0) {
-            set_reason(tx, b, "resources: no usable nodes can hold this job now");
+            wait = "resources: no usable nodes can hold this job now";
         } else if (blocked && !(b->max_runtime_seconds > 0 &&
                                 p->now + b->max_runtime_seconds * 1000 <= shadow &&
                                 sched_cluster_place(cl, j, shape, idx) == 0)) {
@@ -420,29 +481,32 @@ static int schedule(store_tx *tx, void *arg)
                          : "resources: waiting behind job %lld (backfill only for jobs whose "
                            "max_runtime_seconds ends before its start)",
                      (long long)head);
-            set_reason(tx, b, why);
+            wait = why;
         } else if (!blocked && sched_cluster_place(cl, j, shape, idx) != 0) {
             blocked = 1;
             head = j->id;
             shadow = shadow_time(p, j, shape);
-            set_reason(tx, b, "resources: waiting for room on the nodes");
-        } else if (store_tx_mark(tx) == STORE_OK) {
-            if (commit_placement(tx, p, j, b, shape, idx) == STORE_OK) {
-                store_tx_keep(tx);
-                note_placed(p, j, b, shape, idx);
-                p->placed++;
-                u->jobs++;
-                u->workers += j->workers;
-                u->cpus += j->workers * j->cpus;
-                u->gpus += j->workers * j->gpus;
-                continue;
+            wait = "resources: waiting for room on the nodes";
+        } else {
+            struct placement pl = {j->id, b->attempt, shape, j->workers, j->cpus, j->mem, j->gpus,
+                                   malloc((size_t)(j->workers / shape) * sizeof(int64_t))};
+            if (pl.nodes) {
+                for (int64_t r = 0; r < j->workers / shape; r++)
+                    pl.nodes[r] = p->nodes[idx[r]].id;
+                PUSH(p->pl, p->npl, p->cappl, pl);
             }
-            store_tx_undo(tx);
-            set_reason(tx, b, "resources: no free port on the node of rank 0");
+            note_placed(p, j, b, shape, idx);
+            u->jobs++;
+            u->workers += j->workers;
+            u->cpus += j->workers * j->cpus;
+            u->gpus += j->workers * j->gpus;
+            continue;
         }
-        struct position ps = {j->id, ++position};
+        struct position ps = {j->id, ++position, ""};
+        snprintf(ps.reason, sizeof ps.reason, "%.159s", wait ? wait : "resources");
         PUSH(p->pos, p->npos, p->capp, ps);
     }
+    free(live);
     free(idx);
     sched_cluster_free(cl);
     return STORE_OK;
@@ -512,6 +576,11 @@ static int pos_cmp(const void *a, const void *b)
     return (x->job_id > y->job_id) - (x->job_id < y->job_id);
 }
 
+static void count_usable(void *arg, const store_node *n)
+{
+    *(int *)arg += !strcmp(n->state, "up") && !n->drained;
+}
+
 static void run_pass(sched_service *s)
 {
     struct tick t = {util_now_ms(), s->cfg.node_timeout_ms, NULL, 0};
@@ -521,9 +590,25 @@ static void run_pass(sched_service *s)
     if (rc == STORE_OK && t.changed)
         sched_bump(s);
     struct pass p = {.svc = s, .now = util_now_ms()};
-    rc = store_write(s->st, schedule, &p);
-    if (rc == STORE_OK && p.placed)
-        sched_bump(s);
+    /* Planned on a snapshot outside the writer; only placements are written.
+     * Without a usable node nothing can be placed: no plan at all, however
+     * long the queue. */
+    store_read_begin(s->st);
+    store_tx *rtx = store_read_tx(s->st);
+    int usable = 0;
+    rc = rtx ? store_node_all_tx(rtx, count_usable, &usable) : STORE_EIO;
+    if (rc == STORE_OK && usable)
+        rc = plan(rtx, &p);
+    store_read_end(s->st);
+    pthread_mutex_lock(&s->lock);
+    s->no_nodes = rc == STORE_OK && !usable;
+    pthread_mutex_unlock(&s->lock);
+    if (rc == STORE_OK && p.npl > 0) {
+        rc = store_write(s->st, commit_all, &p);
+        /* A placement that no longer held is planned again at the next pass. */
+        if (rc == STORE_OK && p.placed)
+            sched_bump(s);
+    }
     if (rc != STORE_OK && rc != STORE_BUSY)
         fprintf(stderr, "scheduler: pass failed (store error %d)\n", rc);
     if (rc == STORE_OK) {
@@ -559,7 +644,18 @@ static void *sched_main(void *arg)
             break;
         s->woken = 0;
         pthread_mutex_unlock(&s->lock);
+        int64_t t0 = util_mono_us();
         run_pass(s);
+        /* Rest as long as the pass took: under a flood of submits the
+         * scheduler takes at most about half a core from the requests, and
+         * a short queue keeps its passes, and so its latency, short. */
+        int64_t took = util_mono_us() - t0;
+        if (took > SCHED_REST_MAX_US)
+            took = SCHED_REST_MAX_US; /* bounds what a submit may wait */
+        if (took > 1000) {
+            struct timespec rest = {took / 1000000, (took % 1000000) * 1000};
+            nanosleep(&rest, NULL);
+        }
         pthread_mutex_lock(&s->lock);
     }
     pthread_mutex_unlock(&s->lock);
@@ -641,14 +737,21 @@ void sched_on_bump(sched_service *s, void (*notify)(void *arg), void *arg)
     pthread_mutex_unlock(&s->lock);
 }
 
-int64_t sched_position(sched_service *s, int64_t job_id)
+int64_t sched_position(sched_service *s, int64_t job_id, char *reason, size_t n)
 {
+    if (reason && n)
+        reason[0] = '\0';
     if (!s)
         return 0;
-    struct position key = {job_id, 0};
+    struct position key = {.job_id = job_id};
     pthread_mutex_lock(&s->lock);
-    struct position *hit = s->npos ? bsearch(&key, s->pos, s->npos, sizeof key, pos_cmp) : NULL;
+    struct position *hit =
+        s->npos && !s->no_nodes ? bsearch(&key, s->pos, s->npos, sizeof key, pos_cmp) : NULL;
     int64_t pos = hit ? hit->pos : 0;
+    if (hit && reason && n)
+        snprintf(reason, n, "%s", hit->reason);
+    else if (s->no_nodes && reason && n)
+        snprintf(reason, n, "resources: no node is up and undrained");
     pthread_mutex_unlock(&s->lock);
     return pos;
 }

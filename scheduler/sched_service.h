@@ -34,8 +34,11 @@ uint64_t sched_version(sched_service *s);
 void sched_bump(sched_service *s);
 void sched_on_bump(sched_service *s, void (*notify)(void *arg), void *arg);
 
-/* Queue position of a pending job (1: next), 0 when not known yet. */
-int64_t sched_position(sched_service *s, int64_t job_id);
+#define SCHED_REASON_MAX 160
+
+/* Queue position of a pending job (1: next), 0 when not known yet; why it
+ * waits goes to reason (may be NULL) as of the last pass. */
+int64_t sched_position(sched_service *s, int64_t job_id, char *reason, size_t n);
 
 /*
  * Whether j could ever run on the registered nodes (all of them, drained or

@@ -66,6 +66,7 @@ struct req_state {
     int64_t wait_until;         /* parked: or until this (monotonic ms) */
     struct req_state *wnext;
     int streaming;              /* parked inside a streamed body */
+    int observed;               /* counted in the metrics */
 };
 
 /* Route labels for metrics: the patterns, then /metrics and "other". */
@@ -220,6 +221,9 @@ static enum MHD_Result respond(struct req_state *st)
     if (rs->status == 401)
         MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     st->status = rs->status ? rs->status : 500;
+    /* Counted now, so a client that asks /metrics next sees its request. */
+    metrics_observe(st->route_idx, st->status, util_mono_us() - st->t0);
+    st->observed = 1;
     enum MHD_Result ret = MHD_queue_response(st->conn, (unsigned)st->status, r);
     MHD_destroy_response(r);
     st->phase = P_SENT;
@@ -594,7 +598,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         return;
     if (st->phase != P_SENT)
         st->status = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? st->status : 499;
-    metrics_observe(st->route_idx, st->status, util_mono_us() - st->t0);
+    if (!st->observed)
+        metrics_observe(st->route_idx, st->status, util_mono_us() - st->t0);
     log_line(st, st->rq.path ? st->rq.path : "?");
     if (st->rs.upload) {
         st->rs.upload->abort(st->rs.upload);

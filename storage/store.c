@@ -297,6 +297,13 @@ void store_read_end(store *s)
         exec(tl_reader.c->db, "COMMIT", NULL, 0);
 }
 
+store_tx *store_read_tx(store *s)
+{
+    static __thread struct store_tx rtx;
+    rtx.conn = store_reader(s);
+    return rtx.conn ? &rtx : NULL;
+}
+
 store_conn *store_tx_conn(store_tx *tx)
 {
     return tx->conn;

@@ -70,6 +70,11 @@ int store_submit(store *s, store_write_fn fn, void *ctx, store_done_fn done, voi
 int store_read_begin(store *s);
 void store_read_end(store *s);
 
+/* The calling thread's read connection as a store_tx, for the *_tx read
+ * functions outside a write (inside store_read_begin/end for one snapshot).
+ * Never pass it to a function that writes. */
+store_tx *store_read_tx(store *s);
+
 /* The schema version of the open database, and the newest this binary knows. */
 int store_schema_version(store *s);
 int store_schema_known(void);

@@ -336,17 +336,6 @@ int store_job_briefs_tx(store_tx *tx, const char *state,
     return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
 }
 
-int store_job_set_reason(store_tx *tx, int64_t id, const char *reason)
-{
-    static const char sql[] = "UPDATE jobs SET reason = ?2 WHERE id = ?1 AND state = 'PENDING'";
-    store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, id);
-    store_bind_text(st, 2, reason && reason[0] ? reason : NULL);
-    return store_step_change(c, st, NULL);
-}
 
 int store_metric_insert(store_tx *tx, int64_t job_id, int64_t attempt, int64_t rank,
                         int64_t at, const char *json)

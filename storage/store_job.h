@@ -102,8 +102,6 @@ typedef struct store_job_brief {
 /* Jobs in state (submit order); row() may not write. */
 int store_job_briefs_tx(store_tx *tx, const char *state,
                         void (*row)(void *arg, const store_job_brief *b), void *arg);
-/* Sets the reason of a pending job (no event: it is not a transition). */
-int store_job_set_reason(store_tx *tx, int64_t id, const char *reason);
 
 typedef struct store_metric {
     int64_t id, attempt, rank, at;

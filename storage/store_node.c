@@ -478,20 +478,6 @@ int store_attempt_live(store *s, int64_t job_id, int64_t attempt)
     return rc == STORE_OK;
 }
 
-int store_worker_live(store_tx *tx, int64_t job_id, int64_t *n)
-{
-    static const char sql[] = "SELECT count(*) FROM workers WHERE job_id = ?1"
-                              " AND state IN ('assigned', 'running')";
-    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, job_id);
-    int rc = store_step_row(st);
-    if (rc == STORE_OK)
-        *n = sqlite3_column_int64(st, 0);
-    sqlite3_reset(st);
-    return rc;
-}
 
 int store_port_used(store_tx *tx, int64_t node_id, int64_t *ports, int n)
 {
