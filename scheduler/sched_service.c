@@ -34,6 +34,7 @@ struct sched_service {
     struct position *pos; /* sorted by job_id */
     size_t npos;
     int no_nodes;         /* no node is up and undrained: nothing was planned */
+    int64_t last_tick;    /* monotonic ms of the last tick write */
     uint64_t version;
     void (*notify)(void *arg);
     void *notify_arg;
@@ -583,12 +584,18 @@ static void count_usable(void *arg, const store_node *n)
 
 static void run_pass(sched_service *s)
 {
-    struct tick t = {util_now_ms(), s->cfg.node_timeout_ms, NULL, 0};
-    int rc = store_write(s->st, tick, &t);
-    if (rc != STORE_OK && rc != STORE_BUSY)
-        fprintf(stderr, "scheduler: tick failed (store error %d)\n", rc);
-    if (rc == STORE_OK && t.changed)
-        sched_bump(s);
+    /* Timeouts and silent nodes are looked for once per tick, not on every wake. */
+    int rc = STORE_OK;
+    int64_t mono = util_mono_us() / 1000;
+    if (mono - s->last_tick >= s->cfg.tick_ms) {
+        struct tick t = {util_now_ms(), s->cfg.node_timeout_ms, NULL, 0};
+        rc = store_write(s->st, tick, &t);
+        if (rc != STORE_OK && rc != STORE_BUSY)
+            fprintf(stderr, "scheduler: tick failed (store error %d)\n", rc);
+        if (rc == STORE_OK && t.changed)
+            sched_bump(s);
+        s->last_tick = mono;
+    }
     struct pass p = {.svc = s, .now = util_now_ms()};
     /* Planned on a snapshot outside the writer; only placements are written.
      * Without a usable node nothing can be placed: no plan at all, however
