@@ -17,6 +17,7 @@
 /* A pending job's place in the queue and why it waits.  Kept in memory:
  * it changes with every pass and is no part of the job's history. */
 #define SCHED_REST_MAX_US 50000
+#define SCHED_REST_MIN_US 2000
 
 struct position {
     int64_t job_id;
@@ -659,7 +660,9 @@ static void *sched_main(void *arg)
         int64_t took = util_mono_us() - t0;
         if (took > SCHED_REST_MAX_US)
             took = SCHED_REST_MAX_US; /* bounds what a submit may wait */
-        if (took > 1000) {
+        if (took < SCHED_REST_MIN_US)
+            took = SCHED_REST_MIN_US; /* a flood of wakes makes one pass per rest */
+        {
             struct timespec rest = {took / 1000000, (took % 1000000) * 1000};
             nanosleep(&rest, NULL);
         }
