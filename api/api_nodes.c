@@ -591,8 +591,12 @@ void api_agent_desired(api_ctx *ctx, const api_req *rq, api_resp *rs)
     const char *v = rq->query(rq->h, "version"), *w = rq->query(rq->h, "wait");
     uint64_t known = v ? strtoull(v, NULL, 10) : 0;
     int64_t wait = w ? api_id(w) : 0;
-    /* Read the version first: whatever changes after it wakes the next poll. */
+    /* The version is read before the snapshot the list comes from: whatever
+     * commits after it bumps past it and wakes the next poll.  The request's
+     * snapshot (opened to authenticate the node) may be older: end it. */
+    store_read_end(ctx->st);
     uint64_t version = sched_version(ctx->sched);
+    store_read_begin(ctx->st);
     if (!rq->waited && wait > 0 && v && version <= known) {
         rs->wait_version = known;
         rs->wait_ms = (wait > DESIRED_WAIT_MAX ? DESIRED_WAIT_MAX : wait) * 1000;
