@@ -162,14 +162,9 @@ static void job_insert_done(api_ctx *ctx, api_resp *rs, void *arg, int rc)
     } else if (rc != STORE_OK) {
         api_store_error(rs, rc, "job");
     } else {
-        store_job j;
-        /* Read back so the answer carries exactly what was stored. */
-        if (store_job_get(ctx->st, n->j.tenant_id, n->j.id, &j) == STORE_OK) {
-            api_json(rs, 201, job_json(&j, 0, NULL));
-            store_job_clear(&j);
-        } else {
-            api_json(rs, 201, job_json(&n->j, 0, NULL));
-        }
+        /* The job as stored: every field was set here or by the insert (a replay
+         * carries the stored job), so no read-back. */
+        api_json(rs, 201, job_json(&n->j, 0, NULL));
         rs->replayed = (char)n->replayed;
         sched_wake(ctx->sched);
         snprintf(rs->location, sizeof rs->location, "/v1/jobs/%lld", (long long)n->j.id);
@@ -426,6 +421,8 @@ void api_job_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
     }
     j->tenant_id = api_tenant_of(rq->who);
     j->user_id = rq->who->user.id;
+    snprintf(j->tenant, sizeof j->tenant, "%s", rq->who->user.tenant);
+    snprintf(j->user, sizeof j->user, "%s", rq->who->user.name);
     snprintf(j->name, sizeof j->name, "%s", name);
     snprintf(j->image, sizeof j->image, "%s", im.name);
     snprintf(j->framework, sizeof j->framework, "%s", im.framework);
