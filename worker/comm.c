@@ -1,0 +1,276 @@
+/*
+ * comm.c: env:// start-up, the rendezvous, and the dispatch of collectives
+ * to the backend (see comm.h).  A comm owns its store client, rank 0's
+ * store server, and the backend state.
+ */
+#include "worker/comm.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "worker/comm_impl.h"
+
+#define DEFAULT_TIMEOUT_MS 30000
+
+struct comm {
+    int rank, size, local_rank;
+    enum comm_backend backend;
+    comm_store_server *server;   /* rank 0 only */
+    comm_store *store;
+    const struct comm_backend_ops *ops;   /* NULL for a world of one */
+    void *state;
+    int failed;
+    char err[1024];
+};
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static int env_int(const char *name, int lo, int hi, int dflt, int *out, char *err, size_t errlen)
+{
+    const char *v = getenv(name);
+    char *end;
+    long n;
+    if (!v || !*v) {
+        if (dflt < lo) {
+            seterr(err, errlen, "%s is not set (env:// start-up needs it)", name);
+            return -1;
+        }
+        *out = dflt;
+        return 0;
+    }
+    errno = 0;
+    n = strtol(v, &end, 10);
+    if (errno || *end || n < lo || n > hi) {
+        seterr(err, errlen, "%s='%s' is not an integer from %d to %d", name, v, lo, hi);
+        return -1;
+    }
+    *out = (int)n;
+    return 0;
+}
+
+int comm_config_from_env(struct comm_config *cfg, char *err, size_t errlen)
+{
+    const char *b = getenv("BACKEND");
+    int secs = 0;
+    memset(cfg, 0, sizeof *cfg);
+    if (env_int("WORLD_SIZE", 1, 65536, 1, &cfg->world_size, err, errlen) < 0 ||
+        env_int("RANK", 0, cfg->world_size - 1, 0, &cfg->rank, err, errlen) < 0 ||
+        env_int("LOCAL_RANK", 0, 65535, cfg->rank, &cfg->local_rank, err, errlen) < 0 ||
+        env_int("COHORT_COMM_TIMEOUT", 1, 86400, 30, &secs, err, errlen) < 0)
+        return -1;
+    cfg->timeout_ms = secs * 1000;
+    if (!b || !*b || !strcmp(b, "gloo")) {
+        cfg->backend = COMM_BACKEND_GLOO;
+    } else if (!strcmp(b, "nccl")) {
+        cfg->backend = COMM_BACKEND_NCCL;
+    } else {
+        seterr(err, errlen, "BACKEND='%s' is not gloo or nccl", b);
+        return -1;
+    }
+    if (cfg->world_size == 1 && !getenv("MASTER_ADDR"))
+        return 0;  /* one rank meets nobody */
+    cfg->master_addr = getenv("MASTER_ADDR");
+    if (!cfg->master_addr || !*cfg->master_addr) {
+        seterr(err, errlen, "MASTER_ADDR is not set (env:// start-up needs it)");
+        return -1;
+    }
+    return env_int("MASTER_PORT", 1, 65535, -1, &cfg->master_port, err, errlen);
+}
+
+const char *comm_backend_name(enum comm_backend b)
+{
+    return b == COMM_BACKEND_NCCL ? "nccl" : "gloo";
+}
+
+int comm_have_nccl(void)
+{
+#ifdef COHORT_HAVE_NCCL
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+/* The address of this host on the route to master: what the other ranks
+ * can reach us at. */
+static int local_address(const char *master, char *out, size_t outlen, char *err, size_t errlen)
+{
+    struct addrinfo hints = { .ai_socktype = SOCK_DGRAM }, *res = NULL;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int rc = getaddrinfo(master, "9", &hints, &res), fd = -1, ret = -1;
+
+    if (rc != 0) {
+        seterr(err, errlen, "cannot resolve MASTER_ADDR '%s': %s", master, gai_strerror(rc));
+        return -1;
+    }
+    fd = socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || connect(fd, res->ai_addr, res->ai_addrlen) < 0 ||
+        getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
+        seterr(err, errlen, "no route to MASTER_ADDR '%s': %s", master, strerror(errno));
+        goto out;
+    }
+    if (getnameinfo((struct sockaddr *)&ss, sl, out, (socklen_t)outlen, NULL, 0,
+                    NI_NUMERICHOST) != 0) {
+        seterr(err, errlen, "cannot name the local address towards '%s'", master);
+        goto out;
+    }
+    ret = 0;
+out:
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(res);
+    return ret;
+}
+
+int comm_init(const struct comm_config *cfg, comm **out, char *err, size_t errlen)
+{
+    comm *c = calloc(1, sizeof *c);
+    char local[NI_MAXHOST], msg[768];
+    int timeout = cfg->timeout_ms > 0 ? cfg->timeout_ms : DEFAULT_TIMEOUT_MS;
+
+    if (!c) {
+        seterr(err, errlen, "out of memory");
+        return -1;
+    }
+    c->rank = cfg->rank;
+    c->size = cfg->world_size;
+    c->local_rank = cfg->local_rank;
+    c->backend = cfg->backend;
+    if (cfg->rank < 0 || cfg->world_size < 1 || cfg->rank >= cfg->world_size) {
+        seterr(err, errlen, "rank %d is outside a world of %d", cfg->rank, cfg->world_size);
+        goto fail;
+    }
+    if (cfg->backend == COMM_BACKEND_NCCL && !comm_have_nccl()) {
+        seterr(err, errlen, "BACKEND=nccl, but this cohort-worker was built without CUDA/NCCL");
+        goto fail;
+    }
+    if (c->size == 1) {
+        *out = c;   /* nothing to meet; every collective is the identity */
+        return 0;
+    }
+    if (!cfg->master_addr || cfg->master_port <= 0) {
+        seterr(err, errlen, "MASTER_ADDR and MASTER_PORT are needed for %d ranks", c->size);
+        goto fail;
+    }
+    if (c->rank == 0 && comm_store_serve(cfg->master_port, &c->server, err, errlen) < 0)
+        goto fail;
+    if (comm_store_connect(cfg->master_addr, cfg->master_port, timeout, &c->store,
+                           msg, sizeof msg) < 0) {
+        seterr(err, errlen, "rank %d: %s", c->rank, msg);
+        goto fail;
+    }
+    if (cfg->backend == COMM_BACKEND_GLOO) {
+        if (local_address(cfg->master_addr, local, sizeof local, err, errlen) < 0)
+            goto fail;
+        if (comm_gloo_open(c->rank, c->size, c->store, local, timeout, &c->state,
+                           msg, sizeof msg) < 0) {
+            seterr(err, errlen, "rank %d: gloo rendezvous failed: %s", c->rank, msg);
+            goto fail;
+        }
+        c->ops = &comm_gloo_ops;
+    } else {
+#ifdef COHORT_HAVE_NCCL
+        if (comm_nccl_open(c->rank, c->size, c->local_rank, c->store, timeout, &c->state,
+                           msg, sizeof msg) < 0) {
+            seterr(err, errlen, "rank %d: nccl start-up failed: %s", c->rank, msg);
+            goto fail;
+        }
+        c->ops = &comm_nccl_ops;
+#endif
+    }
+    /* Everyone has read what it needs from the store before rank 0 may stop
+     * serving it (comm_destroy). */
+    if (comm_barrier(c) < 0) {
+        seterr(err, errlen, "%s", c->err);
+        goto fail;
+    }
+    *out = c;
+    return 0;
+fail:
+    comm_destroy(c);
+    return -1;
+}
+
+int comm_rank(const comm *c) { return c->rank; }
+int comm_size(const comm *c) { return c->size; }
+int comm_local_rank(const comm *c) { return c->local_rank; }
+enum comm_backend comm_backend_of(const comm *c) { return c->backend; }
+const char *comm_errmsg(const comm *c) { return c->err; }
+
+/* Records a backend failure with the context a user needs. */
+static int failed(comm *c, const char *what, const char *why)
+{
+    if (!c->failed)
+        snprintf(c->err, sizeof c->err,
+                 "rank %d of %d: %s failed: %s (a peer rank exited, its node is unreachable, "
+                 "or it did not answer within the timeout)",
+                 c->rank, c->size, what, why);
+    c->failed = 1;
+    return -1;
+}
+
+int comm_allreduce(comm *c, float *buf, size_t count, enum comm_reduce op)
+{
+    char why[768];
+    if (c->failed)
+        return -1;
+    if (!c->ops || count == 0)
+        return 0;
+    if (c->ops->allreduce(c->state, buf, count, op == COMM_AVG, why, sizeof why) < 0)
+        return failed(c, "allreduce", why);
+    return 0;
+}
+
+int comm_broadcast(comm *c, void *buf, size_t bytes, int root)
+{
+    char why[768];
+    if (c->failed)
+        return -1;
+    if (root < 0 || root >= c->size) {
+        snprintf(c->err, sizeof c->err, "broadcast from rank %d in a world of %d", root, c->size);
+        return -1;
+    }
+    if (!c->ops || bytes == 0)
+        return 0;
+    if (c->ops->broadcast(c->state, buf, bytes, root, why, sizeof why) < 0)
+        return failed(c, "broadcast", why);
+    return 0;
+}
+
+int comm_barrier(comm *c)
+{
+    char why[768];
+    if (c->failed)
+        return -1;
+    if (!c->ops)
+        return 0;
+    if (c->ops->barrier(c->state, why, sizeof why) < 0)
+        return failed(c, "barrier", why);
+    return 0;
+}
+
+void comm_destroy(comm *c)
+{
+    if (!c)
+        return;
+    if (c->ops)
+        c->ops->destroy(c->state);
+    comm_store_close(c->store);
+    comm_store_server_stop(c->server);
+    free(c);
+}

@@ -1,0 +1,64 @@
+/*
+ * comm: collective communication for a job's ranks (cohort-worker's
+ * communication library).
+ *
+ * Start-up is torch.distributed's env:// method: MASTER_ADDR, MASTER_PORT,
+ * WORLD_SIZE, RANK, LOCAL_RANK and BACKEND (gloo or nccl) come from the
+ * environment.  Rank 0 serves the rendezvous store (comm_store.h) on
+ * MASTER_PORT; every rank meets the others through it and then talks to
+ * them over the backend: Gloo's TCP transport (comm_gloo.cc) or NCCL
+ * (comm_nccl.c).  A world of one rank needs neither.
+ *
+ * Every collective either completes or fails within the timeout (default
+ * 30 s, COHORT_COMM_TIMEOUT in seconds, or comm_config.timeout_ms): when a
+ * peer dies or rank 0 is gone, each remaining rank gets -1 and a message in
+ * comm_errmsg() naming what was lost.  A comm that failed once stays failed.
+ *
+ * Buffers: host memory for gloo; device memory for nccl.
+ */
+#ifndef COHORT_COMM_H
+#define COHORT_COMM_H
+
+#include <stddef.h>
+
+typedef struct comm comm;
+
+enum comm_backend { COMM_BACKEND_GLOO = 0, COMM_BACKEND_NCCL = 1 };
+enum comm_reduce { COMM_SUM = 0, COMM_AVG = 1 };
+
+struct comm_config {
+    const char *master_addr;   /* host or address of rank 0 */
+    int master_port;
+    int world_size;
+    int rank;
+    int local_rank;
+    enum comm_backend backend;
+    int timeout_ms;            /* 0: the default, 30 s */
+};
+
+/* Fills cfg from the environment.  Returns 0, or -1 with a message naming
+ * the variable that is missing or malformed.  cfg->master_addr points into
+ * the environment. */
+int comm_config_from_env(struct comm_config *cfg, char *err, size_t errlen);
+
+/* Meets the other ranks.  Returns 0 and a comm the caller frees with
+ * comm_destroy(), or -1 with a message. */
+int comm_init(const struct comm_config *cfg, comm **out, char *err, size_t errlen);
+
+int comm_rank(const comm *c);
+int comm_size(const comm *c);
+int comm_local_rank(const comm *c);
+enum comm_backend comm_backend_of(const comm *c);
+const char *comm_backend_name(enum comm_backend b);
+/* Whether this build has the NCCL backend. */
+int comm_have_nccl(void);
+
+/* In place, float32.  Returns 0, or -1 with the reason in comm_errmsg(). */
+int comm_allreduce(comm *c, float *buf, size_t count, enum comm_reduce op);
+int comm_broadcast(comm *c, void *buf, size_t bytes, int root);
+int comm_barrier(comm *c);
+const char *comm_errmsg(const comm *c);
+
+void comm_destroy(comm *c);
+
+#endif

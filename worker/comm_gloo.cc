@@ -1,0 +1,181 @@
+/*
+ * comm_gloo.cc: the Gloo backend, the one C++ file in the tree: a thin
+ * extern "C" bridge from comm.c to Debian's libgloo.  It owns the Gloo TCP
+ * device and context of one comm, and turns every Gloo exception into -1
+ * and a message.  The rendezvous goes through Cohort's own store
+ * (comm_store.h), wrapped as a gloo::rendezvous::Store.
+ */
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+extern "C" {
+#include "worker/comm_impl.h"
+}
+
+namespace {
+
+/* Gloo's Store interface over a comm_store client; failures are thrown as
+ * Gloo expects and reach the caller of comm_gloo_open as its message. */
+class CohortStore : public gloo::rendezvous::Store {
+  public:
+    CohortStore(comm_store *c, int timeout_ms) : c_(c), timeout_ms_(timeout_ms) {}
+
+    void set(const std::string &key, const std::vector<char> &data) override
+    {
+        if (comm_store_set(c_, key.c_str(), data.data(), data.size()) < 0)
+            throw std::runtime_error(comm_store_errmsg(c_));
+    }
+
+    std::vector<char> get(const std::string &key) override
+    {
+        void *p = nullptr;
+        size_t n = 0;
+        if (comm_store_get(c_, key.c_str(), timeout_ms_, &p, &n) < 0)
+            throw std::runtime_error(comm_store_errmsg(c_));
+        std::vector<char> v(static_cast<char *>(p), static_cast<char *>(p) + n);
+        free(p);
+        return v;
+    }
+
+    void wait(const std::vector<std::string> &keys) override
+    {
+        wait(keys, std::chrono::milliseconds(timeout_ms_));
+    }
+
+    void wait(const std::vector<std::string> &keys,
+              const std::chrono::milliseconds &timeout) override
+    {
+        auto end = std::chrono::steady_clock::now() + timeout;
+        for (const auto &k : keys) {
+            auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                end - std::chrono::steady_clock::now());
+            int ms = left.count() > 0 ? static_cast<int>(left.count()) : 0;
+            if (comm_store_wait(c_, k.c_str(), ms) < 0)
+                throw std::runtime_error(comm_store_errmsg(c_));
+        }
+    }
+
+  private:
+    comm_store *c_;
+    int timeout_ms_;
+};
+
+struct GlooComm {
+    std::shared_ptr<gloo::transport::Device> dev;
+    std::shared_ptr<gloo::rendezvous::Context> ctx;
+    std::chrono::milliseconds timeout;
+    uint32_t tag = 0;
+};
+
+void message(char *err, size_t errlen, const std::exception &e)
+{
+    std::snprintf(err, errlen, "%s", e.what());
+}
+
+/* Gloo has no average: sum, then scale. */
+void scale(float *buf, size_t n, float f)
+{
+    for (size_t i = 0; i < n; i++)
+        buf[i] *= f;
+}
+
+int gloo_allreduce(void *b, float *buf, size_t count, int average, char *err, size_t errlen)
+{
+    auto *g = static_cast<GlooComm *>(b);
+    try {
+        gloo::AllreduceOptions opts(g->ctx);
+        opts.setOutput(buf, count);
+        opts.setReduceFunction(static_cast<void (*)(void *, const void *, const void *, size_t)>(
+            &gloo::sum<float>));
+        opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+        opts.setTag(g->tag++);
+        opts.setTimeout(g->timeout);
+        gloo::allreduce(opts);
+        if (average)
+            scale(buf, count, 1.0f / static_cast<float>(g->ctx->size));
+        return 0;
+    } catch (const std::exception &e) {
+        message(err, errlen, e);
+        return -1;
+    }
+}
+
+int gloo_broadcast(void *b, void *buf, size_t bytes, int root, char *err, size_t errlen)
+{
+    auto *g = static_cast<GlooComm *>(b);
+    try {
+        gloo::BroadcastOptions opts(g->ctx);
+        opts.setOutput(static_cast<uint8_t *>(buf), bytes);
+        opts.setRoot(root);
+        opts.setTag(g->tag++);
+        opts.setTimeout(g->timeout);
+        gloo::broadcast(opts);
+        return 0;
+    } catch (const std::exception &e) {
+        message(err, errlen, e);
+        return -1;
+    }
+}
+
+int gloo_barrier(void *b, char *err, size_t errlen)
+{
+    auto *g = static_cast<GlooComm *>(b);
+    try {
+        gloo::BarrierOptions opts(g->ctx);
+        opts.setTag(g->tag++);
+        opts.setTimeout(g->timeout);
+        gloo::barrier(opts);
+        return 0;
+    } catch (const std::exception &e) {
+        message(err, errlen, e);
+        return -1;
+    }
+}
+
+void gloo_destroy(void *b)
+{
+    delete static_cast<GlooComm *>(b);
+}
+
+} // namespace
+
+extern "C" const struct comm_backend_ops comm_gloo_ops = {
+    gloo_allreduce, gloo_broadcast, gloo_barrier, gloo_destroy,
+};
+
+extern "C" int comm_gloo_open(int rank, int size, comm_store *store, const char *local_addr,
+                              int timeout_ms, void **out, char *err, size_t errlen)
+{
+    GlooComm *g = nullptr;
+    try {
+        g = new GlooComm;
+        gloo::transport::tcp::attr attr;
+        attr.hostname = local_addr;
+        g->dev = gloo::transport::tcp::CreateDevice(attr);
+        g->timeout = std::chrono::milliseconds(timeout_ms);
+        g->ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+        g->ctx->setTimeout(g->timeout);
+        CohortStore st(store, timeout_ms);
+        g->ctx->connectFullMesh(st, g->dev);
+        *out = g;
+        return 0;
+    } catch (const std::exception &e) {
+        message(err, errlen, e);
+        delete g;
+        return -1;
+    }
+}

@@ -1,0 +1,22 @@
+/*
+ * main.c: cohort-worker's entry point: picks the subcommand.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "worker/train.h"
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && !strcmp(argv[1], "train"))
+        return train_main(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "mkdata"))
+        return train_mkdata_main(argc - 1, argv + 1);
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: cohort-worker train [options]     data-parallel training (train --help)\n"
+               "       cohort-worker mkdata DIR [options] write a synthetic MNIST-format set\n");
+        return 0;
+    }
+    fprintf(stderr, "usage: cohort-worker train|mkdata ... (cohort-worker --help)\n");
+    return 2;
+}
