@@ -28,6 +28,7 @@ struct comm {
     const struct comm_backend_ops *ops;   /* NULL for a world of one */
     void *state;
     int failed;
+    int timeout_ms;
     char err[1024];
 };
 
@@ -151,6 +152,7 @@ int comm_init(const struct comm_config *cfg, comm **out, char *err, size_t errle
     c->size = cfg->world_size;
     c->local_rank = cfg->local_rank;
     c->backend = cfg->backend;
+    c->timeout_ms = timeout;
     if (cfg->rank < 0 || cfg->world_size < 1 || cfg->rank >= cfg->world_size) {
         seterr(err, errlen, "rank %d is outside a world of %d", cfg->rank, cfg->world_size);
         goto fail;
@@ -262,6 +264,37 @@ int comm_barrier(comm *c)
     if (c->ops->barrier(c->state, why, sizeof why) < 0)
         return failed(c, "barrier", why);
     return 0;
+}
+
+int comm_finish(comm *c)
+{
+    char key[64];
+    int timeout = c->timeout_ms;
+    if (c->failed)
+        return -1;
+    if (!c->ops)
+        return 0;
+    /* Done with the backend everywhere first; then only the store is used,
+     * and its host, rank 0, answers everyone before it goes. */
+    if (comm_barrier(c) < 0)
+        return -1;
+    snprintf(key, sizeof key, "cohort/finish/%d", c->rank);
+    if (comm_store_set(c->store, key, "", 0) < 0)
+        goto store_failed;
+    if (c->rank == 0) {
+        for (int r = 1; r < c->size; r++) {
+            snprintf(key, sizeof key, "cohort/finish/%d", r);
+            if (comm_store_wait(c->store, key, timeout) < 0)
+                goto store_failed;
+        }
+        if (comm_store_set(c->store, "cohort/finish/all", "", 0) < 0)
+            goto store_failed;
+    } else if (comm_store_wait(c->store, "cohort/finish/all", timeout) < 0) {
+        goto store_failed;
+    }
+    return 0;
+store_failed:
+    return failed(c, "finish", comm_store_errmsg(c->store));
 }
 
 void comm_destroy(comm *c)

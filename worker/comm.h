@@ -59,6 +59,11 @@ int comm_broadcast(comm *c, void *buf, size_t bytes, int root);
 int comm_barrier(comm *c);
 const char *comm_errmsg(const comm *c);
 
+/* The orderly end of a job: returns 0 once every rank has called it, after
+ * which the ranks may exit in any order without a peer seeing a lost
+ * connection (rank 0, the store host, leaves last). */
+int comm_finish(comm *c);
+
 void comm_destroy(comm *c);
 
 #endif

@@ -10,13 +10,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <gloo/algorithm.h>
 #include <gloo/allreduce.h>
-#include <gloo/barrier.h>
-#include <gloo/broadcast.h>
+#include <gloo/allreduce_halving_doubling.h>
+#include <gloo/allreduce_ring.h>
+#include <gloo/allreduce_ring_chunked.h>
+#include <gloo/barrier_all_to_all.h>
+#include <gloo/broadcast_one_to_all.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
@@ -79,6 +84,9 @@ struct GlooComm {
     std::shared_ptr<gloo::rendezvous::Context> ctx;
     std::chrono::milliseconds timeout;
     uint32_t tag = 0;
+    /* Allreduce algorithms keep their buffers registered with the pairs, so
+     * the trainer's one gradient buffer is set up once, not every step. */
+    std::map<std::pair<float *, size_t>, std::unique_ptr<gloo::Algorithm>> algos;
 };
 
 void message(char *err, size_t errlen, const std::exception &e)
@@ -97,14 +105,24 @@ int gloo_allreduce(void *b, float *buf, size_t count, int average, char *err, si
 {
     auto *g = static_cast<GlooComm *>(b);
     try {
-        gloo::AllreduceOptions opts(g->ctx);
-        opts.setOutput(buf, count);
-        opts.setReduceFunction(static_cast<void (*)(void *, const void *, const void *, size_t)>(
-            &gloo::sum<float>));
-        opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-        opts.setTag(g->tag++);
-        opts.setTimeout(g->timeout);
-        gloo::allreduce(opts);
+        auto key = std::make_pair(buf, count);
+        auto it = g->algos.find(key);
+        if (it == g->algos.end()) {
+            if (g->algos.size() >= 16)
+                g->algos.clear();
+            std::vector<float *> ptrs{buf};
+            std::unique_ptr<gloo::Algorithm> a;
+            /* COHORT_GLOO_ALGO picks another algorithm, for comparisons. */
+            const char *alg = getenv("COHORT_GLOO_ALGO");
+            if (alg && !strcmp(alg, "ring"))
+                a.reset(new gloo::AllreduceRing<float>(g->ctx, ptrs, (int)count));
+            else if (alg && !strcmp(alg, "ring_chunked"))
+                a.reset(new gloo::AllreduceRingChunked<float>(g->ctx, ptrs, (int)count));
+            else
+                a.reset(new gloo::AllreduceHalvingDoubling<float>(g->ctx, ptrs, (int)count));
+            it = g->algos.emplace(key, std::move(a)).first;
+        }
+        it->second->run();
         if (average)
             scale(buf, count, 1.0f / static_cast<float>(g->ctx->size));
         return 0;
@@ -118,12 +136,9 @@ int gloo_broadcast(void *b, void *buf, size_t bytes, int root, char *err, size_t
 {
     auto *g = static_cast<GlooComm *>(b);
     try {
-        gloo::BroadcastOptions opts(g->ctx);
-        opts.setOutput(static_cast<uint8_t *>(buf), bytes);
-        opts.setRoot(root);
-        opts.setTag(g->tag++);
-        opts.setTimeout(g->timeout);
-        gloo::broadcast(opts);
+        std::vector<uint8_t *> ptrs{static_cast<uint8_t *>(buf)};
+        gloo::BroadcastOneToAll<uint8_t> bc(g->ctx, ptrs, bytes, root);
+        bc.run();
         return 0;
     } catch (const std::exception &e) {
         message(err, errlen, e);
@@ -135,10 +150,8 @@ int gloo_barrier(void *b, char *err, size_t errlen)
 {
     auto *g = static_cast<GlooComm *>(b);
     try {
-        gloo::BarrierOptions opts(g->ctx);
-        opts.setTag(g->tag++);
-        opts.setTimeout(g->timeout);
-        gloo::barrier(opts);
+        gloo::BarrierAllToAll barrier(g->ctx);
+        barrier.run();
         return 0;
     } catch (const std::exception &e) {
         message(err, errlen, e);

@@ -451,8 +451,10 @@ void comm_store_server_stop(comm_store_server *s)
     if (write(s->stop_pipe[1], "x", 1) != 1)
         abort();  /* a pipe with room cannot refuse one byte */
     pthread_join(s->thread, NULL);
-    for (int i = 0; i < s->nconns; i++)
+    for (int i = 0; i < s->nconns; i++) {
+        conn_write(s->conns[i]);  /* answers already due go out (best effort) */
         conn_free(s->conns[i]);
+    }
     for (size_t i = 0; i < s->nents; i++) {
         free(s->ents[i].key);
         free(s->ents[i].val);
@@ -533,14 +535,15 @@ int comm_store_connect(const char *host, int port, int timeout_ms,
         }
         if (c->fd >= 0)
             break;
-        if (now_ms() + delay > deadline) {
+        int64_t left = deadline - now_ms();
+        if (left <= 0) {
             seterr(err, errlen,
                    "cannot reach the rendezvous store of rank 0 at %s within %d ms: %s",
                    c->where, timeout_ms, last);
             free(c);
             return -1;
         }
-        usleep((useconds_t)delay * 1000);
+        usleep((useconds_t)(delay < left ? delay : left) * 1000);
         if (delay < 500)
             delay *= 2;
     }

@@ -99,7 +99,7 @@ void mlp_shape(const struct mlp *m, char *buf, size_t len)
 }
 
 /* Logits of the batch in act[nlayers]; hidden layers through ReLU. */
-static void forward(struct mlp *m, int batch)
+COHORT_VECTOR static void forward(struct mlp *m, int batch)
 {
     for (int l = 0; l < m->nlayers; l++) {
         int in = m->sizes[l], out = m->sizes[l + 1];
@@ -132,7 +132,7 @@ static float softmax_row(float *z, int n, int label)
     return logf(sum) - zl;
 }
 
-float mlp_train_step(struct mlp *m, const uint8_t *labels, int batch)
+COHORT_VECTOR float mlp_train_step(struct mlp *m, const uint8_t *labels, int batch)
 {
     int L = m->nlayers, classes = m->sizes[L];
     float *d = m->delta[L];

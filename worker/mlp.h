@@ -15,6 +15,16 @@
 
 #define MLP_MAX_LAYERS 8
 
+/* Marks a loop-heavy function to be compiled for several x86-64 levels and
+ * dispatched at load time (GCC's target_clones); elsewhere, and under the
+ * sanitizers, a plain function. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_ADDRESS__)
+#define COHORT_VECTOR __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define COHORT_VECTOR
+#endif
+
 struct mlp {
     int nlayers;                       /* weight layers */
     int sizes[MLP_MAX_LAYERS + 1];     /* sizes[0] inputs ... sizes[nlayers] classes */

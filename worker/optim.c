@@ -3,6 +3,8 @@
  */
 #include "worker/optim.h"
 
+#include "worker/mlp.h"  /* COHORT_VECTOR */
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +46,7 @@ const char *optim_name(enum optim_kind k)
     return k == OPTIM_ADAM ? "adam" : "sgd";
 }
 
-void optim_step(struct optim *o, float *restrict p, const float *restrict g)
+COHORT_VECTOR void optim_step(struct optim *o, float *restrict p, const float *restrict g)
 {
     size_t n = o->n;
     float lr = o->lr;

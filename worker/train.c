@@ -48,6 +48,7 @@ struct opts {
     const char *ckpt_dir;
     int checkpoint;
     int shuffle;
+    int eval_only;
     int timeout_s;
     char data_buf[4096];
     char ckpt_buf[4096];
@@ -80,6 +81,7 @@ static void usage(FILE *f)
         "  --data DIR          data set directory (default $DATASETS_PATH/<first of $DATASETS>)\n"
         "  --checkpoint-dir D  (default $WORKSPACE/checkpoints)\n"
         "  --no-checkpoint     neither resume nor write checkpoints\n"
+        "  --eval-only         evaluate the newest checkpoint on the test set, no training\n"
         "  --dump-params FILE  rank 0 writes the final parameters (raw float32) there\n"
         "  --timeout SECS      collective and rendezvous timeout (env COHORT_COMM_TIMEOUT;\n"
         "                      default 30)\n"
@@ -195,6 +197,8 @@ static int parse(int argc, char **argv, struct opts *o)
 #define VALUE() (v ? v : (i + 1 < argc ? (v = argv[++i]) : NULL))
         if (!strcmp(name, "--no-checkpoint")) {
             o->checkpoint = 0;
+        } else if (!strcmp(name, "--eval-only")) {
+            o->eval_only = 1;
         } else if (!strcmp(name, "--no-shuffle")) {
             o->shuffle = 0;
         } else if (!strcmp(name, "--local_rank") || !strcmp(name, "--local-rank")) {
@@ -298,7 +302,7 @@ static int parse(int argc, char **argv, struct opts *o)
 
 /* Fills the model's input with the batch's images, scaled to [0, 1], and
  * labels with their labels. */
-static void gather(struct mlp *m, const struct dataset *d, const uint32_t *idx, int batch,
+COHORT_VECTOR static void gather(struct mlp *m, const struct dataset *d, const uint32_t *idx, int batch,
                    uint8_t *labels)
 {
     size_t px = (size_t)d->rows * d->cols;
@@ -460,6 +464,19 @@ int train_main(int argc, char **argv)
         opt.t = st.optim_t;
     }
     steps_done = st.step;
+    if (o.eval_only) {
+        double acc, tloss;
+        if (evaluate(c, &m, &test, &acc, &tloss) < 0)
+            goto comm_failed;
+        if (rank == 0)
+            printf("evaluation of %s on %d rank%s: test loss %.4f, accuracy %.2f%% (%.0f/%u)\n",
+                   st.loaded ? path : "the initial parameters", world, world == 1 ? "" : "s",
+                   tloss, 100.0 * acc, acc * test.n, test.n);
+        if (comm_finish(c) < 0)
+            goto comm_failed;
+        status = 0;
+        goto out;
+    }
 
     size_t per = sampler_len(train.n, world);
     long long steps_per_epoch = (long long)((per + (size_t)o.batch - 1) / (size_t)o.batch);
@@ -483,7 +500,7 @@ int train_main(int argc, char **argv)
     for (int epoch = (int)st.epoch_done + 1; epoch <= o.epochs; epoch++) {
         double t0 = now_s(), loss_sum = 0, acc, tloss, secs;
         long long samples = 0, step_in_epoch = 0, win_samples = 0;
-        double win_t0 = t0, win_loss = 0;
+        double win_t0 = t0, win_loss = 0, t_comm = 0, ta;
         int win_steps = 0;
 
         if (sampler_indices(idx, train.n, world, rank, o.seed, epoch, o.shuffle) < 0) {
@@ -495,8 +512,10 @@ int train_main(int argc, char **argv)
             float loss;
             gather(&m, &train, idx + off, b, labels);
             m.grads[m.nparams] = mlp_train_step(&m, labels, b);
+            ta = now_s();
             if (comm_allreduce(c, m.grads, m.nparams + 1, COMM_AVG) < 0)
                 goto comm_failed;
+            t_comm += now_s() - ta;
             loss = m.grads[m.nparams];
             optim_step(&opt, m.params, m.grads);
             steps_done++;
@@ -526,8 +545,10 @@ int train_main(int argc, char **argv)
         if (rank == 0) {
             double sps = samples / secs;
             printf("epoch %d done: train loss %.4f, test loss %.4f, accuracy %.2f%% (%.0f/%u), "
-                   "%.0f samples/s\n", epoch, loss_sum / (double)step_in_epoch, tloss,
-                   100.0 * acc, acc * test.n, test.n, sps);
+                   "%.0f samples/s (per step: %.3f ms, of which %.3f ms in allreduce)\n", epoch,
+                   loss_sum / (double)step_in_epoch, tloss, 100.0 * acc, acc * test.n, test.n,
+                   sps, 1e3 * secs / (double)step_in_epoch,
+                   1e3 * t_comm / (double)step_in_epoch);
             printf("COHORT_METRIC {\"epoch\":%d,\"step\":%lld,\"loss\":%.6f,\"accuracy\":%.6f,"
                    "\"samples_per_s\":%.1f}\n", epoch, steps_done,
                    loss_sum / (double)step_in_epoch, acc, sps);
@@ -544,9 +565,8 @@ int train_main(int argc, char **argv)
     }
     if (rank == 0 && o.dump_params && dump(o.dump_params, &m) < 0)
         goto out;
-    /* Nobody leaves while another rank may still need it (rank 0 serves the
-     * store; a late rank would see its peers vanish). */
-    if (comm_barrier(c) < 0)
+    /* Nobody leaves while another rank may still need it. */
+    if (comm_finish(c) < 0)
         goto comm_failed;
     if (rank == 0)
         printf("training finished: %lld steps\n", steps_done);

@@ -1,0 +1,99 @@
+/*
+ * bench/allreduce: bus bandwidth of comm_allreduce (float32, sum, in place)
+ * for sizes from 4 KiB to 64 MiB, over N ranks (default 2) on loopback,
+ * each rank a process of its own.  busbw follows nccl-tests:
+ * algbw = bytes / time, busbw = algbw * 2 (n - 1) / n.
+ *
+ *   bench_allreduce [RANKS] [PORT]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "worker/comm.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int run_rank(int rank, int n, int port)
+{
+    struct comm_config cfg = { .master_addr = "127.0.0.1", .master_port = port,
+                               .world_size = n, .rank = rank, .local_rank = rank,
+                               .backend = COMM_BACKEND_GLOO, .timeout_ms = 60000 };
+    comm *c;
+    char err[1024];
+    size_t max = 64u << 20;
+    float *buf = malloc(max);
+
+    if (!buf || comm_init(&cfg, &c, err, sizeof err) < 0) {
+        fprintf(stderr, "rank %d: %s\n", rank, buf ? err : "out of memory");
+        return 1;
+    }
+    for (size_t i = 0; i < max / sizeof(float); i++)
+        buf[i] = (float)(i % 7);
+    if (rank == 0)
+        printf("%12s %10s %12s %12s   (%d ranks, gloo, loopback)\n", "bytes", "us/op",
+               "algbw GB/s", "busbw GB/s", n);
+    for (size_t bytes = 4096; bytes <= max; bytes *= 4) {
+        size_t count = bytes / sizeof(float);
+        int iters = bytes <= (1u << 20) ? 200 : bytes <= (16u << 20) ? 20 : 5;
+        double t0, dt;
+        for (int i = 0; i < 3; i++)
+            if (comm_allreduce(c, buf, count, COMM_SUM) < 0)
+                goto fail;
+        if (comm_barrier(c) < 0)
+            goto fail;
+        t0 = now_s();
+        for (int i = 0; i < iters; i++)
+            if (comm_allreduce(c, buf, count, COMM_SUM) < 0)
+                goto fail;
+        dt = (now_s() - t0) / iters;
+        if (rank == 0) {
+            double alg = bytes / dt / 1e9;
+            printf("%12zu %10.1f %12.3f %12.3f\n", bytes, dt * 1e6, alg,
+                   alg * 2.0 * (n - 1) / n);
+        }
+    }
+    if (comm_finish(c) < 0)
+        goto fail;
+    comm_destroy(c);
+    free(buf);
+    return 0;
+fail:
+    fprintf(stderr, "rank %d: %s\n", rank, comm_errmsg(c));
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    int n = argc > 1 ? atoi(argv[1]) : 2;
+    int port = argc > 2 ? atoi(argv[2]) : 29400 + (int)(getpid() % 500);
+    int status = 0;
+    if (n < 2 || n > 64 || port <= 0 || port > 65535) {
+        fprintf(stderr, "usage: bench_allreduce [RANKS 2-64] [PORT]\n");
+        return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    for (int r = 0; r < n; r++) {
+        pid_t p = fork();
+        if (p == 0)
+            _exit(run_rank(r, n, port));
+        if (p < 0) {
+            perror("fork");
+            return 1;
+        }
+    }
+    for (int r = 0; r < n; r++) {
+        int st;
+        if (wait(&st) > 0 && (!WIFEXITED(st) || WEXITSTATUS(st) != 0))
+            status = 1;
+    }
+    return status;
+}
