@@ -844,3 +844,79 @@ Test(failure, bad_environment_is_named)
     cr_assert_eq(cfg.rank, 1);
     cr_assert_eq(cfg.world_size, 2);
 }
+
+/* ---- NCCL (built where CUDA is; run where GPUs are) ---------------------- */
+
+#ifdef COHORT_HAVE_NCCL
+#include <cuda_runtime.h>
+
+static int gpu_count(void)
+{
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+Test(nccl, without_a_gpu_start_up_fails_with_a_clear_error)
+{
+    if (gpu_count() > 0)
+        cr_skip_test("this machine has a GPU");
+    struct comm_config cfg = { .master_addr = "127.0.0.1", .master_port = free_port(),
+                               .world_size = 2, .rank = 0, .backend = COMM_BACKEND_NCCL,
+                               .timeout_ms = 2000 };
+    comm *c;
+    char err[512];
+    cr_assert_eq(comm_init(&cfg, &c, err, sizeof err), -1);
+    cr_assert_not_null(strstr(err, "nccl start-up failed: no CUDA device"), "%s", err);
+}
+
+/* Two ranks need two devices: NCCL refuses two ranks on one GPU. */
+Test(nccl, two_ranks_allreduce_and_broadcast_on_gpus, .timeout = 120)
+{
+    if (gpu_count() < 2)
+        cr_skip_test("fewer than 2 GPUs here (%d)", gpu_count());
+    int port = free_port();
+    pid_t pids[2];
+    for (int r = 0; r < 2; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            struct comm_config cfg = { .master_addr = "127.0.0.1", .master_port = port,
+                                       .world_size = 2, .rank = r, .local_rank = r,
+                                       .backend = COMM_BACKEND_NCCL, .timeout_ms = 60000 };
+            comm *c;
+            char err[512];
+            float host[1024], *dev;
+            if (comm_init(&cfg, &c, err, sizeof err) < 0) {
+                fprintf(stderr, "rank %d: %s\n", r, err);
+                _exit(1);
+            }
+            for (int i = 0; i < 1024; i++)
+                host[i] = (float)(i * (r + 1));
+            if (cudaMalloc((void **)&dev, sizeof host) != cudaSuccess ||
+                cudaMemcpy(dev, host, sizeof host, cudaMemcpyHostToDevice) != cudaSuccess ||
+                comm_allreduce(c, dev, 1024, COMM_AVG) < 0 ||
+                cudaMemcpy(host, dev, sizeof host, cudaMemcpyDeviceToHost) != cudaSuccess)
+                _exit(2);
+            for (int i = 0; i < 1024; i++)
+                if (host[i] != 1.5f * i)   /* (i + 2i) / 2 */
+                    _exit(3);
+            if (comm_finish(c) < 0)
+                _exit(4);
+            comm_destroy(c);
+            _exit(0);
+        }
+    }
+    for (int r = 0; r < 2; r++)
+        cr_assert_eq(wait_exit(pids[r], 100), 0, "rank %d", r);
+}
+#else
+Test(nccl, not_built)
+{
+    struct comm_config cfg = { .master_addr = "127.0.0.1", .master_port = free_port(),
+                               .world_size = 2, .rank = 0, .backend = COMM_BACKEND_NCCL };
+    comm *c;
+    char err[512];
+    cr_assert_eq(comm_have_nccl(), 0);
+    cr_assert_eq(comm_init(&cfg, &c, err, sizeof err), -1);
+    cr_assert_not_null(strstr(err, "built without CUDA/NCCL"), "%s", err);
+}
+#endif
