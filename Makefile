@@ -43,6 +43,8 @@ bench: test-deps build
 	@bench/api/run $(BUILD)
 	@$(BUILD)/bench_sched
 	@$(BUILD)/bench_e2e $(BUILD) 1000 200
+	@$(BUILD)/bench_allreduce 2
+	@bench/train/run $(BUILD) 2
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
