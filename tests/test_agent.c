@@ -960,6 +960,65 @@ Test(agent, an_unmodified_torch_distributed_script_trains, .timeout = 180)
     th_free(&r);
 }
 
+/* cohort-worker as a job's program: the agent's rank environment is all it
+ * needs (a native job whose program execs it). */
+Test(agent, cohort_worker_trains_as_a_two_rank_job, .timeout = 180)
+{
+    char dir[] = "/tmp/cohort-agent-worker-XXXXXX", cmd[600], path[700], p[160], seen[16];
+    static const char *const files[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                        "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "%s mkdata %s --train 2000 --test 500 >/dev/null",
+             COHORT_WORKER_BIN, dir);
+    cr_assert_eq(system(cmd), 0);
+    platform(NULL);
+    agents(1, "8");
+    th_resp r = th_post(&d, "/v1/datasets", tok, "{\"name\":\"synth\"}");
+    th_free(&r);
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        FILE *f = fopen(path, "rb");
+        cr_assert_not_null(f);
+        static unsigned char buf[2000 * 784 + 64];
+        size_t n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        snprintf(p, sizeof p, "/v1/datasets/synth/files/%s", files[i]);
+        r = th_put_file(&d, p, tok, buf, n);
+        cr_assert_eq(r.status, 201, "%s: %s", files[i], r.body);
+        th_free(&r);
+    }
+    snprintf(cmd, sizeof cmd, "#!/bin/sh\nexec %s train --log-every 10 \"$@\"\n",
+             COHORT_WORKER_BIN);
+    th_put_text(&d, tok, "ws", "train.sh", cmd, "755");
+    long id = submit("{\"name\":\"cw\",\"image\":\"native\",\"datasets\":[\"synth\"],"
+                     "\"workspace\":\"ws\",\"code_path\":\"train.sh\",\"epochs\":4,"
+                     "\"lr\":0.05,\"batch_size\":32,\"worker_spec\":\"cpu-small\","
+                     "\"worker_count\":2}");
+    int ok = th_wait_state(&d, tok, id, "SUCCEEDED", 150000, seen);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=0", id);
+    r = th_get(&d, p, tok);
+    cr_assert(ok, "job ended %s; rank 0 printed:\n%s", seen, r.body);
+    cr_expect_not_null(strstr(r.body, "2 ranks over gloo"), "%s", r.body);
+    const char *done = strstr(r.body, "epoch 4 done");
+    cr_assert_not_null(done, "%s", r.body);
+    const char *acc = strstr(done, "accuracy ");
+    cr_assert_not_null(acc);
+    cr_expect_gt(atof(acc + 9), 90.0, "%s", r.body);
+    th_free(&r);
+    /* its COHORT_METRIC lines became the job's metrics: rank 0's only */
+    snprintf(p, sizeof p, "/v1/jobs/%ld/metrics", id);
+    r = th_get(&d, p, tok);
+    cr_expect_geq(th_items(&r), 4, "%s", r.body);
+    cr_expect_not_null(strstr(r.body, "accuracy"), "%s", r.body);
+    th_free(&r);
+    /* and the checkpoint of the last epoch is in the workspace */
+    r = th_get(&d, "/v1/workspaces/ws/files?prefix=checkpoints", tok);
+    cr_expect_not_null(strstr(r.body, "epoch-000004.ckpt"), "%s", r.body);
+    th_free(&r);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
 Test(agent, backfill_only_what_ends_before_the_blocked_head_starts)
 {
     platform(NULL);
