@@ -36,6 +36,8 @@ typedef struct api_ctx {
     sched_service *sched;    /* woken by submits and reports; NULL: none */
     int64_t heartbeat_s;     /* what agents are told */
     int64_t lease_s;
+    int64_t min_hold_s;      /* the scheduler's, for quotes */
+    int64_t budget_grace_s;
 } api_ctx;
 
 /* Where a worker finds its volumes inside its sandbox. */

@@ -127,6 +127,25 @@ void api_agent_desired(api_ctx *, const api_req *, api_resp *);
 void api_agent_log(api_ctx *, const api_req *, api_resp *);
 void api_job_logs(api_ctx *, const api_req *, api_resp *);
 void api_job_metrics(api_ctx *, const api_req *, api_resp *);
+void api_job_retry(api_ctx *, const api_req *, api_resp *);
+void api_job_cost(api_ctx *, const api_req *, api_resp *);
+void api_quote(api_ctx *, const api_req *, api_resp *);
+void api_usage(api_ctx *, const api_req *, api_resp *);
+void api_my_quota(api_ctx *, const api_req *, api_resp *);
+void api_invoice(api_ctx *, const api_req *, api_resp *);
+void api_credit_add(api_ctx *, const api_req *, api_resp *);
+void api_budget_get(api_ctx *, const api_req *, api_resp *);
+void api_budget_put(api_ctx *, const api_req *, api_resp *);
+/* Job submission limits, shared with quotes. */
+#define API_MAX_WORKERS 10000
+#define API_MAX_RUNTIME (30LL * 24 * 3600)
+/* The job's cost so far (charged and running ranks, all attempts); -1 on error. */
+int64_t api_job_cost_total(api_ctx *ctx, int64_t job_id);
+/* The tenant a billing query is about: the caller's own, or for the
+ * platform admin the one named by ?tenant=.  404 for a tenant not the
+ * caller's.  Fills *id and name[UTIL_NAME_MAX + 1]. */
+int api_billing_tenant(api_ctx *ctx, const api_req *rq, int64_t *id, char *name, api_resp *rs);
+
 /* The job in the path when the caller may see it (404 otherwise); caller clears j. */
 struct store_job;
 int api_job_find(api_ctx *ctx, const api_req *rq, struct store_job *j, api_resp *rs);

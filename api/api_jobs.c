@@ -14,17 +14,18 @@
 
 #include "api/api_int.h"
 #include "scheduler/sched_life.h"
+#include "storage/store_bill.h"
 #include "storage/store_catalog.h"
 #include "storage/store_job.h"
 #include "storage/store_node.h"
 
-#define MAX_WORKERS 10000
+#define MAX_WORKERS API_MAX_WORKERS
 #define MAX_DATASETS 32
 #define MAX_ARGS 256
 #define MAX_ARG_LEN 4096
 #define MAX_ENV 64
 #define MAX_ENV_VALUE 4096
-#define MAX_RUNTIME (30LL * 24 * 3600)
+#define MAX_RUNTIME API_MAX_RUNTIME
 
 /* Names the platform sets in every worker's environment. */
 static const char *const reserved_env[] = {
@@ -324,20 +325,20 @@ static int job_code_path(api_ctx *ctx, const store_volume *ws, const char *path,
     return 0;
 }
 
-/* Estimated maximum: price per worker-hour x workers x seconds / 3600, rounded up. */
+/* Estimated maximum: workers x one rank's price for max_runtime_seconds (store_bill.h). */
 static int job_price(store_job *j, api_resp *rs)
 {
     j->estimated_max = -1;
     if (j->max_runtime_seconds <= 0)
         return 0;
-    int64_t per_hour, total;
-    if (__builtin_mul_overflow(j->price_per_hour, j->worker_count, &per_hour) ||
-        __builtin_mul_overflow(per_hour, j->max_runtime_seconds, &total)) {
+    j->estimated_max =
+        store_bill_estimate(j->price_per_hour, j->worker_count, j->max_runtime_seconds);
+    if (j->estimated_max < 0) {
         api_error(rs, 422, "invalid_value", "max_runtime_seconds",
-                  "the estimated price does not fit in the price range");
+                  "the estimated price passes the largest amount the platform bills (%lld)",
+                  STORE_MONEY_MAX);
         return -1;
     }
-    j->estimated_max = total / 3600 + (total % 3600 != 0);
     return 0;
 }
 
@@ -466,6 +467,19 @@ int api_job_find(api_ctx *ctx, const api_req *rq, store_job *j, api_resp *rs)
     return rc == STORE_OK ? 0 : api_store_error(rs, rc, "job");
 }
 
+/* Adds price.cost_so_far: charged ranks and running ones priced now. */
+static cJSON *with_cost(api_ctx *ctx, cJSON *o, const store_job *j)
+{
+    cJSON *p = cJSON_GetObjectItem(o, "price");
+    int64_t cost = !strcmp(j->state, "PENDING") && j->attempt == 1 ? 0
+                                                                    : api_job_cost_total(ctx, j->id);
+    if (cost >= 0)
+        cJSON_AddNumberToObject(p, "cost_so_far", (double)cost);
+    else
+        cJSON_AddNullToObject(p, "cost_so_far");
+    return o;
+}
+
 void api_job_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     store_job j;
@@ -474,22 +488,23 @@ void api_job_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
     char wait[SCHED_REASON_MAX];
     int64_t pos = !strcmp(j.state, "PENDING") ? sched_position(ctx->sched, j.id, wait, sizeof wait)
                                               : (wait[0] = '\0', 0);
-    api_json(rs, 200, job_json(&j, pos, wait));
+    api_json(rs, 200, with_cost(ctx, job_json(&j, pos, wait), &j));
     store_job_clear(&j);
 }
 
 struct job_rows {
     api_list pg;
-    sched_service *sched;
+    api_ctx *ctx;
 };
 
 static void job_row(void *arg, const store_job *j)
 {
     struct job_rows *r = arg;
     char wait[SCHED_REASON_MAX];
-    int64_t pos = !strcmp(j->state, "PENDING") ? sched_position(r->sched, j->id, wait, sizeof wait)
-                                               : (wait[0] = '\0', 0);
-    api_list_add(&r->pg, job_json(j, pos, wait), j->id);
+    int64_t pos = !strcmp(j->state, "PENDING")
+                      ? sched_position(r->ctx->sched, j->id, wait, sizeof wait)
+                      : (wait[0] = '\0', 0);
+    api_list_add(&r->pg, with_cost(r->ctx, job_json(j, pos, wait), j), j->id);
 }
 
 void api_job_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
@@ -514,7 +529,7 @@ void api_job_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_error(rs, 400, "invalid_value", "name", "name filter too long");
         return;
     }
-    struct job_rows rows = {{cJSON_CreateArray(), 0, 0}, ctx->sched};
+    struct job_rows rows = {{cJSON_CreateArray(), 0, 0}, ctx};
     int rc = store_job_list(ctx->st, &f, job_row, &rows);
     api_list_done(rs, &rows.pg, f.limit, rc, "jobs");
 }
@@ -557,7 +572,7 @@ void api_job_events(api_ctx *ctx, const api_req *rq, api_resp *rs)
 
 /* ---- cancel and delete ---- */
 
-enum { JOB_FINAL = -100, JOB_NOT_FINAL = -101 };
+enum { JOB_FINAL = -100, JOB_NOT_FINAL = -101, JOB_NOT_RETRYABLE = -102, JOB_STOPPING = -103 };
 
 struct job_change {
     int64_t tenant_id;
@@ -586,6 +601,13 @@ static void job_change_done(api_ctx *ctx, api_resp *rs, void *arg, int rc)
     else if (rc == JOB_NOT_FINAL)
         api_error(rs, 409, "job_active", NULL,
                   "job %lld has not finished: cancel it before deleting it", (long long)c->id);
+    else if (rc == JOB_NOT_RETRYABLE)
+        api_error(rs, 409, "job_not_retryable", NULL,
+                  "only a FAILED or CANCELLED job can be retried");
+    else if (rc == JOB_STOPPING)
+        api_error(rs, 409, "job_stopping", NULL,
+                  "job %lld still has workers stopping (they are billed until they end): try "
+                  "again when they have ended", (long long)c->id);
     else if (rc != STORE_OK)
         api_store_error(rs, rc, "job");
     else if (c->after.id)
@@ -600,6 +622,8 @@ static void job_change_done(api_ctx *ctx, api_resp *rs, void *arg, int rc)
     free(c);
 }
 
+static int job_retry_write(store_tx *tx, void *arg);
+
 static int job_delete_write(store_tx *tx, void *arg)
 {
     struct job_change *c = arg;
@@ -607,7 +631,14 @@ static int job_delete_write(store_tx *tx, void *arg)
     int rc = store_job_get_tx(tx, c->tenant_id, c->id, &j);
     if (rc != STORE_OK)
         return rc;
-    rc = store_job_state_final(j.state) ? store_job_delete(tx, j.id) : JOB_NOT_FINAL;
+    /* Deleting the job deletes its workers: only once none runs, so every
+     * rank's charge is in the ledger (which keeps it after the job is gone). */
+    if (!store_job_state_final(j.state))
+        rc = JOB_NOT_FINAL;
+    else if (store_job_live_tx(tx, j.id))
+        rc = JOB_STOPPING;
+    else
+        rc = store_job_delete(tx, j.id);
     store_job_clear(&j);
     return rc;
 }
@@ -636,9 +667,36 @@ static void job_change(api_ctx *ctx, const api_req *rq, api_resp *rs, store_writ
     }
     c->tenant_id = api_is_platform_admin(rq->who) ? 0 : api_tenant_of(rq->who);
     c->id = id;
-    snprintf(c->reason, sizeof c->reason, "cancelled by %s/%s", rq->who->user.tenant,
+    snprintf(c->reason, sizeof c->reason, "%s by %s/%s",
+             fn == job_retry_write ? "retried" : "cancelled", rq->who->user.tenant,
              rq->who->user.name);
     api_defer(rs, fn, c, job_change_done);
+}
+
+/* A FAILED or CANCELLED job goes back to PENDING as its next attempt (and,
+ * with its workspace, resumes from its checkpoints). */
+static int job_retry_write(store_tx *tx, void *arg)
+{
+    struct job_change *c = arg;
+    store_job j;
+    int rc = store_job_get_tx(tx, c->tenant_id, c->id, &j);
+    if (rc != STORE_OK)
+        return rc;
+    if (strcmp(j.state, "FAILED") && strcmp(j.state, "CANCELLED"))
+        rc = JOB_NOT_RETRYABLE;
+    else
+        rc = store_job_transition(tx, j.id, j.state, "PENDING", c->reason);
+    if (rc == STORE_OK)
+        rc = store_job_next_attempt(tx, j.id);
+    if (rc == STORE_OK)
+        rc = store_job_get_tx(tx, c->tenant_id, c->id, &c->after);
+    store_job_clear(&j);
+    return rc;
+}
+
+void api_job_retry(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    job_change(ctx, rq, rs, job_retry_write);
 }
 
 void api_job_cancel(api_ctx *ctx, const api_req *rq, api_resp *rs)

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "scheduler/sched_life.h"
+#include "storage/store_bill.h"
 #include "storage/store_job.h"
 #include "storage/store_node.h"
 #include "storage/util.h"
@@ -76,6 +77,16 @@ struct alloc {
 struct placement {
     int64_t job_id, attempt, per_node, workers, cpus, mem, gpus;
     int64_t *nodes; /* node ids, node-major: the node of rank 0 first */
+    int64_t tenant_id, price, hold, need, estimated_max; /* need: what must be left to admit */
+    int bounded;
+};
+
+/* A tenant whose account limits what it may hold: what is left to hold. */
+struct budget {
+    int64_t tenant_id;
+    int64_t left; /* the lesser of balance and monthly cap, less what is set aside */
+    int64_t balance, reserved;
+    char currency[4];
 };
 
 struct pass {
@@ -100,6 +111,8 @@ struct pass {
     size_t nquota, capq;
     struct position *pos;
     size_t npos, capp;
+    struct budget *bud;
+    size_t nbud, capbud;
     int oom;
 };
 
@@ -116,6 +129,7 @@ static void pass_free(struct pass *p)
     free(p->use);
     free(p->quota);
     free(p->pos);
+    free(p->bud);
 }
 
 static void add_node(void *arg, const store_node *n)
@@ -239,6 +253,83 @@ static const char *over_quota(struct pass *p, const sched_job *j, struct use *u,
     return NULL;
 }
 
+int64_t sched_hold(const sched_config *cfg, int64_t price_per_hour, int64_t workers,
+                   int64_t max_runtime_s)
+{
+    int64_t secs = max_runtime_s > 0 ? max_runtime_s : cfg->min_hold_s;
+    return store_bill_estimate(price_per_hour, workers, secs);
+}
+
+/* What must be left for j to be admitted: its hold, and for a job without a
+ * bound also the grace period's price (else it would be stopped at once). */
+static int64_t hold_need(const sched_config *cfg, int64_t hold, int64_t price, int64_t workers,
+                         int64_t max_runtime_s)
+{
+    if (hold < 0 || max_runtime_s > 0)
+        return hold;
+    int64_t grace = store_bill_estimate(price, workers, cfg->budget_grace_s);
+    return grace < 0 ? -1 : hold + grace;
+}
+
+/* How much of the tenant's money is left to hold, from its account now. */
+static int64_t money_left(const store_money *m)
+{
+    int64_t left = INT64_MAX;
+    if (m->acct.enforce)
+        left = m->acct.balance - m->reserved;
+    if (m->acct.monthly_cap >= 0 && m->acct.monthly_cap - m->spent_month - m->reserved < left)
+        left = m->acct.monthly_cap - m->spent_month - m->reserved;
+    return left;
+}
+
+static struct budget *budget_of(struct pass *p, int64_t tenant)
+{
+    for (size_t i = 0; i < p->nbud; i++)
+        if (p->bud[i].tenant_id == tenant)
+            return &p->bud[i];
+    return NULL;
+}
+
+static int read_budgets(store_tx *tx, struct pass *p)
+{
+    int64_t ids[1024];
+    int n;
+    int rc = store_budget_tenants_tx(tx, ids, 1024, &n);
+    for (int i = 0; rc == STORE_OK && i < n; i++) {
+        store_money m;
+        rc = store_money_tx(tx, ids[i], p->now, &m, NULL, NULL);
+        if (rc != STORE_OK)
+            break;
+        struct budget b = {ids[i], money_left(&m), m.acct.balance, m.reserved, ""};
+        snprintf(b.currency, sizeof b.currency, "%s", m.acct.currency);
+        size_t before = p->nbud;
+        PUSH(p->bud, p->nbud, p->capbud, b);
+        if (p->nbud == before)
+            return STORE_NOMEM;
+    }
+    return rc;
+}
+
+/* Why j cannot be admitted on its tenant's money, or NULL when it can. */
+static const char *over_budget(const struct budget *b, const store_job_brief *jb, int64_t hold,
+                               int64_t need, char *buf, size_t n)
+{
+    if (!b)
+        return NULL;
+    if (strcmp(b->currency, jb->currency) != 0)
+        snprintf(buf, n, "budget: the job is priced in %s, the tenant's account is in %s",
+                 jb->currency, b->currency);
+    else if (hold < 0 || need > b->left)
+        snprintf(buf, n,
+                 "budget: admitting it holds %lld %s, %lld %s is left to hold (balance %lld, "
+                 "set aside for running jobs %lld)",
+                 (long long)need, b->currency, (long long)(b->left > 0 ? b->left : 0),
+                 b->currency, (long long)b->balance, (long long)b->reserved);
+    else
+        return NULL;
+    return buf;
+}
+
 /* The lowest free port of the node's range, or -1. */
 static int64_t free_port(store_tx *tx, const store_node *n)
 {
@@ -273,6 +364,19 @@ static int commit_placement(store_tx *tx, const struct placement *pl)
     store_job_clear(&j);
     if (!ok)
         return STORE_CONFLICT;
+    /* The money, again, as of this write: two passes never hold the same money. */
+    store_account acct;
+    rc = store_account_get_tx(tx, pl->tenant_id, &acct);
+    if (rc != STORE_OK)
+        return rc;
+    if (acct.enforce || acct.monthly_cap >= 0) {
+        store_money m;
+        rc = store_money_tx(tx, pl->tenant_id, util_now_ms(), &m, NULL, NULL);
+        if (rc != STORE_OK)
+            return rc;
+        if (pl->need < 0 || pl->need > money_left(&m))
+            return STORE_CONFLICT;
+    }
     for (int64_t r = 0; r < m; r++) {
         store_node n;
         if (store_node_get_tx(tx, pl->nodes[r], &n) != STORE_OK || strcmp(n.state, "up") ||
@@ -301,6 +405,11 @@ static int commit_placement(store_tx *tx, const struct placement *pl)
     }
     if (rc == STORE_OK)
         rc = store_job_place(tx, pl->job_id, master.id, port, pl->per_node);
+    if (rc == STORE_OK)
+        rc = store_job_admit(tx, pl->job_id, pl->price, pl->estimated_max, util_now_ms());
+    if (rc == STORE_OK)
+        rc = store_hold_put(tx, pl->job_id, pl->attempt, pl->tenant_id, pl->hold, pl->bounded,
+                            util_now_ms());
     char why[128];
     snprintf(why, sizeof why, "placed: %lld x %lld workers, rank 0 on %s", (long long)m,
              (long long)pl->per_node, master.name);
@@ -430,6 +539,8 @@ static int plan(store_tx *tx, struct pass *p)
     /* Uses older than 24 half-lives weigh under 1e-7: left out. */
     if (rc == STORE_OK)
         rc = store_usage_tx(tx, p->now - 24LL * SCHED_HALF_LIFE_MS, add_usage, p);
+    if (rc == STORE_OK)
+        rc = read_budgets(tx, p);
     if (rc != STORE_OK || p->oom)
         return rc != STORE_OK ? rc : STORE_NOMEM;
     for (size_t i = 0; i < p->njobs; i++) {
@@ -462,6 +573,12 @@ static int plan(store_tx *tx, struct pass *p)
             continue;
         int64_t shape = sched_cluster_shape(cl, j);
         const char *q = over_quota(p, j, u, why, sizeof why);
+        const sched_config *cfg = &p->svc->cfg;
+        int64_t hold = sched_hold(cfg, b->price_per_hour, j->workers, b->max_runtime_seconds);
+        int64_t need = hold_need(cfg, hold, b->price_per_hour, j->workers, b->max_runtime_seconds);
+        struct budget *bud = budget_of(p, j->tenant_id);
+        if (!q)
+            q = over_budget(bud, b, hold, need, why, sizeof why);
         const char *wait = NULL;
         if (nlive && bsearch(&j->id, live, nlive, sizeof *live, id_cmp)) {
             /* Two attempts of one gang never overlap. */
@@ -490,8 +607,27 @@ static int plan(store_tx *tx, struct pass *p)
             shadow = shadow_time(p, j, shape);
             wait = "resources: waiting for room on the nodes";
         } else {
-            struct placement pl = {j->id, b->attempt, shape, j->workers, j->cpus, j->mem, j->gpus,
-                                   malloc((size_t)(j->workers / shape) * sizeof(int64_t))};
+            struct placement pl = {j->id,
+                                   b->attempt,
+                                   shape,
+                                   j->workers,
+                                   j->cpus,
+                                   j->mem,
+                                   j->gpus,
+                                   malloc((size_t)(j->workers / shape) * sizeof(int64_t)),
+                                   j->tenant_id,
+                                   b->price_per_hour,
+                                   hold,
+                                   need,
+                                   b->max_runtime_seconds > 0
+                                       ? store_bill_estimate(b->price_per_hour, j->workers,
+                                                             b->max_runtime_seconds)
+                                       : -1,
+                                   b->max_runtime_seconds > 0};
+            if (pl.hold < 0)
+                pl.hold = STORE_MONEY_MAX; /* only where no budget applies: need < 0 waits */
+            if (bud)
+                bud->left -= hold;
             if (pl.nodes) {
                 for (int64_t r = 0; r < j->workers / shape; r++)
                     pl.nodes[r] = p->nodes[idx[r]].id;
@@ -516,6 +652,7 @@ static int plan(store_tx *tx, struct pass *p)
 
 struct tick {
     int64_t now, node_timeout_ms;
+    const sched_config *cfg;
     store_tx *tx;
     int changed; /* workers lost or jobs stopped */
 };
@@ -550,11 +687,64 @@ static void find_timeouts(void *arg, const store_job_brief *b)
     }
 }
 
+struct unbounded {
+    int64_t ids[256];
+    int n;
+};
+
+static void add_unbounded(void *arg, int64_t job_id)
+{
+    struct unbounded *u = arg;
+    if (u->n < 256)
+        u->ids[u->n++] = job_id;
+}
+
+/*
+ * Jobs without max_runtime_seconds run on their tenant's money until it
+ * would run out: when what is left would pay for less than the grace
+ * period of them, every such job of the tenant is stopped (SIGTERM first,
+ * by its agent, so it can checkpoint) and ends FAILED with budget_exhausted.
+ */
+static int stop_exhausted(struct tick *t)
+{
+    int64_t ids[1024];
+    int n;
+    int rc = store_budget_tenants_tx(t->tx, ids, 1024, &n);
+    for (int i = 0; rc == STORE_OK && i < n; i++) {
+        store_money m;
+        struct unbounded u = {.n = 0};
+        rc = store_money_tx(t->tx, ids[i], t->now, &m, add_unbounded, &u);
+        if (rc != STORE_OK || u.n == 0)
+            continue;
+        int64_t left = money_left(&m);
+        int64_t need = store_bill_amount(t->cfg->budget_grace_s, m.unbounded_rate);
+        if (left > need)
+            continue;
+        char why[256];
+        snprintf(why, sizeof why,
+                 "budget_exhausted: %lld %s left to spend (balance %lld) would not pay for "
+                 "%lld s more of the tenant's jobs without max_runtime_seconds",
+                 (long long)(left > 0 ? left : 0), m.acct.currency, (long long)m.acct.balance,
+                 (long long)t->cfg->budget_grace_s);
+        for (int k = 0; rc == STORE_OK && k < u.n; k++) {
+            int r = sched_job_end(t->tx, 0, u.ids[k], "FAILED", why);
+            if (r != STORE_OK && r != SCHED_FINAL)
+                rc = r;
+            t->changed = 1;
+        }
+    }
+    return rc;
+}
+
 static int tick(store_tx *tx, void *arg)
 {
     struct tick *t = arg;
     t->tx = tx;
     int rc = store_port_release_idle(tx);
+    if (rc == STORE_OK)
+        rc = store_hold_release_idle(tx);
+    if (rc == STORE_OK)
+        rc = stop_exhausted(t);
     if (rc == STORE_OK)
         rc = store_node_mark_down(tx, t->now - t->node_timeout_ms, node_down, t);
     struct timeout_scan s = {.now = t->now};
@@ -589,7 +779,7 @@ static void run_pass(sched_service *s)
     int rc = STORE_OK;
     int64_t mono = util_mono_us() / 1000;
     if (mono - s->last_tick >= s->cfg.tick_ms) {
-        struct tick t = {util_now_ms(), s->cfg.node_timeout_ms, NULL, 0};
+        struct tick t = {util_now_ms(), s->cfg.node_timeout_ms, &s->cfg, NULL, 0};
         rc = store_write(s->st, tick, &t);
         if (rc != STORE_OK && rc != STORE_BUSY)
             fprintf(stderr, "scheduler: tick failed (store error %d)\n", rc);
@@ -683,6 +873,10 @@ sched_service *sched_start(store *st, const sched_config *cfg, char *err, size_t
     s->cfg = *cfg;
     if (s->cfg.tick_ms <= 0)
         s->cfg.tick_ms = 1000;
+    if (s->cfg.min_hold_s <= 0)
+        s->cfg.min_hold_s = SCHED_MIN_HOLD_S;
+    if (s->cfg.budget_grace_s <= 0)
+        s->cfg.budget_grace_s = SCHED_BUDGET_GRACE_S;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->wake, NULL);
     s->woken = 1; /* a first pass at once */

@@ -1,8 +1,10 @@
 /*
  * sched_service: the scheduler thread inside cohortd.  Woken by submits,
  * worker reports and a tick, it marks silent nodes down (their workers
- * lost), fails jobs past their max_runtime_seconds, and places pending
- * jobs in queue order, each gang in full or not at all, in one write.
+ * lost), fails jobs past their max_runtime_seconds, stops jobs whose
+ * tenant's money runs out, and places pending jobs in queue order, each
+ * gang in full or not at all and only when its tenant's budget can hold
+ * its price, in one write.
  * Owns the thread and the pending jobs' queue positions.
  */
 #ifndef COHORT_SCHED_SERVICE_H
@@ -17,7 +19,12 @@
 typedef struct sched_config {
     int64_t node_timeout_ms; /* no heartbeat for this long: the node is down */
     int64_t tick_ms;         /* a pass at least this often */
+    int64_t min_hold_s;      /* a job without max_runtime_seconds holds this long's price */
+    int64_t budget_grace_s;  /* stop such jobs this long before their tenant's money ends */
 } sched_config;
+
+#define SCHED_MIN_HOLD_S 600
+#define SCHED_BUDGET_GRACE_S 30
 
 typedef struct sched_service sched_service;
 
@@ -46,5 +53,10 @@ int64_t sched_position(sched_service *s, int64_t job_id, char *reason, size_t n)
  * 1 too while no node is registered at all (the job waits for one).
  */
 int sched_could_fit(store *st, const sched_job *j, char *why, size_t n);
+
+/* What admitting a job holds: its estimated maximum, or, without
+ * max_runtime_seconds, min_hold_s of its price; -1 past the money range. */
+int64_t sched_hold(const sched_config *cfg, int64_t price_per_hour, int64_t workers,
+                   int64_t max_runtime_s);
 
 #endif

@@ -35,6 +35,8 @@ struct config {
     int64_t node_timeout_s;
     int64_t heartbeat_s;
     int64_t lease_s;
+    int64_t min_hold_s;
+    int64_t budget_grace_s;
 };
 
 static void usage(FILE *f)
@@ -51,6 +53,10 @@ static void usage(FILE *f)
             "  --heartbeat SECONDS    how often agents report (default 2)\n"
             "  --node-timeout SECONDS a node silent this long is down (default 10)\n"
             "  --lease SECONDS        an agent cut off this long stops its workers (default 30)\n"
+            "  --min-hold SECONDS     a job without max_runtime_seconds is admitted holding\n"
+            "                         this long's price (default %d)\n"
+            "  --budget-grace SECONDS such jobs are stopped (SIGTERM) while this long's price is\n"
+            "                         still left in their tenant's budget (default %d)\n"
             "  --access-log FILE      one line per request; '-' for stderr (default), 'off'\n"
             "  --routes               print the routes served and exit\n"
             "  --help                 this text\n"
@@ -58,7 +64,7 @@ static void usage(FILE *f)
             "On first start the platform admin token is COHORT_ADMIN_TOKEN when set, else a\n"
             "new one, printed once and written to DATA_DIR/admin-token (mode 0600).\n",
             DEFAULT_LISTEN, DEFAULT_DATA_DIR, API_DEFAULT_BODY_LIMIT,
-            (long long)API_DEFAULT_UPLOAD_LIMIT);
+            (long long)API_DEFAULT_UPLOAD_LIMIT, SCHED_MIN_HOLD_S, SCHED_BUDGET_GRACE_S);
 }
 
 static int parse_listen(const char *s, struct config *c)
@@ -107,6 +113,8 @@ static int parse_args(int argc, char **argv, struct config *c)
         {"heartbeat", required_argument, NULL, 'H'},
         {"node-timeout", required_argument, NULL, 'N'},
         {"lease", required_argument, NULL, 'L'},
+        {"min-hold", required_argument, NULL, 'M'},
+        {"budget-grace", required_argument, NULL, 'G'},
         {"help", no_argument, NULL, 'h'},
         {"routes", no_argument, NULL, 'r'},
         {NULL, 0, NULL, 0},
@@ -123,6 +131,8 @@ static int parse_args(int argc, char **argv, struct config *c)
     c->heartbeat_s = 2;
     c->node_timeout_s = 10;
     c->lease_s = 30;
+    c->min_hold_s = SCHED_MIN_HOLD_S;
+    c->budget_grace_s = SCHED_BUDGET_GRACE_S;
     if (!listen || !*listen)
         listen = DEFAULT_LISTEN;
     int o;
@@ -167,6 +177,15 @@ static int parse_args(int argc, char **argv, struct config *c)
                 return -1;
             }
             *(o == 'H' ? &c->heartbeat_s : o == 'N' ? &c->node_timeout_s : &c->lease_s) = v;
+            break;
+        case 'M':
+        case 'G':
+            if (parse_size(optarg, 1, 7 * 86400, &v)) {
+                fprintf(stderr, "cohortd: --%s must be 1..604800 seconds\n",
+                        o == 'M' ? "min-hold" : "budget-grace");
+                return -1;
+            }
+            *(o == 'M' ? &c->min_hold_s : &c->budget_grace_s) = v;
             break;
         case 'h':
             usage(stdout);
@@ -296,6 +315,8 @@ int main(int argc, char **argv)
     }
     ctx->heartbeat_s = cfg.heartbeat_s;
     ctx->lease_s = cfg.lease_s;
+    ctx->min_hold_s = cfg.min_hold_s;
+    ctx->budget_grace_s = cfg.budget_grace_s;
     ctx->body_limit = cfg.body_limit;
     ctx->upload_limit = cfg.upload_limit;
     snprintf(path, sizeof path, "%s/cohort.db", cfg.data_dir);
@@ -321,7 +342,7 @@ int main(int argc, char **argv)
         printf("cohortd: also written to %s/admin-token\n", cfg.data_dir);
     }
 
-    sched_config sc = {cfg.node_timeout_s * 1000, 1000};
+    sched_config sc = {cfg.node_timeout_s * 1000, 1000, cfg.min_hold_s, cfg.budget_grace_s};
     ctx->sched = sched_start(ctx->st, &sc, err, sizeof err);
     if (!ctx->sched) {
         fprintf(stderr, "cohortd: %s\n", err);

@@ -5,6 +5,8 @@
 
 #include <string.h>
 
+#include "storage/store_bill.h"
+
 static const int statuses[] = {200, 201, 204, 400, 401, 403, 404, 405, 409,
                                413, 414, 415, 422, 500, 503, 507, 0 /* other */};
 #define NSTATUS ((int)(sizeof statuses / sizeof statuses[0]))
@@ -57,6 +59,18 @@ static void job_state(void *arg, const char *state, int64_t n)
             counts[i] = n;
 }
 
+static void tenant_running(void *arg, const char *tenant, int64_t workers)
+{
+    util_buf_printf(arg, "cohort_tenant_running_workers{tenant=\"%s\"} %lld\n", tenant,
+                    (long long)workers);
+}
+
+static void tenant_spent(void *arg, const char *tenant, const char *currency, int64_t amount)
+{
+    util_buf_printf(arg, "cohort_tenant_spend_total{tenant=\"%s\",currency=\"%s\"} %lld\n",
+                    tenant, currency, (long long)amount);
+}
+
 void metrics_render(util_buf *b, store *st)
 {
     util_buf_printf(b, "# HELP cohort_http_requests_total HTTP requests by route and status.\n"
@@ -107,4 +121,11 @@ void metrics_render(util_buf *b, store *st)
                        "# TYPE cohort_store_writes_total counter\n"
                        "cohort_store_writes_total %llu\n",
                     (unsigned long long)batches, (unsigned long long)writes);
+    /* Tenant names are [a-z0-9._-]: nothing in them needs escaping in a label. */
+    util_buf_printf(b, "# HELP cohort_tenant_running_workers Workers running now, by tenant.\n"
+                       "# TYPE cohort_tenant_running_workers gauge\n"
+                       "# HELP cohort_tenant_spend_total Charges written to the ledger, by "
+                       "tenant, in minor units of the currency.\n"
+                       "# TYPE cohort_tenant_spend_total counter\n");
+    store_money_metrics(st, tenant_running, tenant_spent, b);
 }

@@ -12,7 +12,7 @@
 #include "storage/util.h"
 
 /* Route labels: index i names label[i]; at most METRICS_ROUTES. */
-#define METRICS_ROUTES 64
+#define METRICS_ROUTES 96
 
 int metrics_init(const char *const *labels, int n);
 void metrics_observe(int route, int status, int64_t micros);

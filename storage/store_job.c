@@ -301,13 +301,39 @@ int store_job_events(store *s, int64_t job_id, int64_t after, int limit,
     return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
 }
 
+int store_job_admit(store_tx *tx, int64_t job_id, int64_t price_per_hour,
+                    int64_t estimated_max, int64_t now_ms)
+{
+    static const char sql[] =
+        "UPDATE jobs SET price_per_hour = ?2, estimated_max = ?3, admitted_at = ?4,"
+        " currency = coalesce((SELECT currency FROM worker_specs s WHERE s.name = jobs.worker_spec),"
+        "  currency)"
+        " WHERE id = ?1 AND admitted_at IS NULL";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, price_per_hour);
+    if (estimated_max >= 0)
+        sqlite3_bind_int64(st, 3, estimated_max);
+    sqlite3_bind_int64(st, 4, now_ms);
+    int rc = store_step_change(c, st, NULL);
+    return rc == STORE_NOTFOUND ? STORE_OK : rc;
+}
+
 int store_job_briefs_tx(store_tx *tx, const char *state,
                         void (*row)(void *arg, const store_job_brief *b), void *arg)
 {
     static const char sql[] =
         "SELECT id, tenant_id, priority, created_at, attempt, worker_count,"
         " coalesce(workers_per_node, 0), cpus, memory_mb, gpus,"
-        " coalesce(max_runtime_seconds, 0), coalesce(started_at, 0), state, coalesce(reason, '')"
+        " coalesce(max_runtime_seconds, 0), coalesce(started_at, 0), state, coalesce(reason, ''),"
+        " CASE WHEN admitted_at IS NULL THEN coalesce((SELECT price_per_hour FROM worker_specs s"
+        "  WHERE s.name = jobs.worker_spec), price_per_hour) ELSE price_per_hour END,"
+        " coalesce(admitted_at, 0),"
+        " CASE WHEN admitted_at IS NULL THEN coalesce((SELECT currency FROM worker_specs s"
+        "  WHERE s.name = jobs.worker_spec), currency) ELSE currency END"
         " FROM jobs WHERE state = ?1 ORDER BY id";
     sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
     if (!st)
@@ -330,6 +356,9 @@ int store_job_briefs_tx(store_tx *tx, const char *state,
         b.started_at = sqlite3_column_int64(st, 11);
         store_col_copy(st, 12, b.state, sizeof b.state);
         store_col_copy(st, 13, b.reason, sizeof b.reason);
+        b.price_per_hour = sqlite3_column_int64(st, 14);
+        b.admitted_at = sqlite3_column_int64(st, 15);
+        store_col_copy(st, 16, b.currency, sizeof b.currency);
         row(arg, &b);
     }
     sqlite3_reset(st);

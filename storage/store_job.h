@@ -95,9 +95,17 @@ typedef struct store_job_brief {
     int64_t id, tenant_id, priority, created_at, attempt;
     int64_t worker_count, workers_per_node, cpus, memory_mb, gpus;
     int64_t max_runtime_seconds, started_at;
+    /* The price it will be (or was) admitted at: the worker spec's now until
+     * its first admission, then the snapshot taken then. */
+    int64_t price_per_hour, admitted_at;
+    char currency[4];
     char state[16];
     char reason[STORE_REASON_MAX + 1];
 } store_job_brief;
+
+/* Takes the price snapshot at a job's first admission (later ones keep it). */
+int store_job_admit(store_tx *tx, int64_t job_id, int64_t price_per_hour,
+                    int64_t estimated_max, int64_t now_ms);
 
 /* Jobs in state (submit order); row() may not write. */
 int store_job_briefs_tx(store_tx *tx, const char *state,

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "storage/store_bill.h"
 #include "storage/store_int.h"
 
 /* Live workers hold their node's resources until the agent reports them done. */
@@ -356,7 +357,11 @@ int store_worker_report(store_tx *tx, int64_t id, int64_t node_id, const char *s
     sqlite3_bind_int64(st, 5, signal);
     store_bind_text(st, 6, message && message[0] ? message : NULL);
     sqlite3_bind_int64(st, 7, now_ms);
-    return store_step_change(c, st, NULL);
+    int rc = store_step_change(c, st, NULL);
+    /* The rank's charge goes into the ledger in the same transaction as its end. */
+    if (rc == STORE_OK && strcmp(state, "assigned") && strcmp(state, "running"))
+        rc = store_charge_worker(tx, id);
+    return rc;
 }
 
 int store_worker_stop_attempt(store_tx *tx, int64_t job_id, int64_t attempt)
@@ -379,21 +384,35 @@ int store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms,
     static const char sql[] =
         "UPDATE workers SET state = 'lost', message = 'node down', finished_at = ?2,"
         " desired = 'stop' WHERE node_id = ?1 AND state IN ('assigned', 'running')"
-        " RETURNING job_id";
+        " RETURNING job_id, id";
     sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
     if (!st)
         return STORE_EIO;
     sqlite3_bind_int64(st, 1, node_id);
     sqlite3_bind_int64(st, 2, now_ms);
-    int64_t jobs[1024];
+    /* Every changed row must be charged: the statement is stepped to its end
+     * (all rows are updated whatever is read) and the ids kept, in chunks. */
+    static __thread int64_t jobs[4096], workers[4096];
     int n = 0, rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        if (n < 1024)
-            jobs[n++] = sqlite3_column_int64(st, 0);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (n < 4096) {
+            jobs[n] = sqlite3_column_int64(st, 0);
+            workers[n++] = sqlite3_column_int64(st, 1);
+        } else {
+            rc = SQLITE_FULL; /* more live workers than one node can hold */
+            break;
+        }
+    }
     sqlite3_reset(st);
-    for (int i = 0; i < n; i++)
+    if (rc != SQLITE_DONE)
+        return store_rc(rc);
+    for (int i = 0; i < n; i++) {
+        int r = store_charge_worker(tx, workers[i]);
+        if (r != STORE_OK)
+            return r;
         row(arg, jobs[i]);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    }
+    return STORE_OK;
 }
 
 int store_usage_tx(store_tx *tx, int64_t since_ms,
@@ -478,6 +497,19 @@ int store_attempt_live(store *s, int64_t job_id, int64_t attempt)
     return rc == STORE_OK;
 }
 
+
+int store_job_live_tx(store_tx *tx, int64_t job_id)
+{
+    static const char sql[] = "SELECT 1 FROM workers WHERE job_id = ?1"
+                              " AND state IN ('assigned', 'running') LIMIT 1";
+    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    if (!st)
+        return 1;
+    sqlite3_bind_int64(st, 1, job_id);
+    int rc = store_step_row(st);
+    sqlite3_reset(st);
+    return rc != STORE_NOTFOUND; /* an error counts as live: nothing is deleted */
+}
 
 int store_port_used(store_tx *tx, int64_t node_id, int64_t *ports, int n)
 {
@@ -581,7 +613,9 @@ int store_job_place(store_tx *tx, int64_t job_id, int64_t master_node, int64_t p
 
 int store_job_next_attempt(store_tx *tx, int64_t job_id)
 {
+    /* started_at and finished_at are the current attempt's: its timeout counts from its start. */
     static const char sql[] = "UPDATE jobs SET attempt = attempt + 1, master_node_id = NULL,"
-                              " master_port = NULL WHERE id = ?1";
+                              " master_port = NULL, started_at = NULL, finished_at = NULL"
+                              " WHERE id = ?1";
     return store_tx_exec_id(tx, sql, job_id);
 }

@@ -106,6 +106,8 @@ int store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_
 int store_port_release_idle(store_tx *tx);
 /* 1 when a worker of that attempt is still assigned or running. */
 int store_attempt_live(store *s, int64_t job_id, int64_t attempt);
+/* 1 when a worker of any attempt of the job is still assigned or running. */
+int store_job_live_tx(store_tx *tx, int64_t job_id);
 /* Ports in use on node, into ports[] (at most n); returns the count or < 0. */
 int store_port_used(store_tx *tx, int64_t node_id, int64_t *ports, int n);
 

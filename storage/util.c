@@ -47,6 +47,86 @@ static void civil(int64_t days, int *y, unsigned *m, unsigned *d)
     *y = (int)(yoe + era * 400 + (*m <= 2));
 }
 
+int64_t util_days_from_civil(int y, unsigned m, unsigned d)
+{
+    int64_t yy = (int64_t)y - (m <= 2);
+    int64_t era = (yy >= 0 ? yy : yy - 399) / 400;
+    unsigned yoe = (unsigned)(yy - era * 400);
+    unsigned doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+    unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + (int64_t)doe - 719468;
+}
+
+void util_month_bounds(int64_t ms, int64_t *start, int64_t *next)
+{
+    int64_t days = ms >= 0 ? ms / 86400000 : (ms - 86399999) / 86400000;
+    int y;
+    unsigned m, d;
+    civil(days, &y, &m, &d);
+    *start = util_days_from_civil(y, m, 1) * 86400000;
+    *next = (m == 12 ? util_days_from_civil(y + 1, 1, 1) : util_days_from_civil(y, m + 1, 1)) *
+            86400000;
+}
+
+static int digits(const char *s, int n, int *out)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+static int month_days(int y, int m)
+{
+    static const int len[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+    return len[m - 1] + (m == 2 && leap);
+}
+
+int util_parse_time(const char *s, int64_t *ms)
+{
+    int y, mo, d, h = 0, mi = 0, sec = 0, milli = 0;
+    size_t n = strlen(s);
+    if (n < 10 || digits(s, 4, &y) || s[4] != '-' || digits(s + 5, 2, &mo) || s[7] != '-' ||
+        digits(s + 8, 2, &d) || y < 1970 || mo < 1 || mo > 12 || d < 1 ||
+        d > month_days(y, mo))
+        return -1;
+    if (n > 10) {
+        const char *t = s + 10;
+        if (n < 20 || t[0] != 'T' || digits(t + 1, 2, &h) || t[3] != ':' ||
+            digits(t + 4, 2, &mi) || t[6] != ':' || digits(t + 7, 2, &sec) || h > 23 ||
+            mi > 59 || sec > 59)
+            return -1;
+        t += 9;
+        if (*t == '.') {
+            if (digits(t + 1, 3, &milli))
+                return -1;
+            t += 4;
+        }
+        if (strcmp(t, "Z") != 0)
+            return -1;
+    }
+    *ms = ((util_days_from_civil(y, (unsigned)mo, (unsigned)d) * 86400 + h * 3600 + mi * 60 +
+            sec) *
+           1000) +
+          milli;
+    return 0;
+}
+
+int util_parse_month(const char *s, int64_t *start, int64_t *next)
+{
+    int y, mo;
+    if (strlen(s) != 7 || digits(s, 4, &y) || s[4] != '-' || digits(s + 5, 2, &mo) ||
+        y < 1970 || mo < 1 || mo > 12)
+        return -1;
+    util_month_bounds(util_days_from_civil(y, (unsigned)mo, 1) * 86400000, start, next);
+    return 0;
+}
+
 void util_rfc3339(int64_t ms, char out[32])
 {
     int64_t secs = ms >= 0 ? ms / 1000 : (ms - 999) / 1000;

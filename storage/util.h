@@ -23,6 +23,18 @@ int64_t util_mono_us(void);
 /* Formats ms since the epoch as RFC 3339 UTC with milliseconds into out[32]. */
 void util_rfc3339(int64_t ms, char out[32]);
 
+/* Days since 1970-01-01 of a proleptic Gregorian date (month 1..12). */
+int64_t util_days_from_civil(int y, unsigned m, unsigned d);
+/* The first millisecond (UTC) of the month holding ms, and of the month after. */
+void util_month_bounds(int64_t ms, int64_t *start, int64_t *next);
+/*
+ * Parses "YYYY-MM-DD" (00:00 UTC) or "YYYY-MM-DDTHH:MM:SS[.mmm]Z" into ms
+ * since the epoch: 0, or -1 when s is not one of those or not a real date.
+ */
+int util_parse_time(const char *s, int64_t *ms);
+/* Parses "YYYY-MM" into its month's bounds: 0, or -1. */
+int util_parse_month(const char *s, int64_t *start, int64_t *next);
+
 /* Fills buf with n bytes from the kernel's CSPRNG.  0 or -1. */
 int util_random(void *buf, size_t n);
 

@@ -134,9 +134,10 @@ Test(api_flow, job_lifecycle)
     cr_expect_str_eq(th_str(&r, "framework"), "native");
     const cJSON *price = cJSON_GetObjectItem(r.json, "price");
     cr_expect_str_eq(cJSON_GetObjectItem(price, "currency")->valuestring, "USD");
-    /* cpu-small costs 5 per worker-hour: 4 workers for 1.5 h = 30. */
+    /* cpu-small costs 5 per worker-hour: each rank is billed on its own,
+     * 1.5 h = 7.5 rounded half up to 8, and 4 ranks at most 32. */
     cr_expect_eq(cJSON_GetObjectItem(price, "per_hour")->valuedouble, 20);
-    cr_expect_eq(cJSON_GetObjectItem(price, "estimated_max")->valuedouble, 30);
+    cr_expect_eq(cJSON_GetObjectItem(price, "estimated_max")->valuedouble, 32);
     long id = (long)th_num(&r, "id");
     char path[64];
     snprintf(path, sizeof path, "/v1/jobs/%ld", id);

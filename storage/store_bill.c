@@ -1,0 +1,529 @@
+/*
+ * store_bill: SQL for the ledger, accounts and holds, and the billing rules.
+ */
+#include "storage/store_bill.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "storage/store_int.h"
+#include "storage/util.h"
+
+int64_t store_bill_seconds(int64_t start_ms, int64_t end_ms, int64_t cap_s)
+{
+    if (start_ms <= 0 || end_ms <= start_ms)
+        return 0;
+    int64_t s = (end_ms - start_ms + 999) / 1000;
+    return cap_s > 0 && s > cap_s ? cap_s : s;
+}
+
+int64_t store_bill_amount(int64_t seconds, int64_t price_per_hour)
+{
+    if (seconds <= 0 || price_per_hour <= 0)
+        return 0;
+    /* seconds <= ~10^11 (years of ms) and price <= 10^9: the product fits. */
+    __int128 v = (__int128)seconds * price_per_hour;
+    v = (v + 1800) / 3600;
+    return v > STORE_MONEY_MAX ? STORE_MONEY_MAX : (int64_t)v;
+}
+
+int64_t store_bill_estimate(int64_t price_per_hour, int64_t workers, int64_t seconds)
+{
+    __int128 v = (__int128)store_bill_amount(seconds, price_per_hour) * workers;
+    return v > STORE_MONEY_MAX ? -1 : (int64_t)v;
+}
+
+/* ---- accounts ---- */
+
+static const char account_sql[] =
+    "SELECT currency, balance, enforce, coalesce(monthly_cap, -1) FROM accounts"
+    " WHERE tenant_id = ?1";
+
+static int account_one(sqlite3_stmt *st, int64_t tenant_id, store_account *out)
+{
+    memset(out, 0, sizeof *out);
+    out->tenant_id = tenant_id;
+    snprintf(out->currency, sizeof out->currency, "USD");
+    out->monthly_cap = -1;
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, tenant_id);
+    int rc = store_step_row(st);
+    if (rc == STORE_OK) {
+        store_col_copy(st, 0, out->currency, sizeof out->currency);
+        out->balance = sqlite3_column_int64(st, 1);
+        out->enforce = sqlite3_column_int(st, 2);
+        out->monthly_cap = sqlite3_column_int64(st, 3);
+    }
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_account_get(store *s, int64_t tenant_id, store_account *out)
+{
+    int rc = account_one(store_read_stmt(s, account_sql), tenant_id, out);
+    return rc == STORE_NOTFOUND ? STORE_OK : rc;
+}
+
+int store_account_get_tx(store_tx *tx, int64_t tenant_id, store_account *out)
+{
+    int rc = account_one(store_stmt(store_tx_conn(tx), account_sql), tenant_id, out);
+    return rc == STORE_NOTFOUND ? STORE_OK : rc;
+}
+
+int store_account_set(store_tx *tx, const store_account *a)
+{
+    static const char other_sql[] =
+        "SELECT 1 FROM ledger WHERE tenant_id = ?1 AND currency != ?2 LIMIT 1";
+    static const char sql[] =
+        "INSERT INTO accounts(tenant_id, currency, enforce, monthly_cap) VALUES (?1, ?2, ?3, ?4)"
+        " ON CONFLICT(tenant_id) DO UPDATE SET currency = ?2, enforce = ?3, monthly_cap = ?4";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, other_sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, a->tenant_id);
+    store_bind_text(st, 2, a->currency);
+    int rc = store_step_row(st);
+    sqlite3_reset(st);
+    if (rc != STORE_NOTFOUND)
+        return rc == STORE_OK ? STORE_CONFLICT : rc;
+    if (!(st = store_stmt(c, sql)))
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, a->tenant_id);
+    store_bind_text(st, 2, a->currency);
+    sqlite3_bind_int(st, 3, a->enforce ? 1 : 0);
+    if (a->monthly_cap >= 0)
+        sqlite3_bind_int64(st, 4, a->monthly_cap);
+    return store_step_change(c, st, NULL);
+}
+
+int store_credit_add(store_tx *tx, int64_t tenant_id, int64_t amount, const char *note,
+                     int64_t user_id, int64_t now_ms, int64_t *id)
+{
+    static const char sql[] =
+        "INSERT INTO ledger(tenant_id, at, kind, amount, currency, user_id, note)"
+        " VALUES (?1, ?2, 'credit', ?3, ?4, ?5, ?6)";
+    store_account a;
+    int rc = store_account_get_tx(tx, tenant_id, &a);
+    if (rc != STORE_OK)
+        return rc;
+    if (amount <= 0 || amount > STORE_MONEY_MAX || a.balance > STORE_MONEY_MAX - amount)
+        return STORE_INVALID;
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, tenant_id);
+    sqlite3_bind_int64(st, 2, now_ms);
+    sqlite3_bind_int64(st, 3, amount);
+    store_bind_text(st, 4, a.currency);
+    sqlite3_bind_int64(st, 5, user_id);
+    store_bind_text(st, 6, note && note[0] ? note : NULL);
+    return store_step_change(c, st, id);
+}
+
+/* ---- charges ---- */
+
+int store_charge_worker(store_tx *tx, int64_t worker_id)
+{
+    static const char get_sql[] =
+        "SELECT w.job_id, w.attempt, w.rank, w.started_at, w.finished_at, j.tenant_id, j.name,"
+        " j.user_id, j.worker_spec, j.gpus, j.price_per_hour, j.currency,"
+        " coalesce(j.max_runtime_seconds, 0)"
+        " FROM workers w JOIN jobs j ON j.id = w.job_id"
+        " WHERE w.id = ?1 AND w.started_at IS NOT NULL AND w.finished_at IS NOT NULL";
+    static const char put_sql[] =
+        "INSERT INTO ledger(tenant_id, at, kind, amount, currency, job_id, attempt, rank,"
+        " job_name, user_id, worker_spec, gpus, started_at, finished_at, seconds,"
+        " price_per_hour)"
+        " VALUES (?1, ?2, 'charge', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
+        " ON CONFLICT(job_id, attempt, rank) DO NOTHING";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, get_sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, worker_id);
+    int rc = store_step_row(st);
+    if (rc != STORE_OK) {
+        sqlite3_reset(st);
+        return rc == STORE_NOTFOUND ? STORE_OK : rc; /* nothing to charge */
+    }
+    int64_t job = sqlite3_column_int64(st, 0), attempt = sqlite3_column_int64(st, 1),
+            rank = sqlite3_column_int64(st, 2), start = sqlite3_column_int64(st, 3),
+            end = sqlite3_column_int64(st, 4), tenant = sqlite3_column_int64(st, 5);
+    char name[201], spec[64], cur[4];
+    store_col_copy(st, 6, name, sizeof name);
+    int64_t user = sqlite3_column_int64(st, 7);
+    store_col_copy(st, 8, spec, sizeof spec);
+    int64_t gpus = sqlite3_column_int64(st, 9), price = sqlite3_column_int64(st, 10);
+    store_col_copy(st, 11, cur, sizeof cur);
+    int64_t cap = sqlite3_column_int64(st, 12);
+    sqlite3_reset(st);
+    int64_t secs = store_bill_seconds(start, end, cap);
+    if (!(st = store_stmt(c, put_sql)))
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, tenant);
+    sqlite3_bind_int64(st, 2, end);
+    sqlite3_bind_int64(st, 3, store_bill_amount(secs, price));
+    store_bind_text(st, 4, cur);
+    sqlite3_bind_int64(st, 5, job);
+    sqlite3_bind_int64(st, 6, attempt);
+    sqlite3_bind_int64(st, 7, rank);
+    store_bind_text(st, 8, name);
+    sqlite3_bind_int64(st, 9, user);
+    store_bind_text(st, 10, spec);
+    sqlite3_bind_int64(st, 11, gpus);
+    sqlite3_bind_int64(st, 12, start);
+    sqlite3_bind_int64(st, 13, end);
+    sqlite3_bind_int64(st, 14, secs);
+    sqlite3_bind_int64(st, 15, price);
+    rc = store_step_change(c, st, NULL);
+    return rc == STORE_NOTFOUND ? STORE_OK : rc;
+}
+
+/* ---- holds ---- */
+
+int store_hold_put(store_tx *tx, int64_t job_id, int64_t attempt, int64_t tenant_id,
+                   int64_t amount, int bounded, int64_t now_ms)
+{
+    static const char sql[] =
+        "INSERT INTO job_holds(job_id, attempt, tenant_id, amount, bounded, created_at)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, attempt);
+    sqlite3_bind_int64(st, 3, tenant_id);
+    sqlite3_bind_int64(st, 4, amount);
+    sqlite3_bind_int(st, 5, bounded ? 1 : 0);
+    sqlite3_bind_int64(st, 6, now_ms);
+    return store_step_change(c, st, NULL);
+}
+
+int store_hold_release_idle(store_tx *tx)
+{
+    static const char sql[] =
+        "DELETE FROM job_holds WHERE NOT EXISTS (SELECT 1 FROM workers w"
+        "  WHERE w.job_id = job_holds.job_id AND w.attempt = job_holds.attempt"
+        "  AND w.state IN ('assigned', 'running'))"
+        " AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = job_holds.job_id"
+        "  AND j.attempt = job_holds.attempt AND j.state IN ('STARTING', 'RUNNING'))";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    int rc = store_step_change(c, st, NULL);
+    return rc == STORE_NOTFOUND ? STORE_OK : rc;
+}
+
+/* ---- money now ---- */
+
+/* The cost so far of one attempt's running ranks. */
+static int live_cost(store_conn *c, int64_t job_id, int64_t attempt, int64_t price, int64_t cap,
+                     int64_t now, int64_t *cost, int64_t *running)
+{
+    static const char sql[] =
+        "SELECT started_at FROM workers WHERE job_id = ?1 AND attempt = ?2"
+        " AND started_at IS NOT NULL AND finished_at IS NULL";
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, attempt);
+    int rc;
+    *cost = 0;
+    *running = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        *cost += store_bill_amount(store_bill_seconds(sqlite3_column_int64(st, 0), now, cap),
+                                   price);
+        (*running)++;
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}
+
+#define HOLDS_MAX 4096 /* admitted attempts of one tenant looked at in one call */
+
+int store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money *out,
+                   void (*unbounded)(void *arg, int64_t job_id), void *arg)
+{
+    static const char has_sql[] = "SELECT 1 FROM accounts WHERE tenant_id = ?1";
+    static const char month_sql[] =
+        "SELECT coalesce(sum(amount), 0) FROM ledger WHERE tenant_id = ?1 AND at >= ?2"
+        " AND kind = 'charge'";
+    static const char holds_sql[] =
+        "SELECT h.job_id, h.attempt, h.amount, h.bounded, j.price_per_hour,"
+        " coalesce(j.max_runtime_seconds, 0), j.state IN ('STARTING', 'RUNNING')"
+        "  AND j.attempt = h.attempt,"
+        " (SELECT coalesce(sum(l.amount), 0) FROM ledger l WHERE l.job_id = h.job_id"
+        "  AND l.attempt = h.attempt AND l.kind = 'charge')"
+        " FROM job_holds h JOIN jobs j ON j.id = h.job_id WHERE h.tenant_id = ?1"
+        " ORDER BY h.job_id, h.attempt";
+    struct hold {
+        int64_t job, attempt, amount, price, cap, charged;
+        int bounded, active;
+    };
+    static __thread struct hold holds[HOLDS_MAX];
+    memset(out, 0, sizeof *out);
+    store_conn *c = store_tx_conn(tx);
+    int rc = store_account_get_tx(tx, tenant_id, &out->acct);
+    sqlite3_stmt *st = rc == STORE_OK ? store_stmt(c, has_sql) : NULL;
+    if (!st)
+        return rc == STORE_OK ? STORE_EIO : rc;
+    sqlite3_bind_int64(st, 1, tenant_id);
+    out->has_account = store_step_row(st) == STORE_OK;
+    sqlite3_reset(st);
+    int64_t month, next;
+    util_month_bounds(now_ms, &month, &next);
+    if (!(st = store_stmt(c, month_sql)))
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, tenant_id);
+    sqlite3_bind_int64(st, 2, month);
+    rc = store_step_row(st);
+    if (rc == STORE_OK)
+        out->spent_month = sqlite3_column_int64(st, 0);
+    sqlite3_reset(st);
+    if (rc != STORE_OK)
+        return rc;
+    if (!(st = store_stmt(c, holds_sql)))
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, tenant_id);
+    int n = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && n < HOLDS_MAX) {
+        struct hold *h = &holds[n++];
+        h->job = sqlite3_column_int64(st, 0);
+        h->attempt = sqlite3_column_int64(st, 1);
+        h->amount = sqlite3_column_int64(st, 2);
+        h->bounded = sqlite3_column_int(st, 3);
+        h->price = sqlite3_column_int64(st, 4);
+        h->cap = sqlite3_column_int64(st, 5);
+        h->active = sqlite3_column_int(st, 6);
+        h->charged = sqlite3_column_int64(st, 7);
+    }
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+        return store_rc(rc);
+    for (int i = 0; i < n; i++) {
+        struct hold *h = &holds[i];
+        int64_t live, running;
+        rc = live_cost(c, h->job, h->attempt, h->price, h->bounded ? h->cap : 0, now_ms, &live,
+                       &running);
+        if (rc != STORE_OK)
+            return rc;
+        int64_t accrued = h->charged + live;
+        out->held += h->amount;
+        out->live += live;
+        out->reserved += (accrued > h->amount ? accrued : h->amount) - h->charged;
+        if (!h->bounded && h->active) {
+            out->unbounded_rate += h->price * running;
+            if (unbounded)
+                unbounded(arg, h->job);
+        }
+    }
+    return STORE_OK;
+}
+
+int store_budget_tenants_tx(store_tx *tx, int64_t *ids, int max, int *n)
+{
+    static const char sql[] =
+        "SELECT tenant_id FROM accounts WHERE enforce = 1 OR monthly_cap IS NOT NULL"
+        " ORDER BY tenant_id";
+    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    if (!st)
+        return STORE_EIO;
+    int rc;
+    *n = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max)
+        ids[(*n)++] = sqlite3_column_int64(st, 0);
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc(rc);
+}
+
+/* ---- queries ---- */
+
+int store_ledger_list(store *s, int64_t tenant_id, int64_t from, int64_t to, const char *kind,
+                      void (*row)(void *arg, const store_entry *e), void *arg)
+{
+    static const char sql[] =
+        "SELECT id, tenant_id, at, kind, amount, currency, coalesce(job_id, 0),"
+        " coalesce(attempt, 0), coalesce(rank, 0), coalesce(job_name, ''),"
+        " coalesce(user_id, 0), coalesce(worker_spec, ''), coalesce(gpus, 0),"
+        " coalesce(started_at, 0), coalesce(finished_at, 0), coalesce(seconds, 0),"
+        " coalesce(price_per_hour, 0), coalesce(note, '')"
+        " FROM ledger WHERE tenant_id = ?1 AND at >= ?2 AND at < ?3"
+        " AND (?4 IS NULL OR kind = ?4) ORDER BY at, id";
+    sqlite3_stmt *st = store_read_stmt(s, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, tenant_id);
+    sqlite3_bind_int64(st, 2, from);
+    sqlite3_bind_int64(st, 3, to);
+    store_bind_text(st, 4, kind);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_entry e;
+        e.id = sqlite3_column_int64(st, 0);
+        e.tenant_id = sqlite3_column_int64(st, 1);
+        e.at = sqlite3_column_int64(st, 2);
+        store_col_copy(st, 3, e.kind, sizeof e.kind);
+        e.amount = sqlite3_column_int64(st, 4);
+        store_col_copy(st, 5, e.currency, sizeof e.currency);
+        e.job_id = sqlite3_column_int64(st, 6);
+        e.attempt = sqlite3_column_int64(st, 7);
+        e.rank = sqlite3_column_int64(st, 8);
+        store_col_copy(st, 9, e.job_name, sizeof e.job_name);
+        e.user_id = sqlite3_column_int64(st, 10);
+        store_col_copy(st, 11, e.worker_spec, sizeof e.worker_spec);
+        e.gpus = sqlite3_column_int64(st, 12);
+        e.started_at = sqlite3_column_int64(st, 13);
+        e.finished_at = sqlite3_column_int64(st, 14);
+        e.seconds = sqlite3_column_int64(st, 15);
+        e.price_per_hour = sqlite3_column_int64(st, 16);
+        store_col_copy(st, 17, e.note, sizeof e.note);
+        row(arg, &e);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}
+
+int store_job_cost(store *s, int64_t job_id, int64_t now_ms,
+                   void (*row)(void *arg, const store_rank_cost *c), void *arg)
+{
+    static const char sql[] =
+        "SELECT w.attempt, w.rank, w.state, coalesce(w.started_at, 0),"
+        " coalesce(w.finished_at, 0), l.id IS NOT NULL, coalesce(l.seconds, 0),"
+        " coalesce(l.amount, 0), j.price_per_hour, coalesce(j.max_runtime_seconds, 0)"
+        " FROM workers w JOIN jobs j ON j.id = w.job_id"
+        " LEFT JOIN ledger l ON l.job_id = w.job_id AND l.attempt = w.attempt"
+        "  AND l.rank = w.rank"
+        " WHERE w.job_id = ?1 ORDER BY w.attempt, w.rank";
+    sqlite3_stmt *st = store_read_stmt(s, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_rank_cost c;
+        c.attempt = sqlite3_column_int64(st, 0);
+        c.rank = sqlite3_column_int64(st, 1);
+        store_col_copy(st, 2, c.state, sizeof c.state);
+        c.started_at = sqlite3_column_int64(st, 3);
+        c.finished_at = sqlite3_column_int64(st, 4);
+        c.charged = sqlite3_column_int(st, 5);
+        c.seconds = sqlite3_column_int64(st, 6);
+        c.amount = sqlite3_column_int64(st, 7);
+        if (!c.charged && c.started_at > 0 && c.finished_at == 0) {
+            int64_t price = sqlite3_column_int64(st, 8), cap = sqlite3_column_int64(st, 9);
+            c.seconds = store_bill_seconds(c.started_at, now_ms, cap);
+            c.amount = store_bill_amount(c.seconds, price);
+        }
+        row(arg, &c);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}
+
+#define USAGE_FROM " FROM ledger l WHERE l.tenant_id = ?1 AND l.kind = 'charge' AND l.at >= ?2 AND l.at < ?3"
+#define USAGE_SUMS " count(*), sum(l.seconds), sum(l.seconds * l.gpus), sum(l.amount), max(l.currency)"
+
+int store_usage_group(store *s, int64_t tenant_id, int64_t from, int64_t to, const char *group,
+                      void (*row)(void *arg, const store_usage *u), void *arg)
+{
+    static const char day_sql[] = "SELECT l.at / 86400000, '', " USAGE_SUMS USAGE_FROM
+                                  " GROUP BY 1 ORDER BY 1";
+    static const char job_sql[] = "SELECT l.job_id, max(l.job_name), " USAGE_SUMS USAGE_FROM
+                                  " GROUP BY 1 ORDER BY 1";
+    static const char user_sql[] =
+        "SELECT l.user_id, coalesce((SELECT name FROM users u WHERE u.id = l.user_id), ''), "
+        USAGE_SUMS USAGE_FROM " GROUP BY 1 ORDER BY 1";
+    static const char spec_sql[] = "SELECT 0, l.worker_spec, " USAGE_SUMS USAGE_FROM
+                                   " GROUP BY 2 ORDER BY 2";
+    const char *sql = !strcmp(group, "day")    ? day_sql
+                      : !strcmp(group, "job")  ? job_sql
+                      : !strcmp(group, "user") ? user_sql
+                      : !strcmp(group, "worker_spec") ? spec_sql
+                                                      : NULL;
+    if (!sql)
+        return STORE_INVALID;
+    sqlite3_stmt *st = store_read_stmt(s, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, tenant_id);
+    sqlite3_bind_int64(st, 2, from);
+    sqlite3_bind_int64(st, 3, to);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_usage u;
+        u.key = sqlite3_column_int64(st, 0);
+        store_col_copy(st, 1, u.name, sizeof u.name);
+        u.entries = sqlite3_column_int64(st, 2);
+        u.worker_seconds = sqlite3_column_int64(st, 3);
+        u.gpu_seconds = sqlite3_column_int64(st, 4);
+        u.amount = sqlite3_column_int64(st, 5);
+        store_col_copy(st, 6, u.currency, sizeof u.currency);
+        row(arg, &u);
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}
+
+int store_money_metrics(store *s,
+                        void (*running)(void *arg, const char *tenant, int64_t workers),
+                        void (*spent)(void *arg, const char *tenant, const char *currency,
+                                      int64_t amount),
+                        void *arg)
+{
+    /* Scans the ledger once per scrape: a sum per tenant, no per-row output. */
+    static const char run_sql[] =
+        "SELECT t.name, count(*) FROM workers w JOIN jobs j ON j.id = w.job_id"
+        " JOIN tenants t ON t.id = j.tenant_id WHERE w.state = 'running' GROUP BY t.name";
+    static const char spent_sql[] =
+        "SELECT t.name, l.currency, sum(l.amount) FROM ledger l"
+        " JOIN tenants t ON t.id = l.tenant_id WHERE l.kind = 'charge'"
+        " GROUP BY t.name, l.currency";
+    sqlite3_stmt *st = store_read_stmt(s, run_sql);
+    if (!st)
+        return STORE_EIO;
+    int rc;
+    char name[64], cur[4];
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_col_copy(st, 0, name, sizeof name);
+        running(arg, name, sqlite3_column_int64(st, 1));
+    }
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE)
+        return store_rc(rc);
+    if (!(st = store_read_stmt(s, spent_sql)))
+        return STORE_EIO;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        store_col_copy(st, 0, name, sizeof name);
+        store_col_copy(st, 1, cur, sizeof cur);
+        spent(arg, name, cur, sqlite3_column_int64(st, 2));
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+}
+
+int store_tenant_use(store *s, int64_t tenant_id, store_use *out)
+{
+    static const char sql[] =
+        "SELECT count(*), coalesce(sum(worker_count), 0), coalesce(sum(worker_count * cpus), 0),"
+        " coalesce(sum(worker_count * gpus), 0) FROM jobs"
+        " WHERE tenant_id = ?1 AND state IN ('STARTING', 'RUNNING')";
+    sqlite3_stmt *st = store_read_stmt(s, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, tenant_id);
+    int rc = store_step_row(st);
+    if (rc == STORE_OK) {
+        out->jobs = sqlite3_column_int64(st, 0);
+        out->workers = sqlite3_column_int64(st, 1);
+        out->cpus = sqlite3_column_int64(st, 2);
+        out->gpus = sqlite3_column_int64(st, 3);
+    }
+    sqlite3_reset(st);
+    return rc;
+}
