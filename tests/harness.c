@@ -4,12 +4,15 @@
 #include "tests/harness.h"
 
 #include <criterion/criterion.h>
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -86,6 +89,20 @@ void th_start_no_admin(th_daemon *d, const char *const *extra)
     cr_assert(mkdtemp(d->dir) != NULL);
     snprintf(d->db, sizeof d->db, "%s/cohort.db", d->dir);
     launch(d, extra);
+}
+
+int th_free_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int ok = s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
+             getsockname(s, (struct sockaddr *)&a, &len) == 0;
+    if (s >= 0)
+        close(s);
+    cr_assert(ok, "no free loopback port");
+    return ntohs(a.sin_port);
 }
 
 void th_restart(th_daemon *d, const char *const *extra)

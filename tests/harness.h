@@ -30,6 +30,8 @@ typedef struct th_resp {
     int replayed;
 } th_resp;
 
+/* A loopback TCP port free now (for a cohortd that must keep its port across restarts). */
+int th_free_port(void);
 /* Starts cohortd with a new data dir; extra_args may be NULL. Aborts the test on failure. */
 void th_start(th_daemon *d, const char *const *extra_args);
 /* The same, without COHORT_ADMIN_TOKEN in its environment. */

@@ -477,22 +477,10 @@ Test(agent, gangs_wait_whole_never_fit_refused_quota_holds)
     th_free(&r);
 }
 
-static int free_port(void)
-{
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    socklen_t len = sizeof a;
-    cr_assert_eq(bind(s, (struct sockaddr *)&a, sizeof a), 0);
-    getsockname(s, (struct sockaddr *)&a, &len);
-    close(s);
-    return ntohs(a.sin_port);
-}
-
 Test(agent, a_job_survives_a_cohortd_restart)
 {
     char listen[32];
-    snprintf(listen, sizeof listen, "127.0.0.1:%d", free_port());
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", th_free_port());
     const char *args[] = {"--listen", listen, NULL};
     platform(args);
     agents(1, "8");

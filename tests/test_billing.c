@@ -1,0 +1,674 @@
+/*
+ * Billing against a real cohortd and real agents: the ledger equals what
+ * the workers' own start and end records say (through successes, retried
+ * failures, cancels, timeouts, a kill -9 of cohortd and an agent restart),
+ * a budget race admits exactly one job, budget exhaustion stops a job with
+ * SIGTERM and a top-up lets its retry resume, prices are taken at admission,
+ * and the numbers (usage, invoices, CSV, /metrics) agree with the ledger
+ * while another tenant sees none of them.  Needs root (namespaces).
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+
+static th_daemon d;
+static th_agent ag[2];
+static int nagents;
+static char tok[80];
+
+static void teardown(void)
+{
+    for (int i = 0; i < nagents; i++)
+        th_agent_cleanup(&ag[i]);
+    nagents = 0;
+    th_stop(&d);
+    th_cleanup(&d);
+}
+
+TestSuite(billing, .fini = teardown, .timeout = 180);
+
+/* 3600 per worker-hour is 1 per second; 1000 per hour makes rounding matter. */
+#define METER_PRICE 3600
+#define ODD_PRICE 1000
+
+static void spec(const char *name, long price)
+{
+    char body[256];
+    snprintf(body, sizeof body,
+             "{\"name\":\"%s\",\"cpus\":1,\"memory_mb\":256,\"price_per_hour\":%ld,"
+             "\"currency\":\"USD\"}",
+             name, price);
+    th_resp r = th_post(&d, "/v1/worker-specs", TH_ADMIN, body);
+    cr_assert_eq(r.status, 201, "spec: %s", r.body);
+    th_free(&r);
+}
+
+static void platform(const char *const *args, int agents, const char *cpus)
+{
+    if (!th_can_sandbox())
+        cr_skip_test("needs root to create mount and PID namespaces");
+    th_start(&d, args);
+    th_user(&d, "acme", "alice", "member", tok);
+    th_resp r = th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}");
+    cr_assert_eq(r.status, 201);
+    th_free(&r);
+    spec("meter", METER_PRICE);
+    spec("odd", ODD_PRICE);
+    static const char *const names[] = {"b1", "b2"};
+    static const char *const ports[] = {"32000-32099", "32100-32199"};
+    for (int i = 0; i < agents; i++) {
+        const char *extra[] = {"--cpus", cpus, "--memory-mb", "65536", "--port-range", ports[i],
+                               "--stop-grace", "5", NULL};
+        th_agent_start(&ag[i], &d, names[i], extra);
+    }
+    nagents = agents;
+}
+
+static long submit_as(const char *t, const char *name, const char *code, const char *spec_name,
+                      int workers, const char *extra)
+{
+    char body[1024];
+    snprintf(body, sizeof body,
+             "{\"name\":\"%s\",\"image\":\"native\",\"workspace\":\"ws\",\"code_path\":\"%s\","
+             "\"epochs\":1,\"lr\":0.1,\"batch_size\":8,\"worker_spec\":\"%s\","
+             "\"worker_count\":%d%s%s}",
+             name, code, spec_name, workers, extra ? "," : "", extra ? extra : "");
+    th_resp r = th_post(&d, "/v1/jobs", t, body);
+    cr_assert_eq(r.status, 201, "submit %s: %s", name, r.body);
+    long id = (long)th_num(&r, "id");
+    th_free(&r);
+    return id;
+}
+
+static long submit(const char *name, const char *code, const char *spec_name, int workers,
+                   const char *extra)
+{
+    return submit_as(tok, name, code, spec_name, workers, extra);
+}
+
+static cJSON *get_json(const char *t, const char *fmt, long a)
+{
+    char p[160];
+    snprintf(p, sizeof p, fmt, a);
+    th_resp r = th_get(&d, p, t);
+    cr_assert_eq(r.status, 200, "%s: %ld %s", p, r.status, r.body);
+    cJSON *o = r.json;
+    r.json = NULL;
+    th_free(&r);
+    return o;
+}
+
+static cJSON *get_path(const char *t, const char *path)
+{
+    th_resp r = th_get(&d, path, t);
+    cr_assert_eq(r.status, 200, "%s: %ld %s", path, r.status, r.body);
+    cJSON *o = r.json;
+    r.json = NULL;
+    th_free(&r);
+    return o;
+}
+
+static th_resp put_json(const char *path, const char *t, const char *json)
+{
+    return th_req(&d, "PUT", path, t, NULL, json, strlen(json), NULL);
+}
+
+static double num(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItem(o, key);
+    cr_assert(cJSON_IsNumber(v), "no number %s", key);
+    return v->valuedouble;
+}
+
+/* Waits until no worker of the job is assigned or running (at most 30 s). */
+static void wait_workers_ended(long id)
+{
+    for (int i = 0; i < 300; i++) {
+        cJSON *w = get_json(tok, "/v1/jobs/%ld/workers", id);
+        char *s = cJSON_PrintUnformatted(w);
+        int live = strstr(s, "\"running\"") || strstr(s, "\"assigned\"");
+        free(s);
+        cJSON_Delete(w);
+        if (!live)
+            return;
+        usleep(100000);
+    }
+    cr_assert_fail("job %ld still has live workers", id);
+}
+
+/* ms since the epoch of "YYYY-MM-DDTHH:MM:SS.mmmZ", parsed here on purpose
+ * (not with cohortd's own code). */
+static long long ms_of(const char *s)
+{
+    struct tm tm = {0};
+    int ms = 0;
+    cr_assert(sscanf(s, "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                     &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms) == 7,
+              "time %s", s);
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    return (long long)timegm(&tm) * 1000 + ms;
+}
+
+/*
+ * What the job should have been charged, from its workers' records alone:
+ * per rank and attempt, whole seconds rounded up (at most max_runtime), times
+ * the price per hour / 3600, rounded half up.  *ranks counts ranks that ran.
+ */
+static long long expected_charge(long id, long long price, long long cap, int *ranks)
+{
+    cJSON *w = get_json(tok, "/v1/jobs/%ld/workers", id);
+    long long sum = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(w, "items"))
+    {
+        const cJSON *s = cJSON_GetObjectItem(it, "started_at");
+        const cJSON *f = cJSON_GetObjectItem(it, "finished_at");
+        if (!cJSON_IsString(s))
+            continue;
+        cr_assert(cJSON_IsString(f), "job %ld: a started rank has not ended", id);
+        long long el = ms_of(f->valuestring) - ms_of(s->valuestring);
+        long long secs = el > 0 ? (el + 999) / 1000 : 0;
+        if (cap > 0 && secs > cap)
+            secs = cap;
+        sum += (secs * price + 1800) / 3600;
+        if (secs > 0)
+            (*ranks)++;
+    }
+    cJSON_Delete(w);
+    return sum;
+}
+
+static long long db_ll(const char *sql)
+{
+    char out[128];
+    th_db_query(&d, sql, out, sizeof out);
+    return atoll(out);
+}
+
+static void wait_state(long id, const char *want, int ms)
+{
+    char seen[16];
+    if (th_wait_state(&d, tok, id, want, ms, seen))
+        return;
+    cJSON *j = get_json(tok, "/v1/jobs/%ld", id);
+    const cJSON *why = cJSON_GetObjectItem(j, "reason");
+    cr_assert_fail("job %ld is %s, not %s (%s)", id, seen, want,
+                   cJSON_IsString(why) ? why->valuestring : "no reason");
+}
+
+Test(billing, ledger_equals_the_workers_records_through_failures_cancels_timeouts_and_a_crash)
+{
+    /* A fixed port: the agents find cohortd again after its restart. */
+    char listen[32];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", th_free_port());
+    const char *args[] = {"--listen", listen, NULL};
+    platform(args, 2, "4");
+    th_put_text(&d, tok, "ws", "ok.sh", "#!/bin/sh\nsleep 1.5\n", "755");
+    th_put_text(&d, tok, "ws", "flaky.sh",
+                "#!/bin/sh\nif [ \"$RANK\" = 1 ]; then sleep 1; exit 3; fi\nexec sleep 60\n",
+                "755");
+    th_put_text(&d, tok, "ws", "long.sh", "#!/bin/sh\nexec sleep 60\n", "755");
+    th_put_text(&d, tok, "ws", "steady.sh", "#!/bin/sh\nsleep 7\n", "755");
+
+    long ok = submit("ok", "ok.sh", "meter", 2, NULL);
+    long flaky = submit("flaky", "flaky.sh", "odd", 2, "\"max_retries\":1");
+    long cancel = submit("cancelled", "long.sh", "meter", 2, NULL);
+    long timeout = submit("timeout", "long.sh", "odd", 1, "\"max_runtime_seconds\":2");
+    long steady = submit("steady", "steady.sh", "meter", 1, NULL);
+
+    wait_state(cancel, "RUNNING", 20000);
+    wait_state(steady, "RUNNING", 20000);
+    /* cohortd dies hard and comes back; one agent restarts (and adopts its workers). */
+    th_kill9(&d);
+    usleep(500000);
+    th_restart(&d, args);
+    th_agent_kill9(&ag[0]);
+    usleep(300000);
+    th_agent_restart(&ag[0], &d, NULL);
+    char p[64];
+    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", cancel);
+    th_resp r = th_post(&d, p, tok, NULL);
+    cr_assert_eq(r.status, 200, "cancel: %s", r.body);
+    th_free(&r);
+
+    wait_state(ok, "SUCCEEDED", 30000);
+    wait_state(flaky, "FAILED", 40000);
+    wait_state(timeout, "FAILED", 30000);
+    wait_state(steady, "SUCCEEDED", 40000);
+    long ids[] = {ok, flaky, cancel, timeout, steady};
+    long long prices[] = {METER_PRICE, ODD_PRICE, METER_PRICE, ODD_PRICE, METER_PRICE};
+    long long caps[] = {0, 0, 0, 2, 0};
+    long long want = 0;
+    int ranks = 0;
+    for (int i = 0; i < 5; i++) {
+        wait_workers_ended(ids[i]);
+        long long e = expected_charge(ids[i], prices[i], caps[i], &ranks);
+        want += e;
+        /* The job's own cost agrees, to the minor unit, and is all charged. */
+        cJSON *c = get_json(tok, "/v1/jobs/%ld/cost", ids[i]);
+        cr_expect_eq((long long)num(c, "total"), e, "job %ld: cost %g, expected %lld", ids[i],
+                     num(c, "total"), e);
+        cr_expect_eq(num(c, "total"), num(c, "charged"), "job %ld: not all charged", ids[i]);
+        cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(c, "running")));
+        cJSON_Delete(c);
+    }
+    cJSON *fj = get_json(tok, "/v1/jobs/%ld", flaky);
+    cr_expect_eq(num(fj, "attempt"), 2, "the flaky job was not retried");
+    cJSON_Delete(fj);
+    cr_expect(want > 0);
+    long long got = db_ll("SELECT coalesce(sum(amount), 0) FROM ledger WHERE kind = 'charge';");
+    cr_expect_eq(got, want, "ledger %lld, workers' records say %lld", got, want);
+    /* One entry per rank and attempt that ran: none twice, none lost. */
+    cr_expect_eq(db_ll("SELECT count(*) FROM ledger WHERE kind = 'charge' AND seconds > 0;"),
+                 ranks);
+    cr_expect_eq(db_ll("SELECT count(*) FROM (SELECT job_id, attempt, rank FROM ledger"
+                       " GROUP BY 1, 2, 3 HAVING count(*) > 1);"),
+                 0);
+    /* The balance is the ledger's sum (no credits: minus the charges). */
+    cr_expect_eq(db_ll("SELECT balance FROM accounts a JOIN tenants t ON t.id = a.tenant_id"
+                       " WHERE t.name = 'acme';"),
+                 -want);
+    /* The ledger refuses to be rewritten. */
+    char out[256];
+    th_db_query(&d, "UPDATE ledger SET amount = 0;", out, sizeof out);
+    cr_expect_eq(db_ll("SELECT coalesce(sum(amount), 0) FROM ledger WHERE kind = 'charge';"),
+                 want);
+    /* Usage and the month's invoice say the same. */
+    cJSON *u = get_path(tok, "/v1/usage?group_by=job");
+    cr_expect_eq((long long)num(cJSON_GetObjectItem(u, "total"), "amount"), want);
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(u, "items")), 5);
+    cJSON_Delete(u);
+}
+
+/* ---- the budget race ---- */
+
+struct racer {
+    int i;
+    long status;
+};
+
+static void *race(void *arg)
+{
+    struct racer *rc = arg;
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"name\":\"race-%d\",\"image\":\"native\",\"workspace\":\"ws\","
+             "\"code_path\":\"long.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+             "\"worker_spec\":\"meter\",\"worker_count\":1,\"max_runtime_seconds\":60}",
+             rc->i);
+    th_resp r = th_post(&d, "/v1/jobs", tok, body);
+    rc->status = r.status;
+    th_free(&r);
+    return NULL;
+}
+
+static void balance_of(const char *t, long long *balance, long long *available)
+{
+    cJSON *q = get_path(t, "/v1/quota");
+    const cJSON *m = cJSON_GetObjectItem(q, "money");
+    *balance = (long long)num(m, "balance");
+    const cJSON *a = cJSON_GetObjectItem(m, "available");
+    *available = cJSON_IsNumber(a) ? (long long)a->valuedouble : -1;
+    cJSON_Delete(q);
+}
+
+Test(billing, fifty_concurrent_submits_against_a_budget_for_one_run_one)
+{
+    platform(NULL, 1, "64");
+    th_put_text(&d, tok, "ws", "long.sh", "#!/bin/sh\nexec sleep 60\n", "755");
+    th_resp r = put_json("/v1/tenants/acme/budget", TH_ADMIN, "{\"enforce\":true}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    th_free(&r);
+    /* One job holds 60 (60 s at 1 per second); 100 does not hold two. */
+    r = th_post(&d, "/v1/tenants/acme/credits", TH_ADMIN, "{\"amount\":100,\"note\":\"race\"}");
+    cr_assert_eq(r.status, 201, "%s", r.body);
+    th_free(&r);
+    pthread_t th[50];
+    struct racer rc[50];
+    for (int i = 0; i < 50; i++) {
+        rc[i].i = i;
+        pthread_create(&th[i], NULL, race, &rc[i]);
+    }
+    for (int i = 0; i < 50; i++) {
+        pthread_join(th[i], NULL);
+        cr_assert_eq(rc[i].status, 201);
+    }
+    long long bal, avail;
+    int running = 0, budget = 0;
+    for (int round = 0; round < 30; round++) { /* 3 s of passes, watching the money */
+        balance_of(tok, &bal, &avail);
+        cr_assert(bal >= 0 && avail >= 0, "balance %lld, available %lld", bal, avail);
+        usleep(100000);
+    }
+    cJSON *l = get_path(tok, "/v1/jobs?limit=100");
+    const cJSON *j;
+    cJSON_ArrayForEach(j, cJSON_GetObjectItem(l, "items"))
+    {
+        const char *st = cJSON_GetObjectItem(j, "state")->valuestring;
+        const cJSON *why = cJSON_GetObjectItem(j, "reason");
+        if (!strcmp(st, "STARTING") || !strcmp(st, "RUNNING"))
+            running++;
+        else if (!strcmp(st, "PENDING") && cJSON_IsString(why) &&
+                 !strncmp(why->valuestring, "budget:", 7))
+            budget++;
+    }
+    cJSON_Delete(l);
+    cr_expect_eq(running, 1, "%d jobs run", running);
+    cr_expect_eq(budget, 49, "%d jobs wait for the budget", budget);
+    balance_of(tok, &bal, &avail);
+    cr_expect_eq(bal, 100);
+    cr_expect(avail >= 0 && avail <= 40, "available %lld with one job holding 60", avail);
+}
+
+/* ---- exhaustion, then top-up and retry ---- */
+
+Test(billing, exhaustion_stops_with_sigterm_and_a_topped_up_retry_resumes)
+{
+    const char *args[] = {"--min-hold", "5", "--budget-grace", "3", NULL};
+    platform(args, 1, "4");
+    /* Counts seconds into its workspace; on SIGTERM saves and says so. */
+    th_put_text(&d, tok, "ws", "count.sh",
+                "#!/bin/sh\n"
+                "n=$(cat state 2>/dev/null || echo 0)\n"
+                "echo \"start $n\" >> log.txt\n"
+                "trap 'echo $n > state; echo \"term $n\" >> log.txt; exit 143' TERM\n"
+                "while true; do n=$((n + 1)); echo $n > state; sleep 1 & wait $!; done\n",
+                "755");
+    th_resp r = put_json("/v1/tenants/acme/budget", TH_ADMIN, "{\"enforce\":true}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    th_free(&r);
+    r = th_post(&d, "/v1/tenants/acme/credits", TH_ADMIN, "{\"amount\":15}");
+    cr_assert_eq(r.status, 201, "%s", r.body);
+    th_free(&r);
+    long id = submit("counter", "count.sh", "meter", 1, NULL);
+    wait_state(id, "RUNNING", 20000);
+    wait_state(id, "FAILED", 40000);
+    cJSON *j = get_json(tok, "/v1/jobs/%ld", id);
+    const char *why = cJSON_GetObjectItem(j, "reason")->valuestring;
+    cr_expect(!strncmp(why, "budget_exhausted", 16), "reason: %s", why);
+    cJSON_Delete(j);
+    wait_workers_ended(id);
+    /* SIGTERM came first: the program saved its state and exited on its own. */
+    th_resp lg = th_get(&d, "/v1/workspaces/ws/files/log.txt", tok);
+    cr_assert_eq(lg.status, 200);
+    cr_expect(strstr(lg.body, "term ") != NULL, "log: %s", lg.body);
+    th_free(&lg);
+    cJSON *w = get_json(tok, "/v1/jobs/%ld/workers", id);
+    const cJSON *w0 = cJSON_GetArrayItem(cJSON_GetObjectItem(w, "items"), 0);
+    cr_expect_eq(num(w0, "exit_code"), 143, "not stopped by its own SIGTERM handler");
+    cJSON_Delete(w);
+    long long bal, avail;
+    balance_of(tok, &bal, &avail);
+    cr_expect(bal >= 0, "balance %lld", bal);
+    cr_expect(bal < 15, "nothing was charged");
+
+    /* A retry without money waits for the budget... */
+    char p[64];
+    snprintf(p, sizeof p, "/v1/jobs/%ld/retry", id);
+    r = th_post(&d, p, tok, NULL);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    th_free(&r);
+    usleep(1500000);
+    j = get_json(tok, "/v1/jobs/%ld", id);
+    cr_expect_str_eq(cJSON_GetObjectItem(j, "state")->valuestring, "PENDING");
+    const cJSON *wr = cJSON_GetObjectItem(j, "reason");
+    cr_expect(cJSON_IsString(wr) && !strncmp(wr->valuestring, "budget:", 7), "reason: %s",
+              cJSON_IsString(wr) ? wr->valuestring : "null");
+    cJSON_Delete(j);
+    /* ...and a top-up lets it run on from its saved state. */
+    r = th_post(&d, "/v1/tenants/acme/credits", TH_ADMIN, "{\"amount\":1000}");
+    cr_assert_eq(r.status, 201);
+    th_free(&r);
+    wait_state(id, "RUNNING", 20000);
+    usleep(1500000);
+    lg = th_get(&d, "/v1/workspaces/ws/files/log.txt", tok);
+    cr_assert_eq(lg.status, 200);
+    const char *second = strstr(lg.body, "start ");
+    second = second ? strstr(second + 1, "start ") : NULL;
+    cr_expect(second && atoi(second + 6) > 0, "the retry did not resume: %s", lg.body);
+    th_free(&lg);
+    r = th_post(&d, p, tok, NULL); /* a running job cannot be retried */
+    cr_expect_eq(r.status, 409);
+    th_free(&r);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", id);
+    r = th_post(&d, p, tok, NULL);
+    th_free(&r);
+}
+
+/* ---- prices at admission ---- */
+
+Test(billing, a_price_change_applies_only_to_jobs_admitted_after_it)
+{
+    platform(NULL, 1, "4");
+    th_put_text(&d, tok, "ws", "long.sh", "#!/bin/sh\nexec sleep 60\n", "755");
+    long before = submit("before", "long.sh", "meter", 1, "\"max_runtime_seconds\":100");
+    wait_state(before, "RUNNING", 20000);
+    th_resp r = put_json("/v1/worker-specs/meter", TH_ADMIN,
+                         "{\"cpus\":1,\"memory_mb\":256,\"price_per_hour\":7200,"
+                         "\"currency\":\"USD\"}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    th_free(&r);
+    long after = submit("after", "long.sh", "meter", 1, "\"max_runtime_seconds\":100");
+    wait_state(after, "RUNNING", 20000);
+    cJSON *a = get_json(tok, "/v1/jobs/%ld", before);
+    cJSON *b = get_json(tok, "/v1/jobs/%ld", after);
+    cr_expect_eq(num(cJSON_GetObjectItem(a, "price"), "per_worker_hour"), 3600);
+    cr_expect_eq(num(cJSON_GetObjectItem(a, "price"), "estimated_max"), 100);
+    cr_expect_eq(num(cJSON_GetObjectItem(b, "price"), "per_worker_hour"), 7200);
+    cr_expect_eq(num(cJSON_GetObjectItem(b, "price"), "estimated_max"), 200);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    /* The quote shows the new price. */
+    r = th_post(&d, "/v1/quote", tok,
+                "{\"worker_spec\":\"meter\",\"worker_count\":3,\"max_runtime_seconds\":1800}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_expect_eq(th_num(&r, "price_per_hour"), 3 * 7200);
+    cr_expect_eq(th_num(&r, "estimated_max"), 3 * 3600);
+    cr_expect_eq(th_num(&r, "hold"), 3 * 3600);
+    th_free(&r);
+    char p[64];
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", i ? after : before);
+        r = th_post(&d, p, tok, NULL);
+        th_free(&r);
+    }
+    wait_workers_ended(before);
+    wait_workers_ended(after);
+    cr_expect_eq(db_ll("SELECT count(*) FROM ledger WHERE kind = 'charge' AND"
+                       " price_per_hour != CASE job_name WHEN 'before' THEN 3600 ELSE 7200 END;"),
+                 0);
+}
+
+/* ---- the numbers, CSV, and who sees them ---- */
+
+/* Rows of a CSV body and the sum of column col (0-based) below the header;
+ * every row must have ncols fields.  Quoted fields may hold commas. */
+static int csv_rows(const char *body, int ncols, int col, long long *sum)
+{
+    int rows = -1;
+    *sum = 0;
+    const char *p = body;
+    while (*p) {
+        int field = 0, inq = 0;
+        const char *start = p;
+        long long v = 0;
+        for (; *p && (inq || *p != '\n'); p++) {
+            if (*p == '"')
+                inq = !inq;
+            else if (*p == ',' && !inq) {
+                if (field == col)
+                    v = atoll(start);
+                field++;
+                start = p + 1;
+            }
+        }
+        if (field == col)
+            v = atoll(start);
+        cr_assert_eq(field + 1, ncols, "a row has %d fields", field + 1);
+        if (rows >= 0)
+            *sum += v;
+        rows++;
+        if (*p)
+            p++;
+    }
+    return rows;
+}
+
+Test(billing, usage_invoices_csv_and_metrics_match_the_ledger_and_stay_with_their_tenant)
+{
+    platform(NULL, 1, "4");
+    th_put_text(&d, tok, "ws", "ok.sh", "#!/bin/sh\nsleep 1.2\n", "755");
+    long a = submit("a-one", "ok.sh", "meter", 2, NULL);
+    long b = submit("a,two", "ok.sh", "odd", 1, NULL);
+    wait_state(a, "SUCCEEDED", 30000);
+    wait_state(b, "SUCCEEDED", 30000);
+    wait_workers_ended(a);
+    wait_workers_ended(b);
+    long long ledger = db_ll("SELECT sum(amount) FROM ledger WHERE kind = 'charge';");
+    long long secs = db_ll("SELECT sum(seconds) FROM ledger WHERE kind = 'charge';");
+    cr_assert(ledger > 0 && secs >= 6, "ledger %lld over %lld s", ledger, secs);
+
+    static const char *const groups[] = {"day", "job", "user", "worker_spec"};
+    for (int g = 0; g < 4; g++) {
+        char path[96];
+        snprintf(path, sizeof path, "/v1/usage?group_by=%s", groups[g]);
+        th_resp r = th_get(&d, path, tok);
+        cr_assert_eq(r.status, 200, "%s", r.body);
+        const cJSON *t = cJSON_GetObjectItem(r.json, "total");
+        cr_expect_eq((long long)num(t, "amount"), ledger, "group %s", groups[g]);
+        cr_expect_eq((long long)num(t, "worker_seconds"), secs, "group %s", groups[g]);
+        long long sum = 0;
+        const cJSON *it;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(r.json, "items"))
+        {
+            sum += (long long)num(it, "amount");
+        }
+        cr_expect_eq(sum, ledger, "group %s: items sum %lld", groups[g], sum);
+        th_free(&r);
+        r = th_req(&d, "GET", path, tok, NULL, NULL, 0, "Accept: text/csv");
+        cr_assert_eq(r.status, 200);
+        int two = !strcmp(groups[g], "job") || !strcmp(groups[g], "user");
+        long long csum;
+        int rows = csv_rows(r.body, two ? 6 : 5, two ? 4 : 3, &csum);
+        cr_expect(rows >= 1, "%s: %s", groups[g], r.body);
+        cr_expect_eq(csum, ledger, "CSV %s: %s", groups[g], r.body);
+        th_free(&r);
+    }
+    /* This month's invoice: one line per job, totals from the ledger; an old month is final and empty. */
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    char month[64], path[128];
+    snprintf(month, sizeof month, "%04d-%02d", tm.tm_year + 1900, tm.tm_mon + 1);
+    snprintf(path, sizeof path, "/v1/invoices/%s", month);
+    th_resp r = th_get(&d, path, tok);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_expect_eq((long long)th_num(&r, "total"), ledger);
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(r.json, "lines")), 2);
+    cr_expect(cJSON_IsFalse(cJSON_GetObjectItem(r.json, "final")));
+    th_free(&r);
+    r = th_req(&d, "GET", path, tok, NULL, NULL, 0, "Accept: text/csv");
+    long long csum;
+    cr_expect_eq(csv_rows(r.body, 6, 4, &csum), 2, "%s", r.body);
+    cr_expect_eq(csum, ledger);
+    cr_expect(strstr(r.body, "\"a,two\"") != NULL, "a name with a comma is quoted: %s", r.body);
+    th_free(&r);
+    r = th_get(&d, "/v1/invoices/2020-01", tok);
+    cr_expect_eq(r.status, 200);
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(r.json, "final")));
+    cr_expect_eq(th_num(&r, "total"), 0);
+    th_free(&r);
+    /* The job cost as CSV: a header and one row per rank. */
+    char cp[64];
+    snprintf(cp, sizeof cp, "/v1/jobs/%ld/cost", a);
+    r = th_req(&d, "GET", cp, tok, NULL, NULL, 0, "Accept: text/csv");
+    cr_expect_eq(csv_rows(r.body, 10, 7, &csum), 2, "%s", r.body);
+    th_free(&r);
+    /* /metrics counts the spend. */
+    r = th_get(&d, "/metrics", NULL);
+    char line[128];
+    snprintf(line, sizeof line, "cohort_tenant_spend_total{tenant=\"acme\",currency=\"USD\"} %lld\n",
+             ledger);
+    cr_expect(strstr(r.body, line) != NULL, "no '%s' in /metrics", line);
+    th_free(&r);
+    /* Quota: limits beside use, money beside them. */
+    r = th_get(&d, "/v1/quota", tok);
+    cr_assert_eq(r.status, 200);
+    const cJSON *m = cJSON_GetObjectItem(r.json, "money");
+    cr_expect_eq((long long)num(m, "spent_this_month"), ledger);
+    cr_expect_eq((long long)num(m, "balance"), -ledger);
+    cr_expect(num(cJSON_GetObjectItem(r.json, "storage_bytes"), "used") > 0);
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(m, "available")), "nothing limits acme");
+    th_free(&r);
+
+    /* Tenant B sees none of it. */
+    char tb[80];
+    th_user(&d, "globex", "bob", "tenant_admin", tb);
+    static const char *const hidden[] = {"/v1/usage?tenant=acme", "/v1/quota?tenant=acme",
+                                         "/v1/invoices/2026-01?tenant=acme",
+                                         "/v1/tenants/acme/budget"};
+    for (int i = 0; i < 4; i++) {
+        r = th_get(&d, hidden[i], tb);
+        cr_expect_eq(r.status, 404, "%s: %ld %s", hidden[i], r.status, r.body);
+        cr_expect(strstr(r.body, "acme") == NULL || strstr(r.body, "amount") == NULL);
+        th_free(&r);
+    }
+    r = th_get(&d, cp, tb);
+    cr_expect_eq(r.status, 404, "another tenant's job cost: %ld", r.status);
+    th_free(&r);
+    r = th_post(&d, "/v1/tenants/acme/credits", tb, "{\"amount\":5}");
+    cr_expect_eq(r.status, 404);
+    th_free(&r);
+    r = th_get(&d, "/v1/usage", tb);
+    cr_expect_eq(num(cJSON_GetObjectItem(r.json, "total"), "amount"), 0);
+    cr_expect_eq(th_items(&r), 0);
+    th_free(&r);
+    /* A member may not credit its own tenant; the admin may see any tenant's numbers. */
+    r = th_post(&d, "/v1/tenants/acme/credits", tok, "{\"amount\":5}");
+    cr_expect_eq(r.status, 403);
+    th_free(&r);
+    r = th_get(&d, "/v1/usage?tenant=acme", TH_ADMIN);
+    cr_expect_eq((long long)num(cJSON_GetObjectItem(r.json, "total"), "amount"), ledger);
+    th_free(&r);
+
+    /* Bad input: a clear error, nothing written (the ledger and the account
+     * stay as they were; nodes' heartbeats keep changing, so no digest). */
+    char before[256], after[256];
+    static const char money_sql[] =
+        "SELECT count(*), sum(amount), (SELECT group_concat(tenant_id || currency || balance ||"
+        " enforce || coalesce(monthly_cap, '-')) FROM accounts) FROM ledger;";
+    th_db_query(&d, money_sql, before, sizeof before);
+    static const char *const bad_get[] = {"/v1/usage?from=yesterday", "/v1/usage?group_by=week",
+                                          "/v1/usage?from=2026-02-30",
+                                          "/v1/usage?from=2026-03-01&to=2026-02-01",
+                                          "/v1/invoices/2026-13", "/v1/invoices/26-01"};
+    for (int i = 0; i < 6; i++) {
+        r = th_get(&d, bad_get[i], tok);
+        cr_expect_eq(r.status, 400, "%s: %ld", bad_get[i], r.status);
+        th_free(&r);
+    }
+    static const char *const bad_credit[] = {"{\"amount\":-5}", "{\"amount\":0}",
+                                             "{\"amount\":\"5\"}", "{\"amount\":1.5}",
+                                             "{\"amount\":5,\"extra\":1}", "[5]"};
+    for (int i = 0; i < 6; i++) {
+        r = th_post(&d, "/v1/tenants/acme/credits", TH_ADMIN, bad_credit[i]);
+        cr_expect(r.status == 400 || r.status == 422, "%s: %ld", bad_credit[i], r.status);
+        th_free(&r);
+    }
+    r = th_post(&d, "/v1/quote", tok, "{\"worker_spec\":\"nope\",\"worker_count\":1}");
+    cr_expect_eq(r.status, 422);
+    cr_expect_str_eq(th_err_field(&r), "worker_spec");
+    th_free(&r);
+    r = put_json("/v1/tenants/acme/budget", TH_ADMIN, "{\"currency\":\"EUR\"}");
+    cr_expect_eq(r.status, 409, "the currency changed under existing charges");
+    th_free(&r);
+    th_db_query(&d, money_sql, after, sizeof after);
+    cr_expect_str_eq(before, after, "a refused request changed the money");
+}
