@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "storage/store_bill.h"
 #include "storage/util.h"
 
 Test(util, relpath_accepts_plain_relative_paths)
@@ -83,4 +84,48 @@ Test(util, rfc3339_matches_gmtime)
         snprintf(want + n, sizeof want - n, ".%03dZ", (int)(ms - (long long)s * 1000));
         cr_expect_str_eq(got, want, "%lld", ms);
     }
+}
+
+Test(util, dates_parse_strictly_and_agree_with_timegm)
+{
+    int64_t ms;
+    cr_assert_eq(util_parse_time("2026-11-22", &ms), 0);
+    struct tm tm = {.tm_year = 126, .tm_mon = 10, .tm_mday = 22};
+    cr_expect_eq(ms, (int64_t)timegm(&tm) * 1000);
+    cr_assert_eq(util_parse_time("2024-02-29T23:59:58.250Z", &ms), 0);
+    struct tm leap = {.tm_year = 124, .tm_mon = 1, .tm_mday = 29, .tm_hour = 23, .tm_min = 59,
+                      .tm_sec = 58};
+    cr_expect_eq(ms, (int64_t)timegm(&leap) * 1000 + 250);
+    static const char *const bad[] = {"2026-02-29", "2026-13-01", "2026-1-01", "1969-12-31",
+                                      "2026-11-22T24:00:00Z", "2026-11-22T10:00:00", "yesterday",
+                                      "2026-11-22T10:00:00+01:00", "2026-11-22 ", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_expect_eq(util_parse_time(bad[i], &ms), -1, "accepted '%s'", bad[i]);
+    int64_t from, to;
+    cr_assert_eq(util_parse_month("2024-12", &from, &to), 0);
+    cr_expect_eq(to - from, 31LL * 86400000);
+    cr_assert_eq(util_parse_month("2024-02", &from, &to), 0);
+    cr_expect_eq(to - from, 29LL * 86400000);
+    cr_expect_eq(util_parse_month("2024-00", &from, &to), -1);
+    int64_t s, n;
+    util_month_bounds(from + 12345678, &s, &n);
+    cr_expect_eq(s, from);
+    cr_expect_eq(n, to);
+}
+
+Test(util, billing_rules_round_seconds_up_and_amounts_half_up)
+{
+    cr_expect_eq(store_bill_seconds(1000, 1000, 0), 0);
+    cr_expect_eq(store_bill_seconds(1000, 1001, 0), 1); /* a started second is billed */
+    cr_expect_eq(store_bill_seconds(1000, 3000, 0), 2);
+    cr_expect_eq(store_bill_seconds(1000, 3001, 0), 3);
+    cr_expect_eq(store_bill_seconds(1000, 100000, 5), 5); /* never past max_runtime_seconds */
+    cr_expect_eq(store_bill_seconds(0, 5000, 0), 0);      /* never started */
+    cr_expect_eq(store_bill_amount(1, 3600), 1);
+    cr_expect_eq(store_bill_amount(1800, 1), 1);  /* 0.5 rounds up */
+    cr_expect_eq(store_bill_amount(1799, 1), 0);  /* 0.4997 rounds down */
+    cr_expect_eq(store_bill_amount(5400, 5), 8);  /* 7.5 */
+    cr_expect_eq(store_bill_amount(10, 0), 0);
+    cr_expect_eq(store_bill_estimate(5, 4, 5400), 32); /* per rank, then times the ranks */
+    cr_expect_eq(store_bill_estimate(2000000000LL, 10000, 30LL * 86400), -1);
 }
