@@ -465,6 +465,20 @@ Test(billing, a_price_change_applies_only_to_jobs_admitted_after_it)
     cr_expect_eq(num(cJSON_GetObjectItem(b, "price"), "estimated_max"), 200);
     cJSON_Delete(a);
     cJSON_Delete(b);
+    /* Their cost so far is live: running ranks priced now, in the job and its cost. */
+    usleep(1200000);
+    cJSON *c = get_json(tok, "/v1/jobs/%ld/cost", before);
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(c, "running")));
+    cr_expect(num(c, "total") >= 2, "cost so far %g", num(c, "total"));
+    cr_expect_eq(num(c, "charged"), 0);
+    cJSON_Delete(c);
+    a = get_json(tok, "/v1/jobs/%ld", after);
+    cr_expect(num(cJSON_GetObjectItem(a, "price"), "cost_so_far") >= 2);
+    cJSON_Delete(a);
+    r = th_get(&d, "/metrics", NULL);
+    cr_expect(strstr(r.body, "cohort_tenant_running_workers{tenant=\"acme\"} 2\n") != NULL,
+              "/metrics lacks acme's 2 running workers");
+    th_free(&r);
     /* The quote shows the new price. */
     r = th_post(&d, "/v1/quote", tok,
                 "{\"worker_spec\":\"meter\",\"worker_count\":3,\"max_runtime_seconds\":1800}");
@@ -484,6 +498,40 @@ Test(billing, a_price_change_applies_only_to_jobs_admitted_after_it)
     cr_expect_eq(db_ll("SELECT count(*) FROM ledger WHERE kind = 'charge' AND"
                        " price_per_hour != CASE job_name WHEN 'before' THEN 3600 ELSE 7200 END;"),
                  0);
+}
+
+Test(billing, a_monthly_cap_admits_only_what_fits_under_it)
+{
+    platform(NULL, 1, "4");
+    th_put_text(&d, tok, "ws", "long.sh", "#!/bin/sh\nexec sleep 60\n", "755");
+    /* Not prepaid (the balance may go negative) but capped at 50 a month. */
+    th_resp r = put_json("/v1/tenants/acme/budget", TH_ADMIN, "{\"monthly_cap\":50}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    th_free(&r);
+    long big = submit("big", "long.sh", "meter", 1, "\"max_runtime_seconds\":60");
+    long small = submit("small", "long.sh", "meter", 1, "\"max_runtime_seconds\":30");
+    wait_state(small, "RUNNING", 20000);
+    usleep(1200000);
+    cJSON *j = get_json(tok, "/v1/jobs/%ld", big);
+    cr_expect_str_eq(cJSON_GetObjectItem(j, "state")->valuestring, "PENDING");
+    const cJSON *why = cJSON_GetObjectItem(j, "reason");
+    cr_expect(cJSON_IsString(why) && strstr(why->valuestring, "budget: admitting it holds 60"),
+              "reason: %s", cJSON_IsString(why) ? why->valuestring : "null");
+    cJSON_Delete(j);
+    cJSON *q = get_path(tok, "/v1/quota");
+    const cJSON *m = cJSON_GetObjectItem(q, "money");
+    cr_expect_eq(num(m, "monthly_cap"), 50);
+    cr_expect_eq(num(m, "held"), 30);
+    cr_expect_eq(num(m, "available"), 20);
+    cr_expect_eq(num(cJSON_GetObjectItem(q, "running_jobs"), "used"), 1);
+    cJSON_Delete(q);
+    char p[64];
+    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", small);
+    r = th_post(&d, p, tok, NULL);
+    th_free(&r);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", big);
+    r = th_post(&d, p, tok, NULL);
+    th_free(&r);
 }
 
 /* ---- the numbers, CSV, and who sees them ---- */
