@@ -532,6 +532,22 @@ Test(billing, a_monthly_cap_admits_only_what_fits_under_it)
     snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", big);
     r = th_post(&d, p, tok, NULL);
     th_free(&r);
+    /* Once its workers have ended the unused part of the hold is released:
+     * what is left is the cap less what was charged. */
+    wait_workers_ended(small);
+    long long charged = 0, held = -1, avail = -1;
+    for (int i = 0; i < 50 && held != 0; i++) {
+        usleep(100000);
+        q = get_path(tok, "/v1/quota");
+        m = cJSON_GetObjectItem(q, "money");
+        held = (long long)num(m, "held");
+        avail = (long long)num(m, "available");
+        charged = (long long)num(m, "spent_this_month");
+        cJSON_Delete(q);
+    }
+    cr_expect_eq(held, 0, "the hold was not released");
+    cr_expect(charged > 0);
+    cr_expect_eq(avail, 50 - charged);
 }
 
 /* ---- the numbers, CSV, and who sees them ---- */
