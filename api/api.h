@@ -38,6 +38,7 @@ typedef struct api_ctx {
     int64_t lease_s;
     int64_t min_hold_s;      /* the scheduler's, for quotes */
     int64_t budget_grace_s;
+    int web_fd;              /* the console's web root (api_web_open); -1: none */
 } api_ctx;
 
 /* Where a worker finds its volumes inside its sandbox. */
@@ -93,6 +94,7 @@ struct api_resp {
     int64_t foffset;
     const char *xname;         /* one extra header, when set (static name) */
     char xvalue[64];
+    const char *cache;         /* Cache-Control (static string); NULL: no-store */
     /* A durable write: the server runs write_fn through store_submit and
      * then finish with its result; finish owns and frees write_ctx. */
     store_write_fn write_fn;
@@ -145,6 +147,24 @@ int api_authenticate_node(api_ctx *ctx, const char *authorization, store_node *n
  * written to out).  Sets *created to 1 when it did. */
 int api_bootstrap_admin(api_ctx *ctx, const char *token, char out[UTIL_TOKEN_LEN + 1],
                         int *created, char *err, size_t errlen);
+
+/*
+ * The console (api_web.c).  api_web_open sets ctx->web_fd to the directory
+ * dir (which must hold index.html); 0, or -1 with a message in err.
+ * api_web_serve answers a GET of path outside the API from it: 1 when rs
+ * was filled (the file, index.html for a page of the console, or 404), 0
+ * when path belongs to the API.
+ */
+int api_web_open(api_ctx *ctx, const char *dir, char *err, size_t errlen);
+void api_web_close(api_ctx *ctx);
+int api_web_serve(api_ctx *ctx, const char *path, api_resp *rs);
+
+/* Sent with every response: the console's scripts and styles come only from
+ * cohortd itself, never inline, and no page of it may be framed. */
+#define API_CSP                                                                                  \
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "            \
+    "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; "                 \
+    "frame-ancestors 'none'"
 
 /* Error body {"error":{"code","message","field"?}} with status. */
 void api_error(api_resp *rs, int status, const char *code, const char *field,

@@ -29,7 +29,7 @@ struct http_server {
     FILE *log;
     int port;
     int in_flight; /* requests between first callback and completion */
-    int route_metrics, route_other;
+    int route_metrics, route_console, route_other;
     /* Long polls parked until the desired-state version moves or they time out. */
     pthread_mutex_t wlock;
     pthread_cond_t wcond;
@@ -217,7 +217,10 @@ static enum MHD_Result respond(struct req_state *st)
     if (__atomic_load_n(&st->srv->stopping, __ATOMIC_ACQUIRE))
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, rs->cache ? rs->cache : "no-store");
+    MHD_add_response_header(r, "Content-Security-Policy", API_CSP);
+    MHD_add_response_header(r, "X-Frame-Options", "DENY");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
     if (rs->status == 401)
         MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     st->status = rs->status ? rs->status : 500;
@@ -403,6 +406,11 @@ static void route(struct req_state *st, const char *url, const char *method)
     }
     st->route = api_route_match(m, url, &st->rq, st->pbuf, &other);
     if (!st->route) {
+        if (!other && m == API_GET && api_web_serve(srv->ctx, url, &st->rs)) {
+            st->route_idx = srv->route_console;
+            st->ready = 1;
+            return;
+        }
         if (other)
             api_error(&st->rs, 405, "method_not_allowed", NULL, "%s is not allowed on %.200s",
                       method, url);
@@ -649,10 +657,12 @@ http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t 
     s->ctx = ctx;
     s->log = cfg->access_log;
     int n = 0;
-    for (const api_route *r = api_routes(); r->pattern && n < METRICS_ROUTES - 2; r++)
+    for (const api_route *r = api_routes(); r->pattern && n < METRICS_ROUTES - 3; r++)
         labels[n++] = r->pattern;
     s->route_metrics = n;
     labels[n++] = "/metrics";
+    s->route_console = n;
+    labels[n++] = "console";
     s->route_other = n;
     labels[n++] = "other";
     metrics_init(labels, n);

@@ -37,6 +37,7 @@ struct config {
     int64_t lease_s;
     int64_t min_hold_s;
     int64_t budget_grace_s;
+    const char *web_dir;   /* NULL: the built-in default, when it exists */
 };
 
 static void usage(FILE *f)
@@ -57,6 +58,8 @@ static void usage(FILE *f)
             "                         this long's price (default %d)\n"
             "  --budget-grace SECONDS such jobs are stopped (SIGTERM) while this long's price is\n"
             "                         still left in their tenant's budget (default %d)\n"
+            "  --web-dir DIR          the console's files (env COHORT_WEB_DIR; default %s;\n"
+            "                         'off' serves no console)\n"
             "  --access-log FILE      one line per request; '-' for stderr (default), 'off'\n"
             "  --routes               print the routes served and exit\n"
             "  --help                 this text\n"
@@ -64,7 +67,8 @@ static void usage(FILE *f)
             "On first start the platform admin token is COHORT_ADMIN_TOKEN when set, else a\n"
             "new one, printed once and written to DATA_DIR/admin-token (mode 0600).\n",
             DEFAULT_LISTEN, DEFAULT_DATA_DIR, API_DEFAULT_BODY_LIMIT,
-            (long long)API_DEFAULT_UPLOAD_LIMIT, SCHED_MIN_HOLD_S, SCHED_BUDGET_GRACE_S);
+            (long long)API_DEFAULT_UPLOAD_LIMIT, SCHED_MIN_HOLD_S, SCHED_BUDGET_GRACE_S,
+            COHORT_WEB_DIR_DEFAULT);
 }
 
 static int parse_listen(const char *s, struct config *c)
@@ -115,12 +119,15 @@ static int parse_args(int argc, char **argv, struct config *c)
         {"lease", required_argument, NULL, 'L'},
         {"min-hold", required_argument, NULL, 'M'},
         {"budget-grace", required_argument, NULL, 'G'},
+        {"web-dir", required_argument, NULL, 'W'},
         {"help", no_argument, NULL, 'h'},
         {"routes", no_argument, NULL, 'r'},
         {NULL, 0, NULL, 0},
     };
     const char *listen = getenv("COHORT_LISTEN");
     const char *dd = getenv("COHORT_DATA_DIR");
+    const char *wd = getenv("COHORT_WEB_DIR");
+    c->web_dir = wd && *wd ? wd : NULL;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     long long v;
     c->data_dir = dd && *dd ? dd : DEFAULT_DATA_DIR;
@@ -187,6 +194,9 @@ static int parse_args(int argc, char **argv, struct config *c)
             }
             *(o == 'M' ? &c->min_hold_s : &c->budget_grace_s) = v;
             break;
+        case 'W':
+            c->web_dir = optarg;
+            break;
         case 'h':
             usage(stdout);
             exit(0);
@@ -208,6 +218,25 @@ static int parse_args(int argc, char **argv, struct config *c)
         fprintf(stderr, "cohortd: listen address must be HOST:PORT, got '%s'\n", listen);
         return -1;
     }
+    return 0;
+}
+
+/*
+ * The console's web root: an explicit one must open; the built-in default
+ * (the source tree's web/) is skipped with a note when it is not there.
+ */
+static int open_console(api_ctx *ctx, const char *dir)
+{
+    char err[512];
+    if (dir && !strcmp(dir, "off"))
+        return 0;
+    if (api_web_open(ctx, dir ? dir : COHORT_WEB_DIR_DEFAULT, err, sizeof err) == 0)
+        return 0;
+    if (dir) {
+        fprintf(stderr, "cohortd: %s\n", err);
+        return -1;
+    }
+    fprintf(stderr, "cohortd: no console: %s (give --web-dir)\n", err);
     return 0;
 }
 
@@ -319,6 +348,9 @@ int main(int argc, char **argv)
     ctx->budget_grace_s = cfg.budget_grace_s;
     ctx->body_limit = cfg.body_limit;
     ctx->upload_limit = cfg.upload_limit;
+    ctx->web_fd = -1;
+    if (open_console(ctx, cfg.web_dir) != 0)
+        goto out;
     snprintf(path, sizeof path, "%s/cohort.db", cfg.data_dir);
     ctx->st = store_open(path, err, sizeof err);
     if (!ctx->st) {
@@ -382,6 +414,7 @@ out:
     if (ctx) {
         sched_stop(ctx->sched);
         store_close(ctx->st);
+        api_web_close(ctx);
         free(ctx);
     }
     if (alog && alog != stderr)

@@ -1,0 +1,107 @@
+// platform: the browser tests' real Cohort: a cohortd on a free loopback
+// port with its own data dir, agents joined with join tokens, and the
+// API calls a test makes to set the scene (tenants, users, tokens).
+
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, openSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+export const ADMIN = 'coh_console_test_admin_token_0001';
+
+export class Platform {
+  constructor({ cohortd, agent, webDir }) {
+    this.bins = { cohortd, agent };
+    this.webDir = webDir;
+    this.dir = mkdtempSync(join(tmpdir(), 'cohort-web-'));
+    this.procs = [];
+    this.base = null;
+  }
+
+  async start() {
+    const log = openSync(join(this.dir, 'cohortd.log'), 'a');
+    const p = spawn(this.bins.cohortd, ['--listen', '127.0.0.1:0', '--data-dir', this.dir,
+      '--threads', '4', '--access-log', 'off', '--web-dir', this.webDir], {
+      env: { ...process.env, COHORT_ADMIN_TOKEN: ADMIN }, stdio: ['ignore', log, log],
+    });
+    this.procs.push(p);
+    for (let i = 0; i < 500; i++) {
+      if (p.exitCode !== null) throw new Error(`cohortd exited (${p.exitCode}); see ${this.dir}/cohortd.log`);
+      try {
+        const addr = readFileSync(join(this.dir, 'cohortd.addr'), 'utf8').trim();
+        if (addr.includes(':')) {
+          this.base = `http://${addr}`;
+          return this;
+        }
+      } catch (_) { /* not yet */ }
+      await sleep(20);
+    }
+    throw new Error('cohortd did not start within 10 s');
+  }
+
+  async api(method, path, token, body, headers = {}) {
+    const h = { Authorization: `Bearer ${token}`, ...headers };
+    if (body !== undefined) h['Content-Type'] = 'application/json';
+    const res = await fetch(this.base + path, { method, headers: h, body: body === undefined ? undefined : JSON.stringify(body) });
+    const text = await res.text();
+    let json = null;
+    try { json = JSON.parse(text); } catch (_) { /* not JSON */ }
+    return { status: res.status, json, text, headers: res.headers };
+  }
+
+  async must(method, path, token, body, want) {
+    const r = await this.api(method, path, token, body);
+    if (r.status !== want) throw new Error(`${method} ${path}: want ${want}, got ${r.status} ${r.text}`);
+    return r.json;
+  }
+
+  // A user of tenant (created when missing) with role; resolves to its token.
+  async user(tenant, name, role) {
+    const t = await this.api('POST', '/v1/tenants', ADMIN, { name: tenant });
+    if (t.status !== 201 && t.status !== 409) throw new Error(`tenant ${tenant}: ${t.status} ${t.text}`);
+    const u = await this.must('POST', `/v1/tenants/${tenant}/users`, ADMIN, { name, role }, 201);
+    const k = await this.must('POST', `/v1/users/${u.id}/tokens`, ADMIN, { name: 'console-test' }, 201);
+    return k.token;
+  }
+
+  async agent(name, extra = []) {
+    const { token } = await this.must('POST', '/v1/nodes/join-tokens', ADMIN, {}, 201);
+    const log = openSync(join(this.dir, `agent-${name}.log`), 'a');
+    const p = spawn(this.bins.agent, ['--server', this.base, '--name', name, '--data-dir', join(this.dir, `agent-${name}`),
+      '--join-token', token, '--stop-grace', '2', '--address', '127.0.0.1', ...extra], { stdio: ['ignore', log, log] });
+    this.procs.push(p);
+    for (let i = 0; i < 500; i++) {
+      const nodes = await this.must('GET', '/v1/nodes?limit=200', ADMIN, undefined, 200);
+      if (nodes.items.some((n) => n.name === name && n.state === 'up')) return;
+      if (p.exitCode !== null) throw new Error(`agent ${name} exited (${p.exitCode}); see ${this.dir}/agent-${name}.log`);
+      await sleep(20);
+    }
+    throw new Error(`agent ${name} did not join within 10 s`);
+  }
+
+  async waitJob(token, id, states, ms = 60000) {
+    const until = Date.now() + ms;
+    let j;
+    while (Date.now() < until) {
+      j = await this.must('GET', `/v1/jobs/${id}`, token, undefined, 200);
+      if (states.includes(j.state)) return j;
+      await sleep(100);
+    }
+    throw new Error(`job ${id} is ${j && j.state}, not ${states.join('|')}, after ${ms} ms`);
+  }
+
+  // Agents first, so their workers end before cohortd does.
+  async stop() {
+    for (const p of [...this.procs].reverse()) {
+      if (p.exitCode !== null || p.signalCode !== null) continue;
+      const done = new Promise((r) => p.once('exit', r));
+      p.kill('SIGTERM');
+      await Promise.race([done, sleep(15000)]);
+      if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
+    }
+    const codes = this.procs.map((p) => p.exitCode);
+    if (!process.env.COHORT_KEEP_TEST_DIRS) rmSync(this.dir, { recursive: true, force: true });
+    return codes;
+  }
+}
