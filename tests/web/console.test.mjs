@@ -174,6 +174,11 @@ test('a newcomer uploads a program, runs it from the form, and finds log, chart,
   await page.waitForSelector(`#invoice tr[data-job-id="${id}"]`);
   assert.match(await page.textContent(`#invoice tr[data-job-id="${id}"]`), /first-run/);
   await page.waitForSelector('figure[data-chart="Spend per day"] rect.bar');
+  const today = new Date().toISOString().slice(0, 10);
+  assert.equal(await page.locator('figure[data-chart="Spend per day"] rect.bar').count(),
+    new Date(Date.UTC(+today.slice(0, 4), +today.slice(5, 7), 0)).getUTCDate(), 'a bar for every day of the month');
+  assert.equal(await page.locator('figure[data-chart="Spend per day"] rect.bar:not(.zero)').count(), 1, 'spend on one day');
+  assert.match(await page.textContent('figure[data-chart="Spend per day"] rect.bar:not(.zero) title'), new RegExp(`^${today.slice(8)}: `));
   await page.waitForSelector('.meter[data-meter="Workers"]');
   const [dl] = await Promise.all([page.waitForEvent('download'), page.click('#csv-invoice')]);
   const csvPath = join(outDir, 'invoice.csv');
@@ -233,10 +238,13 @@ test('a job named like HTML renders as text and opens no dialog', { skip: !SANDB
 test('a viewer gets no New job or Cancel; another tenant\'s job is not found', { skip: !SANDBOX && 'jobs need a node, and the agent needs root' }, async (t) => {
   // A job that waits: acme may run no job while this test looks at it.
   await plat.must('PUT', '/v1/tenants/acme/quota', ADMIN, { max_running_jobs: 0 }, 200);
-  t.after(() => plat.must('PUT', '/v1/tenants/acme/quota', ADMIN, {}, 200));
   const j = await plat.must('POST', '/v1/jobs', member, { name: 'waiting', image: 'native', workspace: await workspace(),
     code_path: 'train.sh', epochs: 1, lr: 0.1, batch_size: 1, worker_spec: SPEC, worker_count: 1 }, 201);
-  t.after(() => plat.api('POST', `/v1/jobs/${j.id}/cancel`, member));
+  t.after(async () => { // cancelled while it still waits, then acme may run jobs again
+    await plat.must('POST', `/v1/jobs/${j.id}/cancel`, member, undefined, 200);
+    await plat.waitJob(member, j.id, ['CANCELLED']);
+    await plat.must('PUT', '/v1/tenants/acme/quota', ADMIN, {}, 200);
+  });
 
   const asMember = await open(t);
   await signIn(asMember, member);
@@ -266,6 +274,49 @@ test('a viewer gets no New job or Cancel; another tenant\'s job is not found', {
   assert.match(await other.textContent('main'), /Job not found/);
   assert.ok(!(await other.textContent('main')).includes('waiting'), 'nothing of the job shows');
   await shot(other, '10-other-tenant');
+});
+
+test('the jobs list pages with the API\'s cursors and filters by state', { skip: !SANDBOX && 'jobs need a node, and the agent needs root' }, async (t) => {
+  // 23 jobs of a tenant that may run none, so they all wait.
+  await plat.must('PUT', '/v1/tenants/other/quota', ADMIN, { max_running_jobs: 0 }, 200);
+  await plat.must('POST', '/v1/workspaces', stranger, { name: 'ows' }, 201);
+  const put = await fetch(`${plat.base}/v1/workspaces/ows/files/run.sh?mode=755`,
+    { method: 'PUT', headers: { Authorization: `Bearer ${stranger}` }, body: '#!/bin/sh\ntrue\n' });
+  assert.equal(put.status, 201);
+  const ids = [];
+  for (let i = 1; i <= 23; i++) {
+    const j = await plat.must('POST', '/v1/jobs', stranger, { name: `sweep-${i}`, image: 'native', workspace: 'ows',
+      code_path: 'run.sh', epochs: 1, lr: 0.1, batch_size: 1, worker_spec: SPEC, worker_count: 1 }, 201);
+    ids.push(j.id);
+  }
+  await plat.must('POST', `/v1/jobs/${ids[0]}/cancel`, stranger, undefined, 200);
+  t.after(async () => {
+    for (const id of ids.slice(1)) await plat.must('POST', `/v1/jobs/${id}/cancel`, stranger, undefined, 200);
+    await plat.must('PUT', '/v1/tenants/other/quota', ADMIN, {}, 200);
+  });
+  const page = await open(t);
+  await signIn(page, stranger);
+  await page.waitForSelector('#job-list tbody tr');
+  const shown = async () => page.$$eval('#job-list tbody tr', (rows) => rows.map((r) => Number(r.dataset.jobId)));
+  const newest = [...ids].reverse();
+  assert.deepEqual(await shown(), newest.slice(0, 20), 'the 20 newest first');
+  await page.click('#older');
+  await page.waitForFunction(() => document.querySelectorAll('#job-list tbody tr').length === 3);
+  assert.deepEqual(await shown(), newest.slice(20));
+  assert.equal(await page.locator('#older').count(), 0, 'no page after the last');
+  await page.click('text=← Newer');
+  await page.waitForFunction(() => document.querySelectorAll('#job-list tbody tr').length === 20);
+  assert.deepEqual(await shown(), newest.slice(0, 20));
+  await page.selectOption('#f-state', 'CANCELLED');
+  await page.waitForURL(/state=CANCELLED/);
+  await page.waitForFunction(() => document.querySelectorAll('#job-list tbody tr').length === 1);
+  assert.deepEqual(await shown(), [ids[0]]);
+  // It updates itself: a job cancelled elsewhere appears without a reload.
+  await plat.must('POST', `/v1/jobs/${ids[1]}/cancel`, stranger, undefined, 200);
+  await page.waitForFunction(() => document.querySelectorAll('#job-list tbody tr').length === 2, null, { timeout: 10000 });
+  assert.deepEqual(await shown(), [ids[1], ids[0]]);
+  ids.splice(1, 1);
+  await shot(page, '13-jobs-filtered');
 });
 
 test('datasets: create, upload into a folder with progress, browse, download, seal', async (t) => {

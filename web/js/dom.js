@@ -168,10 +168,10 @@ export function lineChart(title, series, opts = {}) {
 }
 
 // A bar chart of [{label, value}] as SVG; fmt formats values.
-export function barChart(title, bars, fmt = fmtNum) {
-  const W = 560, H = 220, L = 64, R = 12, T = 12, B = 40;
+export function barChart(title, bars, fmt = fmtNum, opts = {}) {
+  const W = opts.width || 560, H = 240, L = 72, R = 12, T = 12, B = 30;
   const box = h('figure', { class: 'chart', dataset: { chart: title } }, h('figcaption', {}, title));
-  if (!bars.length) {
+  if (!bars.length || opts.empty) {
     box.append(h('p', { class: 'muted' }, 'No spend in this period.'));
     return box;
   }
@@ -186,9 +186,9 @@ export function barChart(title, bars, fmt = fmtNum) {
   bars.forEach((b, i) => {
     const hgt = (b.value / top) * (H - T - B);
     const x = L + i * bw + bw * 0.15;
-    svg.append(s('rect', { x, y: H - B - hgt, width: bw * 0.7, height: Math.max(hgt, 0.5), class: 'bar' },
+    svg.append(s('rect', { x, y: H - B - hgt, width: bw * 0.7, height: Math.max(hgt, 0.5), class: b.value ? 'bar' : 'bar zero' },
       s('title', {}, `${b.label}: ${fmt(b.value)}`)));
-    if (bars.length <= 16 || i % Math.ceil(bars.length / 8) === 0) {
+    if (bars.length <= 31 || i % Math.ceil(bars.length / 16) === 0) {
       svg.append(s('text', { x: x + bw * 0.35, y: H - B + 14, class: 'tick', 'text-anchor': 'middle' }, b.label));
     }
   });

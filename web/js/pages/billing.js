@@ -54,11 +54,17 @@ export async function render(main) {
       h('dt', {}, 'Prepaid'), h('dd', {}, m.enforce ? 'yes: jobs run against the balance' : 'no')),
     m.monthly_cap !== null ? meter('Monthly cap', m.spent_this_month, m.monthly_cap, (x) => money(x, cur)) : null);
 
-  const dayBars = days.items.map((d) => ({ label: d.day.slice(5), value: d.amount }));
+  // Every day of the month, so a day without spend reads as zero.
+  const spent = new Map(days.items.map((d) => [d.day, d.amount]));
+  const dayBars = [];
+  for (let d = new Date(`${month}-01T00:00:00Z`); monthOf(d) === month; d.setUTCDate(d.getUTCDate() + 1)) {
+    const key = d.toISOString().slice(0, 10);
+    dayBars.push({ label: key.slice(8), value: spent.get(key) || 0 });
+  }
   const spend = h('section', { class: 'card', id: 'spend' },
     h('div', { class: 'section-head' }, h('h2', {}, `Spend per day, ${month}`),
       h('button', { type: 'button', class: 'link', id: 'csv-days', onclick: () => csv('day') }, 'CSV')),
-    barChart('Spend per day', dayBars, (v) => money(v, cur)),
+    barChart('Spend per day', dayBars, (v) => money(v, cur), { width: 1100, empty: !days.items.length }),
     h('p', { class: 'muted' }, `Total ${money(days.total.amount, cur)} for ${duration(days.total.worker_seconds)} of worker time` +
       (days.total.gpu_seconds ? `, ${duration(days.total.gpu_seconds)} of GPU time` : '')));
 
