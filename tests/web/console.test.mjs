@@ -56,7 +56,10 @@ before(async () => {
 
 after(async () => {
   if (browser) await browser.close();
-  if (plat) await plat.stop();
+  if (!plat) return;
+  // A clean stop of every process: a sanitizer report would make it non-zero.
+  const codes = await plat.stop();
+  assert.deepEqual(codes, codes.map(() => 0), `exit codes of cohortd and the agents: ${codes}`);
 });
 
 // A fresh browser context (its own sessionStorage), watching for dialogs
