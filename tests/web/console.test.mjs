@@ -220,7 +220,7 @@ test('the API\'s message for a bad learning rate appears beside the field', asyn
   assert.equal(jobs.items.length, 0, 'nothing was submitted');
 });
 
-test('a job named like HTML renders as text and opens no dialog', { skip: !SANDBOX && 'jobs need a node, and the agent needs root' }, async (t) => {
+test('a job named like HTML renders as text and opens no dialog', async (t) => {
   const page = await open(t);
   const j = await plat.must('POST', '/v1/jobs', member, { name: XSS, image: 'native', workspace: await workspace(),
     code_path: 'train.sh', epochs: 1, lr: 0.1, batch_size: 1, worker_spec: SPEC, worker_count: 1, max_runtime_seconds: 30 }, 201);
@@ -238,13 +238,14 @@ test('a job named like HTML renders as text and opens no dialog', { skip: !SANDB
   await plat.api('POST', `/v1/jobs/${j.id}/cancel`, member);
 });
 
-test('a viewer gets no New job or Cancel; another tenant\'s job is not found', { skip: !SANDBOX && 'jobs need a node, and the agent needs root' }, async (t) => {
+test('a viewer gets no New job or Cancel; another tenant\'s job is not found', async (t) => {
   // A job that waits: acme may run no job while this test looks at it.
   await plat.must('PUT', '/v1/tenants/acme/quota', ADMIN, { max_running_jobs: 0 }, 200);
   const j = await plat.must('POST', '/v1/jobs', member, { name: 'waiting', image: 'native', workspace: await workspace(),
     code_path: 'train.sh', epochs: 1, lr: 0.1, batch_size: 1, worker_spec: SPEC, worker_count: 1 }, 201);
   t.after(async () => { // cancelled while it still waits, then acme may run jobs again
-    await plat.must('POST', `/v1/jobs/${j.id}/cancel`, member, undefined, 200);
+    const now = await plat.must('GET', `/v1/jobs/${j.id}`, member, undefined, 200);
+    if (now.state !== 'CANCELLED') await plat.must('POST', `/v1/jobs/${j.id}/cancel`, member, undefined, 200);
     await plat.waitJob(member, j.id, ['CANCELLED']);
     await plat.must('PUT', '/v1/tenants/acme/quota', ADMIN, {}, 200);
   });
@@ -255,6 +256,7 @@ test('a viewer gets no New job or Cancel; another tenant\'s job is not found', {
   await asMember.waitForSelector('#cancel-job');
   await asMember.waitForSelector('#pending-reason');
   assert.match(await asMember.textContent('#pending-reason'), /quota/);
+  assert.match(await asMember.textContent('#job-status'), /position 1 in the queue/);
 
   const page = await open(t);
   await signIn(page, viewer);
@@ -277,9 +279,16 @@ test('a viewer gets no New job or Cancel; another tenant\'s job is not found', {
   assert.match(await other.textContent('main'), /Job not found/);
   assert.ok(!(await other.textContent('main')).includes('waiting'), 'nothing of the job shows');
   await shot(other, '10-other-tenant');
+
+  // The member's Cancel does cancel it, and the page follows.
+  await asMember.click('#cancel-job');
+  await asMember.waitForSelector('.page-head .badge.state-cancelled');
+  assert.equal(await asMember.locator('#cancel-job').count(), 0);
+  await asMember.waitForSelector('#retry-job');
+  assert.equal((await plat.must('GET', `/v1/jobs/${j.id}`, member, undefined, 200)).state, 'CANCELLED');
 });
 
-test('the jobs list pages with the API\'s cursors and filters by state', { skip: !SANDBOX && 'jobs need a node, and the agent needs root' }, async (t) => {
+test('the jobs list pages with the API\'s cursors and filters by state', async (t) => {
   // 23 jobs of a tenant that may run none, so they all wait.
   await plat.must('PUT', '/v1/tenants/other/quota', ADMIN, { max_running_jobs: 0 }, 200);
   await plat.must('POST', '/v1/workspaces', stranger, { name: 'ows' }, 201);
@@ -389,8 +398,26 @@ test('the platform admin drains a node, sets a quota and adds credit', { skip: !
   const after = await plat.must('GET', '/v1/tenants/acme/budget', ADMIN, undefined, 200);
   assert.equal(after.balance, before.balance + 5000);
   await page.waitForFunction((want) => document.querySelector('#tenant-balance').textContent.includes(want), '$');
+  await page.fill('#budget-form #f-monthly_cap', '90000');
+  await page.check('#budget-form #f-enforce');
+  await page.click('#budget-form button[type=submit]');
+  await page.waitForSelector('text=Budget saved.');
+  t.after(() => plat.must('PUT', '/v1/tenants/acme/budget', ADMIN, {}, 200));
+  const b = await plat.must('GET', '/v1/tenants/acme/budget', ADMIN, undefined, 200);
+  assert.equal(b.monthly_cap, 90000);
+  assert.equal(b.enforce, true);
   await shot(page, '12-admin');
   await plat.must('PUT', '/v1/tenants/acme/quota', ADMIN, {}, 200);
+
+  // The admin reads acme's bill: the cap and the prepaid balance as bars.
+  await page.click('tr[data-tenant="acme"] a:has-text("Billing")');
+  await page.waitForURL(/\/billing\?tenant=acme/);
+  await page.waitForSelector('.meter[data-meter="Monthly cap"]');
+  const quota = await plat.must('GET', '/v1/quota?tenant=acme', ADMIN, undefined, 200);
+  assert.match(await page.textContent('.meter[data-meter="Monthly cap"]'), new RegExp(`${usd(quota.money.spent_this_month).replace('$', '\\$')} of \\$900\\.00`));
+  await page.waitForSelector('.meter[data-meter^="Balance in use"]');
+  assert.equal(await page.textContent('#balance'), usd(quota.money.balance));
+  await shot(page, '14-admin-billing');
 });
 
 test('cohortd serves the console with a policy that forbids inline script', async () => {
@@ -430,7 +457,7 @@ async function workspace() {
 
 // Dollars as the page shows them (en-US).
 function usd(minor) {
-  return '$' + (minor / 100).toFixed(2).replace(/\B(?=(\d{3})+(?!\d))/g, ',');
+  return (minor < 0 ? '-$' : '$') + (Math.abs(minor) / 100).toFixed(2).replace(/\B(?=(\d{3})+(?!\d))/g, ',');
 }
 
 // A GET whose path is sent as written: fetch would resolve the dots first.

@@ -52,6 +52,7 @@ export async function render(main) {
       h('dt', {}, 'Held for admitted jobs'), h('dd', {}, money(m.held, cur)),
       h('dt', {}, 'Available to new jobs'), h('dd', {}, m.available === null ? 'no limit' : money(m.available, cur)),
       h('dt', {}, 'Prepaid'), h('dd', {}, m.enforce ? 'yes: jobs run against the balance' : 'no')),
+    m.enforce ? meter('Balance in use (held and running)', m.held + m.running_cost, Math.max(m.balance, 0), (x) => money(x, cur)) : null,
     m.monthly_cap !== null ? meter('Monthly cap', m.spent_this_month, m.monthly_cap, (x) => money(x, cur)) : null);
 
   // Every day of the month, so a day without spend reads as zero.
