@@ -45,6 +45,7 @@ bench: test-deps build
 	@$(BUILD)/bench_e2e $(BUILD) 1000 200
 	@$(BUILD)/bench_allreduce 2
 	@bench/train/run $(BUILD) 2
+	@node bench/console/console.bench.mjs $(BUILD) 1000 15
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
