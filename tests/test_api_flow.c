@@ -468,3 +468,45 @@ Test(startup, access_log_has_one_line_per_request)
     unlink(logpath);
     th_cleanup(&g);
 }
+
+/* The console's files at every path outside the API; --web-dir picks them. */
+Test(api_flow, console_served_outside_the_api)
+{
+    th_resp r = th_get(&d, "/", NULL);
+    cr_assert_eq(r.status, 200);
+    cr_expect(strstr(r.body, "<script type=\"module\" src=\"/js/app.js\">") != NULL, "%s", r.body);
+    th_free(&r);
+    r = th_get(&d, "/jobs/12", NULL); /* a page of the console's router */
+    cr_expect_eq(r.status, 200);
+    cr_expect(strstr(r.body, "/js/app.js") != NULL);
+    th_free(&r);
+    r = th_get(&d, "/js/app.js", NULL);
+    cr_expect_eq(r.status, 200);
+    th_free(&r);
+    static const char *const missing[] = {"/js/nope.js", "/README.md", "/.hidden", "/js/.x.js",
+                                          "/v1/nope", "/v1", NULL};
+    for (int i = 0; missing[i]; i++) {
+        r = th_get(&d, missing[i], NULL);
+        cr_expect_eq(r.status, 404, "%s: %ld", missing[i], r.status);
+        cr_expect(strstr(r.body, "\"not_found\"") != NULL, "%s: %s", missing[i], r.body);
+        th_free(&r);
+    }
+
+    /* An explicit web root must exist; 'off' serves none. */
+    char out[2048], other[600];
+    snprintf(other, sizeof other, "%s/second", d.dir);
+    const char *bad[] = {"--listen", "127.0.0.1:0", "--data-dir", other, "--web-dir",
+                         "/nonexistent/web", NULL};
+    cr_expect_eq(th_cohortd_once(bad, out, sizeof out), 1, "%s", out);
+    cr_expect(strstr(out, "/nonexistent/web") != NULL, "%s", out);
+    th_stop(&d);
+    const char *off[] = {"--web-dir", "off", NULL};
+    th_restart(&d, off);
+    r = th_get(&d, "/", NULL);
+    cr_expect_eq(r.status, 404);
+    cr_expect(strstr(r.body, "serves no console") != NULL, "%s", r.body);
+    th_free(&r);
+    r = th_get(&d, "/healthz", NULL);
+    cr_expect_eq(r.status, 200);
+    th_free(&r);
+}

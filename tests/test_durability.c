@@ -174,7 +174,8 @@ Test(durability, help_lists_every_option)
     cr_expect_eq(th_cohortd_once(args, out, sizeof out), 0);
     static const char *const opts[] = {"--listen", "--data-dir", "--body-limit", "--upload-limit",
                                        "--threads", "--access-log", "COHORT_LISTEN",
-                                       "COHORT_DATA_DIR", "COHORT_ADMIN_TOKEN", NULL};
+                                       "COHORT_DATA_DIR", "COHORT_ADMIN_TOKEN", "--web-dir",
+                                       "COHORT_WEB_DIR", NULL};
     for (int i = 0; opts[i]; i++)
         cr_expect(strstr(out, opts[i]) != NULL, "--help does not mention %s", opts[i]);
     const char *bad[] = {"--listen", "nonsense", NULL};

@@ -267,10 +267,11 @@ test('a viewer gets no New job or Cancel; another tenant\'s job is not found', a
   await page.waitForSelector('#pending-reason');
   assert.equal(await page.locator('#cancel-job').count(), 0, 'no Cancel for a viewer');
   assert.equal(await page.locator('#retry-job').count(), 0);
+  await shot(page, '09-viewer-job');
   await page.goto('/workspaces/ws');
   await page.waitForSelector('#file-list table, #file-list .empty');
   assert.equal(await page.locator('#upload-form').count(), 0, 'no upload for a viewer');
-  await shot(page, '09-viewer');
+  await shot(page, '09-viewer-workspace');
 
   const other = await open(t);
   await signIn(other, stranger);
