@@ -1,7 +1,7 @@
 /*
  * api_logs: what workers print.
  *   PUT /v1/agent/logs/{worker}?offset=O   (node token, raw bytes)
- *   GET /v1/jobs/{id}/logs?rank=R&attempt=A&offset=O&limit=L
+ *   GET /v1/jobs/{id}/logs?rank=R&attempt=A&offset=O&limit=L  (or tail=N: the last N bytes)
  *   GET /v1/jobs/{id}/metrics
  * Each rank's output is one file, <data dir>/logs/<job>/<attempt>/<rank>.log,
  * appended at the offsets the agent sends: a chunk that was sent before is
@@ -238,6 +238,7 @@ void api_job_logs(api_ctx *ctx, const api_req *rq, api_resp *rs)
     int64_t attempt = query_int(rq, "attempt", j.attempt);
     int64_t off = query_int(rq, "offset", 0);
     int64_t limit = query_int(rq, "limit", LOG_READ_DEFAULT);
+    int64_t tail = query_int(rq, "tail", 0);
     int64_t job_id = j.id, world = j.worker_count, last = j.attempt;
     store_job_clear(&j);
     if (rank < 0 || rank >= world) {
@@ -253,8 +254,16 @@ void api_job_logs(api_ctx *ctx, const api_req *rq, api_resp *rs)
                   "offset is a byte offset; limit is 1..%d", LOG_READ_MAX);
         return;
     }
+    if (tail < 0 || tail > LOG_READ_MAX) {
+        api_error(rs, 400, "invalid_value", "tail", "tail is a byte count 1..%d", LOG_READ_MAX);
+        return;
+    }
     const char *follow = rq->query(rq->h, "follow");
     if (follow && !strcmp(follow, "true")) {
+        if (tail > 0) {
+            api_error(rs, 400, "invalid_value", "tail", "tail reads the end once: not with follow");
+            return;
+        }
         struct follow *f = calloc(1, sizeof *f);
         if (!f || log_path(ctx, job_id, attempt, rank, 0, f->path, sizeof f->path) != 0) {
             free(f);
@@ -280,6 +289,10 @@ void api_job_logs(api_ctx *ctx, const api_req *rq, api_resp *rs)
         struct stat sb;
         fstat(fd, &sb);
         size = sb.st_size;
+    }
+    if (tail > 0) { /* the last tail bytes, whatever the offset */
+        off = size > tail ? size - tail : 0;
+        limit = tail;
     }
     if (off > size)
         off = size;

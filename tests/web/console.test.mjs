@@ -154,6 +154,12 @@ test('a newcomer uploads a program, runs it from the form, and finds log, chart,
   assert.match(log, /rank 0 of 2 starting, epochs=3 lr=0.05/);
   assert.ok(log.includes(`${XSS} is printed as text`), 'the HTML-looking log line reads as text');
   assert.equal(await page.locator('#log-text img').count(), 0);
+  // The logs route's tail: the last bytes, and where to read on from.
+  const whole = await plat.api('GET', `/v1/jobs/${id}/logs?rank=0`, member);
+  const tail = await plat.api('GET', `/v1/jobs/${id}/logs?rank=0&tail=14`, member);
+  assert.equal(tail.text, 'training done\n');
+  assert.equal(tail.headers.get('x-next-offset'), String(Buffer.byteLength(whole.text)));
+  assert.equal((await plat.api('GET', `/v1/jobs/${id}/logs?rank=0&tail=5&follow=true`, member)).json.error.field, 'tail');
   await page.selectOption('#log-rank', '1');
   await page.waitForFunction(() => document.querySelector('#log-text').textContent.includes('rank 1 of 2'));
   // The loss chart: one line per rank, five points each.

@@ -11,6 +11,7 @@ import { canWrite } from '../app.js';
 
 const REFRESH_MS = 2000;
 const LOG_KEEP = 2 * 1024 * 1024; // characters kept in the viewer
+const LOG_TAIL = 256 * 1024; // bytes of a log shown when it is first opened
 const RANKS_CHARTED = 4;
 
 function dl(pairs) {
@@ -203,8 +204,11 @@ export async function render(main, [id]) {
       pre.textContent = '';
     }
     for (let i = 0; i < 8; i++) {
+      // A new selection starts at the log's end (LOG_TAIL bytes), then follows by offset.
+      const first = logOffset === 0 && !pre.textContent;
       const res = await api.request('GET', `/v1/jobs/${id}/logs` + api.query({
-        rank: rankSel.value, attempt: attemptSel.value, offset: logOffset }), { raw: true, signal });
+        rank: rankSel.value, attempt: attemptSel.value, offset: first ? undefined : logOffset,
+        tail: first ? LOG_TAIL : undefined }), { raw: true, signal });
       const text = await res.text();
       if (key !== logKey) return; // the selection moved while this was in flight
       const next = Number(res.headers.get('X-Next-Offset'));
@@ -213,8 +217,9 @@ export async function render(main, [id]) {
         break;
       }
       logQuiet = 0;
-      logOffset = Number.isFinite(next) && next > logOffset ? next : logOffset + new TextEncoder().encode(text).length;
-      let all = pre.textContent + text;
+      const size = new TextEncoder().encode(text).length;
+      logOffset = Number.isFinite(next) && next > logOffset ? next : logOffset + size;
+      let all = (first && logOffset > size ? '… (earlier output not shown)\n' : '') + pre.textContent + text;
       if (all.length > LOG_KEEP) all = '…\n' + all.slice(all.length - LOG_KEEP);
       pre.textContent = all;
       if (follow.checked) pre.scrollTop = pre.scrollHeight;
