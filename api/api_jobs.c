@@ -737,24 +737,25 @@ static void worker_row(void *arg, const store_worker *w)
     api_add_time(o, "created_at", w->created_at);
     api_add_time(o, "started_at", w->started_at);
     api_add_time(o, "finished_at", w->finished_at);
-    cJSON_AddItemToArray(arg, o);
+    api_list_add(arg, o, w->id);
 }
 
 void api_job_workers(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     store_job j;
-    if (api_job_find(ctx, rq, &j, rs))
+    int limit;
+    int64_t cursor, attempt = 0;
+    const char *a = rq->query(rq->h, "attempt");
+    if (api_page(rq, &limit, &cursor, rs))
         return;
-    cJSON *items = cJSON_CreateArray();
-    int rc = store_worker_list(ctx->st, j.id, worker_row, items);
-    store_job_clear(&j);
-    if (rc != STORE_OK) {
-        cJSON_Delete(items);
-        api_store_error(rs, rc, "workers");
+    if (a && (attempt = api_id(a)) <= 0) {
+        api_error(rs, 400, "invalid_value", "attempt", "attempt must be a positive integer");
         return;
     }
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToObject(o, "items", items);
-    cJSON_AddNullToObject(o, "next_cursor");
-    api_json(rs, 200, o);
+    if (api_job_find(ctx, rq, &j, rs))
+        return;
+    api_list pg = {cJSON_CreateArray(), 0, 0};
+    int rc = store_worker_list(ctx->st, j.id, attempt, cursor, limit, worker_row, &pg);
+    store_job_clear(&j);
+    api_list_done(rs, &pg, limit, rc, "workers");
 }

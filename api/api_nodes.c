@@ -454,6 +454,46 @@ static void env_addi(cJSON *env, const char *k, int64_t v)
     env_add(env, k, b);
 }
 
+struct tf_ports {
+    int64_t n;
+    char (*addr)[64];
+    int64_t *port;
+};
+
+static void tf_port_row(void *arg, int64_t rank, const char *address, int64_t port)
+{
+    struct tf_ports *t = arg;
+    if (rank < 0 || rank >= t->n || !address)
+        return;
+    snprintf(t->addr[rank], sizeof t->addr[rank], "%s", address);
+    t->port[rank] = port;
+}
+
+/* TF_CONFIG: every worker of the attempt at its node's address and the
+ * port reserved for its rank there, and this worker's index. */
+static void tf_config(api_ctx *ctx, const store_job *j, const store_worker *w,
+                      const store_node *master, cJSON *env)
+{
+    struct tf_ports t = {j->worker_count, calloc((size_t)j->worker_count, sizeof *t.addr),
+                         calloc((size_t)j->worker_count, sizeof *t.port)};
+    util_buf tf = {0};
+    if (t.addr && t.port)
+        store_port_list(ctx->st, j->id, w->attempt, tf_port_row, &t);
+    util_buf_printf(&tf, "{\"cluster\":{\"worker\":[");
+    for (int64_t r = 0; r < j->worker_count; r++) {
+        /* A placement from before ports per rank existed: rank 0's node and
+         * the ports after MASTER_PORT, as then. */
+        int known = t.port && t.port[r] > 0;
+        util_buf_printf(&tf, "%s\"%s:%lld\"", r ? "," : "", known ? t.addr[r] : master->address,
+                        (long long)(known ? t.port[r] : j->master_port + r));
+    }
+    util_buf_printf(&tf, "]},\"task\":{\"type\":\"worker\",\"index\":%lld}}", (long long)w->rank);
+    env_add(env, "TF_CONFIG", tf.buf ? tf.buf : "{}");
+    free(tf.buf);
+    free(t.addr);
+    free(t.port);
+}
+
 struct desired {
     api_ctx *ctx;
     const store_node *node;
@@ -529,18 +569,8 @@ static cJSON *launch_spec(api_ctx *ctx, const store_worker *w, const store_job *
     env_add(env, "LR", buf);
     env_addi(env, "BATCH_SIZE", j->batch_size);
     free(dl.buf);
-    if (!strcmp(j->framework, "tensorflow")) {
-        /* Every worker listens on MASTER_PORT + rank of its node. */
-        util_buf tf = {0};
-        util_buf_printf(&tf, "{\"cluster\":{\"worker\":[");
-        for (int64_t r = 0; r < j->worker_count; r++)
-            util_buf_printf(&tf, "%s\"%s:%lld\"", r ? "," : "",
-                            r == w->rank ? "localhost" : master->address,
-                            (long long)(j->master_port + r));
-        util_buf_printf(&tf, "]},\"task\":{\"type\":\"worker\",\"index\":%lld}}", (long long)w->rank);
-        env_add(env, "TF_CONFIG", tf.buf ? tf.buf : "{}");
-        free(tf.buf);
-    }
+    if (!strcmp(j->framework, "tensorflow"))
+        tf_config(ctx, j, w, master, env);
     cJSON *user_env = cJSON_Parse(j->env_json);
     const cJSON *e;
     cJSON_ArrayForEach(e, user_env)

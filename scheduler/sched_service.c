@@ -361,6 +361,9 @@ static int commit_placement(store_tx *tx, const struct placement *pl)
     if (rc != STORE_OK)
         return rc;
     int ok = !strcmp(j.state, "PENDING") && j.attempt == pl->attempt;
+    /* TensorFlow lists every worker at host:port: each rank gets a port of
+     * its own node; other frameworks meet at rank 0's port alone. */
+    int port_per_rank = !strcmp(j.framework, "tensorflow");
     store_job_clear(&j);
     if (!ok)
         return STORE_CONFLICT;
@@ -390,13 +393,24 @@ static int commit_placement(store_tx *tx, const struct placement *pl)
     int64_t port = free_port(tx, &master);
     if (port < 0)
         return STORE_CONFLICT;
-    rc = store_port_reserve(tx, master.id, port, pl->job_id, pl->attempt);
+    rc = store_port_reserve(tx, master.id, port, pl->job_id, pl->attempt, 0);
     for (int64_t r = 0; rc == STORE_OK && r < m; r++) {
+        store_node n = master;
+        if (port_per_rank && r > 0 && store_node_get_tx(tx, pl->nodes[r], &n) != STORE_OK)
+            return STORE_CONFLICT;
         for (int64_t l = 0; rc == STORE_OK && l < pl->per_node; l++) {
+            int64_t rank = r * pl->per_node + l;
+            if (port_per_rank && rank > 0) {
+                int64_t p = free_port(tx, &n);
+                rc = p < 0 ? STORE_CONFLICT
+                           : store_port_reserve(tx, n.id, p, pl->job_id, pl->attempt, rank);
+                if (rc != STORE_OK)
+                    break;
+            }
             store_worker w = {0};
             w.job_id = pl->job_id;
             w.attempt = pl->attempt;
-            w.rank = r * pl->per_node + l;
+            w.rank = rank;
             w.node_rank = r;
             w.local_rank = l;
             w.node_id = pl->nodes[r];

@@ -284,15 +284,19 @@ int store_worker_list_tx(store_tx *tx, int64_t job_id, int64_t attempt,
     return worker_each(st, row, arg);
 }
 
-int store_worker_list(store *s, int64_t job_id, void (*row)(void *arg, const store_worker *w),
-                      void *arg)
+int store_worker_list(store *s, int64_t job_id, int64_t attempt, int64_t after, int limit,
+                      void (*row)(void *arg, const store_worker *w), void *arg)
 {
-    static const char sql[] =
-        "SELECT " WORKER_COLS " FROM workers WHERE job_id = ?1 ORDER BY attempt, rank";
+    /* Ids grow with the attempt and, within one placement, with the rank. */
+    static const char sql[] = "SELECT " WORKER_COLS " FROM workers WHERE job_id = ?1"
+                              " AND (?2 = 0 OR attempt = ?2) AND id > ?3 ORDER BY id LIMIT ?4";
     sqlite3_stmt *st = store_read_stmt(s, sql);
     if (!st)
         return STORE_EIO;
     sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, attempt);
+    sqlite3_bind_int64(st, 3, after);
+    sqlite3_bind_int(st, 4, limit);
     return worker_each(st, row, arg);
 }
 
@@ -454,10 +458,10 @@ int store_alloc_tx(store_tx *tx, void (*row)(void *arg, int64_t job_id, int64_t 
 }
 
 int store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_id,
-                       int64_t attempt)
+                       int64_t attempt, int64_t rank)
 {
-    static const char sql[] =
-        "INSERT INTO job_ports(node_id, port, job_id, attempt) VALUES (?1, ?2, ?3, ?4)";
+    static const char sql[] = "INSERT INTO job_ports(node_id, port, job_id, attempt, rank)"
+                              " VALUES (?1, ?2, ?3, ?4, ?5)";
     store_conn *c = store_tx_conn(tx);
     sqlite3_stmt *st = store_stmt(c, sql);
     if (!st)
@@ -466,7 +470,28 @@ int store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_
     sqlite3_bind_int64(st, 2, port);
     sqlite3_bind_int64(st, 3, job_id);
     sqlite3_bind_int64(st, 4, attempt);
+    sqlite3_bind_int64(st, 5, rank);
     return store_step_change(c, st, NULL);
+}
+
+int store_port_list(store *s, int64_t job_id, int64_t attempt,
+                    void (*row)(void *arg, int64_t rank, const char *address, int64_t port),
+                    void *arg)
+{
+    static const char sql[] = "SELECT p.rank, n.address, p.port FROM job_ports p"
+                              " JOIN nodes n ON n.id = p.node_id"
+                              " WHERE p.job_id = ?1 AND p.attempt = ?2 ORDER BY p.rank";
+    sqlite3_stmt *st = store_read_stmt(s, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, attempt);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        row(arg, sqlite3_column_int64(st, 0), (const char *)sqlite3_column_text(st, 1),
+            sqlite3_column_int64(st, 2));
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
 }
 
 int store_port_release_idle(store_tx *tx)

@@ -69,8 +69,10 @@ int store_worker_insert(store_tx *tx, store_worker *w);
 /* The workers of one attempt of a job, in rank order. */
 int store_worker_list_tx(store_tx *tx, int64_t job_id, int64_t attempt,
                          void (*row)(void *arg, const store_worker *w), void *arg);
-int store_worker_list(store *s, int64_t job_id, void (*row)(void *arg, const store_worker *w),
-                      void *arg);
+/* A page of a job's workers by attempt and rank: those of attempt (0: every
+ * attempt) with an id above after, at most limit. */
+int store_worker_list(store *s, int64_t job_id, int64_t attempt, int64_t after, int limit,
+                      void (*row)(void *arg, const store_worker *w), void *arg);
 /* What should run on a node: workers it holds whose desired state is run. */
 int store_worker_desired(store *s, int64_t node_id,
                          void (*row)(void *arg, const store_worker *w), void *arg);
@@ -99,9 +101,15 @@ int store_alloc_tx(store_tx *tx, void (*row)(void *arg, int64_t job_id, int64_t 
                                              int64_t workers),
                    void *arg);
 
-/* Reserves port on node for an attempt of a job; STORE_CONFLICT when taken. */
+/* Reserves port on node for one rank of an attempt of a job (rank 0: the
+ * job's MASTER_PORT); STORE_CONFLICT when taken. */
 int store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_id,
-                       int64_t attempt);
+                       int64_t attempt, int64_t rank);
+/* The ports reserved for an attempt, by rank: row() gets each with the
+ * address of its node. */
+int store_port_list(store *s, int64_t job_id, int64_t attempt,
+                    void (*row)(void *arg, int64_t rank, const char *address, int64_t port),
+                    void *arg);
 /* Frees the ports of attempts none of whose workers is alive any more. */
 int store_port_release_idle(store_tx *tx);
 /* 1 when a worker of that attempt is still assigned or running. */

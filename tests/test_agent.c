@@ -349,6 +349,41 @@ Test(agent, a_failed_rank_stops_the_gang_retries_then_fails)
     cr_expect(strcmp(first_start, last_end) >= 0, "attempt 2 placed at %s, attempt 1 ended %s",
               first_start, last_end);
     th_free(&r);
+
+    /* The same four workers a page at a time, in attempt and rank order,
+     * and one attempt's alone. */
+    char cursor[32] = "";
+    int seen_n = 0;
+    for (int page = 0; page < 2; page++) {
+        snprintf(p, sizeof p, "/v1/jobs/%ld/workers?limit=3%s%s", id, cursor[0] ? "&cursor=" : "",
+                 cursor);
+        r = th_get(&d, p, tok);
+        cr_assert_eq(r.status, 200, "%s", r.body);
+        cJSON_ArrayForEach(w, cJSON_GetObjectItem(r.json, "items"))
+        {
+            cr_expect_eq(cJSON_GetObjectItem(w, "attempt")->valuedouble, 1 + seen_n / 2);
+            cr_expect_eq(cJSON_GetObjectItem(w, "rank")->valuedouble, seen_n % 2);
+            seen_n++;
+        }
+        const cJSON *next = cJSON_GetObjectItem(r.json, "next_cursor");
+        cr_expect_eq(th_items(&r), page ? 1 : 3, "%s", r.body);
+        cr_expect(page ? cJSON_IsNull(next) : cJSON_IsString(next), "%s", r.body);
+        if (cJSON_IsString(next))
+            snprintf(cursor, sizeof cursor, "%s", next->valuestring);
+        th_free(&r);
+    }
+    cr_expect_eq(seen_n, 4);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/workers?attempt=2", id);
+    r = th_get(&d, p, tok);
+    cr_expect_eq(th_items(&r), 2, "%s", r.body);
+    cJSON_ArrayForEach(w, cJSON_GetObjectItem(r.json, "items"))
+        cr_expect_eq(cJSON_GetObjectItem(w, "attempt")->valuedouble, 2);
+    th_free(&r);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/workers?attempt=0", id);
+    r = th_get(&d, p, tok);
+    cr_expect_eq(r.status, 400, "%s", r.body);
+    cr_expect_not_null(strstr(r.body, "\"field\":\"attempt\""), "%s", r.body);
+    th_free(&r);
 }
 
 /* Processes whose command line holds marker. */
@@ -779,10 +814,24 @@ Test(agent, fair_share_puts_the_lighter_tenant_first)
     th_free(&rb);
 }
 
+/* Uploads the source tree's file src to the workspace as name. */
+static void put_source_file(const char *src, const char *name)
+{
+    char path[512];
+    static char text[16384];
+    snprintf(path, sizeof path, "%s/%s", COHORT_SOURCE_DIR, src);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    th_put_text(&d, tok, "ws", name, text, NULL);
+}
+
 /* Two hosts of the test's own: network namespaces on a bridge, each with an
- * agent; cohortd listens on the bridge.  The job's two ranks, one per host,
- * meet at MASTER_ADDR:MASTER_PORT across them. */
-Test(agent, ranks_meet_across_two_network_namespaces, .timeout = 90)
+ * agent of cpus CPUs (n1 at .2, n2 at .3); cohortd listens on the bridge.
+ * The platform() of the other tests, with the agents. */
+static void two_hosts(const char *cpus)
 {
     if (!th_can_sandbox())
         cr_skip_test("needs root to create network namespaces");
@@ -807,11 +856,17 @@ Test(agent, ranks_meet_across_two_network_namespaces, .timeout = 90)
     for (int i = 0; i < 2; i++) {
         snprintf(ns[i], sizeof ns[i], "%s-%d", net_tag, i + 1);
         snprintf(addr[i], sizeof addr[i], "10.211.%d.%d", net, i + 2);
-        const char *extra[] = {"--cpus", "1", "--address", addr[i], "--port-range", "32000-32099",
-                               NULL};
+        const char *extra[] = {"--cpus",       cpus,          "--address", addr[i],
+                               "--port-range", "32000-32099", NULL};
         th_agent_start_in(&ag[i], &d, ns[i], i ? "n2" : "n1", extra);
     }
     nagents = 2;
+}
+
+/* The job's two ranks, one per host, meet at MASTER_ADDR:MASTER_PORT. */
+Test(agent, ranks_meet_across_two_network_namespaces, .timeout = 90)
+{
+    two_hosts("1");
     FILE *f = fopen(COHORT_RENDEZVOUS_BIN, "rb");
     cr_assert(f);
     static char bin[2 << 20];
@@ -841,6 +896,55 @@ Test(agent, ranks_meet_across_two_network_namespaces, .timeout = 90)
     cr_expect_neq(cJSON_GetObjectItem(cJSON_GetArrayItem(items, 0), "node_id")->valuedouble,
                   cJSON_GetObjectItem(cJSON_GetArrayItem(items, 1), "node_id")->valuedouble);
     th_free(&r);
+}
+
+/* A tensorflow job of 4 workers, 2 on each host: TF_CONFIG lists every
+ * worker at its own node's address and a port reserved for it there, no
+ * two entries alike, and each worker reaches every other. */
+Test(agent, tensorflow_workers_reach_each_other_through_tf_config, .timeout = 90)
+{
+    two_hosts("2");
+    put_source_file("tests/tf_cluster.py", "cluster.py");
+    long id = submit("{\"name\":\"tf\",\"image\":\"tensorflow\",\"workspace\":\"ws\","
+                     "\"code_path\":\"cluster.py\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                     "\"worker_spec\":\"cpu-small\",\"worker_count\":4,\"workers_per_node\":2}");
+    char seen[16], p[128];
+    int ok = th_wait_state(&d, tok, id, "SUCCEEDED", 60000, seen);
+    char *logs[4];
+    for (int r = 0; r < 4; r++) {
+        snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=%d", id, r);
+        th_resp lr = th_get(&d, p, tok);
+        logs[r] = lr.body;
+        lr.body = NULL;
+        th_free(&lr);
+    }
+    cr_assert(ok, "job ended %s; rank 0: %s rank 1: %s rank 2: %s rank 3: %s", seen, logs[0],
+              logs[1], logs[2], logs[3]);
+    /* Ranks 0 and 1 listen on n1 (.2), ranks 2 and 3 on n2 (.3), each at a
+     * port of its own. */
+    int ports[4] = {0}, hosts[4] = {0}, master_port = 0;
+    for (int r = 0; r < 4; r++) {
+        char want[64];
+        snprintf(want, sizeof want, "worker %d met all 4 workers", r);
+        cr_expect_not_null(strstr(logs[r], want), "rank %d said: %s", r, logs[r]);
+        const char *at = strstr(logs[r], "listening at 10.211.");
+        cr_assert_not_null(at, "rank %d said: %s", r, logs[r]);
+        int net, mp;
+        cr_assert_eq(sscanf(at, "listening at 10.211.%d.%d:%d, MASTER_PORT %d", &net, &hosts[r],
+                            &ports[r], &mp), 4);
+        for (int q = 0; q < r; q++)
+            cr_expect(hosts[q] != hosts[r] || ports[q] != ports[r],
+                      "ranks %d and %d share .%d:%d", q, r, hosts[r], ports[r]);
+        if (r == 0)
+            master_port = mp;
+        cr_expect_eq(mp, master_port, "rank %d was given MASTER_PORT %d", r, mp);
+        free(logs[r]);
+    }
+    /* Node-major ranks: 0 and 1 on one host, 2 and 3 on the other. */
+    cr_expect(hosts[0] == hosts[1] && hosts[2] == hosts[3] && hosts[0] != hosts[2],
+              "ranks on hosts .%d .%d .%d .%d", hosts[0], hosts[1], hosts[2], hosts[3]);
+    /* Rank 0's port is the job's MASTER_PORT. */
+    cr_expect_eq(ports[0], master_port);
 }
 
 Test(agent, follow_streams_the_log_until_the_attempt_ends)
@@ -911,13 +1015,7 @@ Test(agent, an_unmodified_torch_distributed_script_trains, .timeout = 180)
     r = th_put_file(&d, "/v1/datasets/digits/files/train-labels-idx1-ubyte", tok, labels, hl + N);
     cr_assert_eq(r.status, 201);
     th_free(&r);
-    FILE *f = fopen(COHORT_SOURCE_DIR "/tests/ddp_train.py", "r");
-    cr_assert(f);
-    static char script[16384];
-    size_t n = fread(script, 1, sizeof script - 1, f);
-    fclose(f);
-    script[n] = '\0';
-    th_put_text(&d, tok, "ws", "ddp_train.py", script, NULL);
+    put_source_file("tests/ddp_train.py", "ddp_train.py");
     long id = submit("{\"name\":\"ddp\",\"image\":\"pytorch\",\"datasets\":[\"digits\"],"
                      "\"workspace\":\"ws\",\"code_path\":\"ddp_train.py\",\"epochs\":6,"
                      "\"lr\":0.5,\"batch_size\":32,\"worker_spec\":\"cpu-small\","
