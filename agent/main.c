@@ -6,6 +6,7 @@
  * workers; on SIGTERM or SIGINT it stops them and exits.
  */
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -22,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/cgroup.h"
 #include "agent/client.h"
 #include "agent/sup.h"
 #include "storage/util.h"
@@ -32,7 +34,8 @@
 #define LONG_POLL_S 20
 
 struct config {
-    const char *server, *join_token, *name, *address, *data_dir, *mount_root, *shim;
+    const char *server, *join_token, *name, *address, *data_dir, *mount_root, *shim, *cgroup;
+    char gpu_type[64];
     long long cpus, memory_mb, gpus, port_lo, port_hi, grace_s;
     int nlaunchers;
     char launcher[SUP_MAX_LAUNCHERS][2][PATH_MAX];
@@ -59,27 +62,64 @@ static void usage(FILE *f)
             "  --data-dir DIR        node identity and worker state (default /var/lib/cohort-agent)\n"
             "  --cpus N --memory-mb M --gpus G\n"
             "                        capacity (default: detected; GPUs by nvidia-smi -L)\n"
+            "  --gpu-type T          the GPUs' model (default: the first GPU's, as\n"
+            "                        nvidia-smi -L names it: nvidia-h200)\n"
             "  --port-range LO-HI    rendezvous ports for jobs (default 29500-29999)\n"
             "  --launcher IMAGE=PATH interpreter for an image or framework (default\n"
             "                        pytorch and tensorflow: python3 from PATH); '' runs the\n"
             "                        program itself\n"
             "  --mount-root DIR      where workers see datasets/ and workspace/ (default /cohort)\n"
             "  --stop-grace S        SIGTERM, then SIGKILL after S seconds (default 10)\n"
+            "  --cgroup DIR|off      a cgroup v2 directory under which each worker gets a\n"
+            "                        cgroup limited to its worker spec's CPUs and memory\n"
+            "                        (default: <the cgroup2 mount>/cohort, when there is one)\n"
             "  --shim PATH           the cohort-shim program (default: beside this one)\n"
             "  --help\n");
 }
 
-static long long detect_gpus(void)
+/*
+ * GPUs as `nvidia-smi -L` lists them ("GPU 0: NVIDIA H200 (UUID: GPU-...)"):
+ * their count, and the model of the first as a name ("nvidia-h200") into
+ * type when type is empty.  No nvidia-smi, or no GPU: 0.
+ */
+static long long detect_gpus(char *type, size_t tn)
 {
     FILE *p = popen("nvidia-smi -L 2>/dev/null", "r");
     if (!p)
         return 0;
     char line[512];
     long long n = 0;
-    while (fgets(line, sizeof line, p))
-        n += !strncmp(line, "GPU ", 4);
+    while (fgets(line, sizeof line, p)) {
+        const char *model = strstr(line, ": ");
+        if (strncmp(line, "GPU ", 4) || !model)
+            continue;
+        if (n++ == 0 && !type[0]) {
+            size_t k = 0;
+            for (const char *c = model + 2; *c && *c != '\n' && strncmp(c, " (UUID", 6) && k + 1 < tn &&
+                                            k < 63;
+                 c++) {
+                char ch = (char)tolower((unsigned char)*c);
+                if (isalnum((unsigned char)ch) || ch == '.' || ch == '_' || ch == '-')
+                    type[k++] = ch;
+                else if (k && type[k - 1] != '-')
+                    type[k++] = '-';
+            }
+            while (k && type[k - 1] == '-')
+                k--;
+            type[k] = '\0';
+        }
+    }
     pclose(p);
     return n;
+}
+
+/* FNV-1a of text: tells apart the agents of one machine. */
+static unsigned hash32(const char *text)
+{
+    unsigned h = 2166136261u;
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h;
 }
 
 /* The local address this machine uses to reach host. */
@@ -118,7 +158,8 @@ static int parse_args(int argc, char **argv, struct config *c)
         {"memory-mb", required_argument, NULL, 'm'}, {"gpus", required_argument, NULL, 'g'},
         {"port-range", required_argument, NULL, 'p'}, {"launcher", required_argument, NULL, 'l'},
         {"mount-root", required_argument, NULL, 'r'}, {"stop-grace", required_argument, NULL, 'G'},
-        {"shim", required_argument, NULL, 'S'},
+        {"shim", required_argument, NULL, 'S'},    {"cgroup", required_argument, NULL, 'C'},
+        {"gpu-type", required_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     c->data_dir = "/var/lib/cohort-agent";
@@ -140,6 +181,12 @@ static int parse_args(int argc, char **argv, struct config *c)
         case 'd': c->data_dir = optarg; break;
         case 'r': c->mount_root = optarg; break;
         case 'S': c->shim = optarg; break;
+        case 'C': c->cgroup = optarg; break;
+        case 'T':
+            if (!util_name_valid(optarg))
+                goto bad;
+            snprintf(c->gpu_type, sizeof c->gpu_type, "%s", optarg);
+            break;
         case 'c': c->cpus = strtoll(optarg, &end, 10); if (*end || c->cpus < 1) goto bad; break;
         case 'm': c->memory_mb = strtoll(optarg, &end, 10); if (*end || c->memory_mb < 1) goto bad; break;
         case 'g': c->gpus = strtoll(optarg, &end, 10); if (*end || c->gpus < 0) goto bad; break;
@@ -171,7 +218,8 @@ static int parse_args(int argc, char **argv, struct config *c)
     return 0;
 bad:
     fprintf(stderr, "cohort-agent: bad value for --%s: %s\n",
-            o == 'p' ? "port-range" : o == 'l' ? "launcher" : "capacity", optarg);
+            o == 'p' ? "port-range" : o == 'l' ? "launcher" : o == 'T' ? "gpu-type" : "capacity",
+            optarg);
     return -1;
 }
 
@@ -231,6 +279,8 @@ static int identity(struct config *c, client *cl, char *token, size_t tn, long l
     cJSON_AddNumberToObject(body, "cpus", (double)c->cpus);
     cJSON_AddNumberToObject(body, "memory_mb", (double)c->memory_mb);
     cJSON_AddNumberToObject(body, "gpus", (double)c->gpus);
+    if (c->gpus > 0 && c->gpu_type[0])
+        cJSON_AddStringToObject(body, "gpu_type", c->gpu_type);
     cJSON_AddNumberToObject(body, "port_lo", (double)c->port_lo);
     cJSON_AddNumberToObject(body, "port_hi", (double)c->port_hi);
     cJSON *out = NULL;
@@ -259,8 +309,9 @@ static int identity(struct config *c, client *cl, char *token, size_t tn, long l
         fprintf(stderr, "cohort-agent: cannot save %s: %s\n", path, strerror(errno));
         return -1;
     }
-    printf("cohort-agent: registered as node %lld (%s, %lld CPUs, %lld MiB, %lld GPUs)\n", *node_id,
-           c->name, c->cpus, c->memory_mb, c->gpus);
+    printf("cohort-agent: registered as node %lld (%s, %lld CPUs, %lld MiB, %lld GPUs%s%s)\n",
+           *node_id, c->name, c->cpus, c->memory_mb, c->gpus, c->gpu_type[0] ? " " : "",
+           c->gpu_type);
     return 0;
 }
 
@@ -375,10 +426,11 @@ int main(int argc, char **argv)
     int rc = 1;
     client *cl = NULL;
     sup *s = NULL;
+    static cg_root cg; /* the workers' cgroup subtree; path "" for none */
     if (parse_args(argc, argv, &cfg))
         return 2;
     if (cfg.gpus < 0)
-        cfg.gpus = detect_gpus();
+        cfg.gpus = detect_gpus(cfg.gpu_type, sizeof cfg.gpu_type);
     signal(SIGPIPE, SIG_IGN);
     struct sigaction sa = {0};
     sa.sa_handler = on_stop;
@@ -412,6 +464,20 @@ int main(int argc, char **argv)
                 strerror(errno));
         goto out;
     }
+    /* Workers' cgroups: this agent's subtree, named by the node and its data dir. */
+    char tag[128], ctl[64];
+    snprintf(tag, sizeof tag, "%s-%08x", cfg.name, hash32(cfg.data_dir));
+    err[0] = '\0';
+    if (cg_open(cfg.cgroup, tag, &cg, err, sizeof err) != 0) {
+        fprintf(stderr, "cohort-agent: --cgroup: %s\n", err);
+        goto out;
+    }
+    if (cg.path[0])
+        printf("cohort-agent: workers get cgroups under %s (controllers: %s)\n", cg.path,
+               cg_controllers(&cg, ctl, sizeof ctl));
+    else
+        printf("cohort-agent: workers get no cgroup of their own (%s)\n",
+               cfg.cgroup ? "--cgroup off" : err[0] ? err : "no cgroup v2 hierarchy is mounted");
     cl = client_new(cfg.server, err, sizeof err);
     if (!cl || identity(&cfg, cl, token, sizeof token, &node_id) != 0)
         goto out;
@@ -450,6 +516,7 @@ int main(int argc, char **argv)
         sc.launcher_image[sc.nlaunchers] = "tensorflow";
         sc.launcher_path[sc.nlaunchers++] = python;
     }
+    sc.cgroup = &cg;
     s = sup_open(&sc, err, sizeof err);
     if (!s) {
         fprintf(stderr, "cohort-agent: %s\n", err);
@@ -555,6 +622,7 @@ int main(int argc, char **argv)
     rc = 0;
 out:
     sup_close(s);
+    cg_close(&cg);
     client_free(cl);
     close(lock);
     return rc;

@@ -264,11 +264,31 @@ static int wait_init(pid_t init, int lockfd, const shim_spec *sp)
     }
 }
 
+/* The usage file from what the worker's cgroup counted, then the cgroup goes. */
+static void end_cgroup(int dfd, const char *path)
+{
+    cg_usage u;
+    char text[256];
+    if (cg_worker_end(path, &u, 2000) != 0)
+        fprintf(stderr, "cohort-shim: the cgroup %s stays: %s\n", path, strerror(errno));
+    snprintf(text, sizeof text, "cpu_us %lld\nmemory_peak %lld\nmemory_max %lld\noom_kills %lld\n",
+             (long long)u.cpu_us, (long long)u.memory_peak, (long long)u.memory_max,
+             (long long)u.oom_kills);
+    put_file(dfd, "usage", text);
+}
+
 /* The detached shim: namespaces, mounts, init, and the final status. */
 static void __attribute__((noreturn)) outer(int dfd, int logfd, int lockfd, const shim_spec *sp)
 {
-    char err[300], line[320];
+    char err[300], line[320], cg[1200] = "";
+    int cgfd = -1;
     setsid();
+    if (sp->cgroup.path[0]) {
+        if (cg_worker_make(&sp->cgroup, sp->id, sp->cpu_milli, sp->memory_mb, cg, sizeof cg, err,
+                           sizeof err) != 0 ||
+            (cgfd = cg_procs_open(cg, err, sizeof err)) < 0)
+            give_up(dfd, "%s", err);
+    }
     if (unshare(CLONE_NEWNS | CLONE_NEWPID) != 0)
         give_up(dfd, "cannot create namespaces: %s", strerror(errno));
     if (setup_mounts(sp, err, sizeof err) != 0)
@@ -290,10 +310,22 @@ static void __attribute__((noreturn)) outer(int dfd, int logfd, int lockfd, cons
         close(rp[0]);
         if (lockfd >= 0)
             close(lockfd);
+        /* Into the worker's cgroup before anything of the worker runs. */
+        int e = cgfd >= 0 ? cg_join(cgfd) : 0;
+        if (e != 0) {
+            snprintf(line, sizeof line, "error cannot join the cgroup %s: %s\n", cg, strerror(-e));
+            ssize_t w = write(rp[1], line, strlen(line));
+            (void)w;
+            _exit(1);
+        }
+        if (cgfd >= 0)
+            close(cgfd);
         sigprocmask(SIG_UNBLOCK, &chld, NULL);
         ns_init(sp, logfd, rp[1]);
     }
     close(rp[1]);
+    if (cgfd >= 0)
+        close(cgfd);
     snprintf(line, sizeof line, "%d\n", (int)init);
     put_file(dfd, "pid", line);
     int st = wait_init(init, lockfd, sp);
@@ -309,6 +341,8 @@ static void __attribute__((noreturn)) outer(int dfd, int logfd, int lockfd, cons
         snprintf(line, sizeof line, "error the worker's init ended without a word (%d)\n",
                  WEXITSTATUS(st));
     }
+    if (cg[0])
+        end_cgroup(dfd, cg);
     put_file(dfd, "status", line);
     _exit(0);
 }

@@ -11,8 +11,13 @@
  * agent's file descriptors.  When the worker ends, init ends, and the kernel
  * kills whatever is left in the namespace: nothing of a worker survives it.
  *
+ * With a cgroup root (cgroup.h), the namespace's init joins a cgroup of the
+ * worker's own there, with the spec's limits, before anything else runs.
+ *
  * Files in the worker's state directory:
  *   pid         host pid of the namespace's init (signal it to stop the worker)
+ *   usage       with a cgroup: "cpu_us N", "memory_peak N", "memory_max N" and
+ *               "oom_kills N" lines, written before status
  *   status      "exit N", "signal N" or "error MESSAGE", written once, atomically
  *   output.log  the worker's stdout and stderr
  */
@@ -21,6 +26,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "agent/cgroup.h"
 
 #define SHIM_MAX_DATASETS 32
 #define SHIM_MAX_HIDE 8
@@ -42,6 +49,10 @@ typedef struct shim_spec {
      * after grace_ms. */
     const char *agent_lock;
     int64_t lease_ms, grace_ms;
+    /* The agent's cgroup subtree (path "" for none); the worker's cgroup is
+     * w<id> below it, limited to cpu_milli and memory_mb (0: unlimited). */
+    cg_root cgroup;
+    int64_t id, cpu_milli, memory_mb;
 } shim_spec;
 
 /*

@@ -2,7 +2,8 @@
  * cohort-shim: started by cohort-agent (posix_spawn) for each worker, with
  * its launch request on standard input:
  *   {"dir", "spec" (the launch spec from cohortd), "launcher", "agent_dir",
- *    "agent_lock", "lease_ms", "grace_ms"}
+ *    "agent_lock", "lease_ms", "grace_ms", "cgroup" ({"path", "cpu", "memory",
+ *    "pids"}: the agent's cgroup subtree, absent for none)}
  * It creates the worker's state directory, turns the launch spec into the
  * sandbox of shim.h, detaches and runs the worker.  A request it cannot use
  * ends as dir/status "error ..." when dir is known.
@@ -167,6 +168,18 @@ int main(void)
     sp.agent_lock = jstr(req, "agent_lock");
     sp.lease_ms = jint(req, "lease_ms", 30000);
     sp.grace_ms = jint(req, "grace_ms", 10000);
+    const cJSON *cg = cJSON_GetObjectItemCaseSensitive(req, "cgroup");
+    if (jstr(cg, "path")) {
+        snprintf(sp.cgroup.path, sizeof sp.cgroup.path, "%s", jstr(cg, "path"));
+        sp.cgroup.cpu = (int)jint(cg, "cpu", 0);
+        sp.cgroup.memory = (int)jint(cg, "memory", 0);
+        sp.cgroup.pids = (int)jint(cg, "pids", 0);
+    }
+    /* The worker spec's share of the node: what its cgroup is limited to. */
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(spec, "resources");
+    sp.id = jint(spec, "id", 0);
+    sp.cpu_milli = jint(res, "cpus", 0) * 1000;
+    sp.memory_mb = jint(res, "memory_mb", 0);
     char *note = cJSON_PrintUnformatted(spec);
     if (shim_start(dir, &sp, note) != 0) {
         fail(dir, "cannot start the shim");

@@ -95,6 +95,29 @@ static void write_small(const char *dir, int64_t id, const char *name, const cha
     write_file(dir, id, name, text, 0);
 }
 
+/* A worker killed by a signal after its cgroup saw OOM kills ran out of its
+ * memory: its message says so (the usage file, shim.h). */
+static void oom_note(sup *s, struct worker *w)
+{
+    char path[4200], buf[256];
+    snprintf(path, sizeof path, "%s/%lld/usage", s->cfg.dir, (long long)w->id);
+    FILE *f = fopen(path, "re");
+    long long kills = 0, max = -1;
+    while (f && fgets(buf, sizeof buf, f)) {
+        sscanf(buf, "oom_kills %lld", &kills);
+        sscanf(buf, "memory_max %lld", &max);
+    }
+    if (f)
+        fclose(f);
+    if (kills <= 0)
+        return;
+    if (max > 0)
+        snprintf(w->message, sizeof w->message, "out of memory: over its limit of %lld MiB",
+                 max / (1024 * 1024));
+    else
+        snprintf(w->message, sizeof w->message, "out of memory");
+}
+
 /* Reads one worker's directory into w; 1 when its state changed. */
 static int refresh(sup *s, struct worker *w)
 {
@@ -113,6 +136,7 @@ static int refresh(sup *s, struct worker *w)
         } else if (sscanf(buf, "signal %ld", &v) == 1) {
             w->state = W_EXITED;
             w->signal = v;
+            oom_note(s, w);
         } else {
             w->state = W_FAILED;
             snprintf(w->message, sizeof w->message, "%.250s", strncmp(buf, "error ", 6) ? buf : buf + 6);
@@ -235,6 +259,14 @@ static void launch(sup *s, struct worker *w, const cJSON *spec)
         cJSON_AddStringToObject(req, "agent_lock", s->cfg.agent_lock);
     cJSON_AddNumberToObject(req, "lease_ms", (double)s->cfg.lease_ms);
     cJSON_AddNumberToObject(req, "grace_ms", (double)s->cfg.grace_ms);
+    const cg_root *cg = s->cfg.cgroup;
+    if (cg && cg->path[0]) {
+        cJSON *c = cJSON_AddObjectToObject(req, "cgroup");
+        cJSON_AddStringToObject(c, "path", cg->path);
+        cJSON_AddNumberToObject(c, "cpu", cg->cpu);
+        cJSON_AddNumberToObject(c, "memory", cg->memory);
+        cJSON_AddNumberToObject(c, "pids", cg->pids);
+    }
     char *text = cJSON_PrintUnformatted(req);
     cJSON_Delete(req);
     posix_spawn_file_actions_t fa;
@@ -421,6 +453,8 @@ cJSON *sup_report(sup *s)
                 cJSON_AddNumberToObject(o, "signal", (double)w->signal);
             else
                 cJSON_AddNumberToObject(o, "exit_code", (double)w->exit_code);
+            if (w->message[0])
+                cJSON_AddStringToObject(o, "message", w->message);
         } else {
             cJSON_AddStringToObject(o, "state", "failed");
             cJSON_AddStringToObject(o, "message", w->message);
@@ -438,6 +472,8 @@ void sup_reported(sup *s)
         int done = (w->state == W_EXITED || w->state == W_FAILED) && w->log_done;
         if (done && w->final_sent && !w->desired) {
             write_small(s->cfg.dir, w->id, "acked", "1\n");
+            /* Left only when its shim died before cleaning up. */
+            cg_worker_forget(s->cfg.cgroup ? s->cfg.cgroup->path : NULL, w->id);
             if (w->log_fd > 0)
                 close(w->log_fd);
             continue; /* forgotten */

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "agent/cgroup.h"
+
 #define SUP_MAX_LAUNCHERS 16
 
 typedef struct sup_config {
@@ -22,6 +24,7 @@ typedef struct sup_config {
     int64_t grace_ms;       /* SIGTERM, then SIGKILL after this */
     const char *agent_lock; /* shims watch it: no agent for lease_ms stops a worker */
     int64_t lease_ms;
+    const cg_root *cgroup;  /* the workers' cgroup subtree, or NULL */
     int nlaunchers;
     const char *launcher_image[SUP_MAX_LAUNCHERS];
     const char *launcher_path[SUP_MAX_LAUNCHERS];

@@ -31,6 +31,10 @@ static cJSON *node_json(const store_node *n)
     cJSON_AddNumberToObject(c, "cpus", (double)n->cpus);
     cJSON_AddNumberToObject(c, "memory_mb", (double)n->memory_mb);
     cJSON_AddNumberToObject(c, "gpus", (double)n->gpus);
+    if (n->gpu_type[0])
+        cJSON_AddStringToObject(c, "gpu_type", n->gpu_type);
+    else
+        cJSON_AddNullToObject(c, "gpu_type");
     cJSON *a = cJSON_AddObjectToObject(o, "allocated");
     cJSON_AddNumberToObject(a, "cpus", (double)n->used_cpus);
     cJSON_AddNumberToObject(a, "memory_mb", (double)n->used_memory_mb);
@@ -516,6 +520,10 @@ static cJSON *launch_spec(api_ctx *ctx, const store_worker *w, const store_job *
     cJSON_AddStringToObject(o, "framework", j->framework);
     cJSON_AddStringToObject(o, "program", j->code_path);
     cJSON_AddStringToObject(o, "mount_root", API_MOUNT_ROOT);
+    cJSON *res = cJSON_AddObjectToObject(o, "resources");
+    cJSON_AddNumberToObject(res, "cpus", (double)j->cpus);
+    cJSON_AddNumberToObject(res, "memory_mb", (double)j->memory_mb);
+    cJSON_AddNumberToObject(res, "gpus", (double)j->gpus);
 
     /* Volumes, by their host paths; the agent binds them under mount_root. */
     if (store_volume_get(ctx->st, STORE_WORKSPACE, j->tenant_id, j->workspace, 0, &ws) == STORE_OK) {

@@ -43,8 +43,9 @@ static void describe(store_tx *tx, const store_worker *w, char *out, size_t n)
         snprintf(out, n, "rank %lld on node %s failed to start: %.150s", (long long)w->rank, node,
                  w->message);
     else if (w->signal)
-        snprintf(out, n, "rank %lld on node %s was killed by signal %lld", (long long)w->rank,
-                 node, (long long)w->signal);
+        snprintf(out, n, "rank %lld on node %s was killed by signal %lld%s%.150s%s",
+                 (long long)w->rank, node, (long long)w->signal, w->message[0] ? " (" : "",
+                 w->message, w->message[0] ? ")" : "");
     else
         snprintf(out, n, "rank %lld on node %s exited with status %lld", (long long)w->rank,
                  node, (long long)w->exit_code);

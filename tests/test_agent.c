@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tests/harness.h"
@@ -448,6 +449,201 @@ Test(agent, cancel_leaves_no_process_behind)
     wait_workers_ended(id);
     r = th_get(&d, p, tok);
     cr_expect(strstr(r.body, "\"running\"") == NULL, "a worker still reads running: %s", r.body);
+    th_free(&r);
+}
+
+/* The first cgroup v2 mount point, into out: 0, or -1 when there is none. */
+static int cgroup2_mount(char *out, size_t n)
+{
+    FILE *f = fopen("/proc/self/mounts", "r");
+    char line[4096], dev[256], dir[2048], type[64];
+    int rc = -1;
+    while (f && rc && fgets(line, sizeof line, f))
+        if (sscanf(line, "%255s %2047s %63s", dev, dir, type) == 3 && !strcmp(type, "cgroup2")) {
+            snprintf(out, n, "%s", dir);
+            rc = 0;
+        }
+    if (f)
+        fclose(f);
+    return rc;
+}
+
+static int read_text(const char *path, char *buf, size_t n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t got = fread(buf, 1, n - 1, f);
+    fclose(f);
+    buf[got] = '\0';
+    return 0;
+}
+
+/* Each worker's processes, a background grandchild among them, are in a
+ * cgroup v2 of the worker's own, under the agent's subtree, limited to the
+ * worker spec where the cpu and memory controllers are on; the cgroup is
+ * gone when the worker is. */
+Test(agent, each_worker_runs_in_a_cgroup_of_its_own)
+{
+    char mnt[2048], path[4200], buf[4096], p[128], seen[16];
+    if (cgroup2_mount(mnt, sizeof mnt) != 0)
+        cr_skip_test("no cgroup v2 hierarchy is mounted here");
+    platform(NULL);
+    agents(1, "8");
+    th_put_text(&d, tok, "ws", "cg.sh",
+                "#!/bin/sh\n"
+                "mkdir -p out\n"
+                "sleep 60 &\n"
+                "grep '^0::' /proc/self/cgroup > out/cg-$RANK.txt\n"
+                "wait\n",
+                "755");
+    long id = submit("{\"name\":\"cg\",\"image\":\"native\",\"workspace\":\"ws\","
+                     "\"code_path\":\"cg.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                     "\"worker_spec\":\"cpu-small\",\"worker_count\":2}");
+    cr_assert(th_wait_state(&d, tok, id, "RUNNING", 20000, seen), "job is %s", seen);
+    char rel[2][512];
+    for (int r = 0; r < 2; r++) {
+        char file[32];
+        snprintf(file, sizeof file, "out/cg-%d.txt", r);
+        char *t = NULL;
+        for (int i = 0; i < 100; i++) {
+            snprintf(path, sizeof path, "/v1/workspaces/ws/files/%s", file);
+            th_resp fr = th_get(&d, path, tok);
+            if (fr.status == 200 && fr.body && strchr(fr.body, '\n')) {
+                t = fr.body;
+                fr.body = NULL;
+            }
+            th_free(&fr);
+            if (t)
+                break;
+            usleep(100000);
+        }
+        cr_assert_not_null(t, "rank %d wrote no %s", r, file);
+        t[strcspn(t, "\n")] = '\0';
+        /* 0::/cohort/n1-<hash>/w<worker id> */
+        cr_expect(!strncmp(t, "0::/cohort/n1-", 14) && strstr(t, "/w") != NULL,
+                  "rank %d is in %s", r, t);
+        snprintf(rel[r], sizeof rel[r], "%s", t + 3);
+        free(t);
+    }
+    cr_expect_str_neq(rel[0], rel[1], "two ranks share a cgroup");
+    for (int r = 0; r < 2; r++) {
+        /* The shell, its background sleep and the namespace's init. */
+        snprintf(path, sizeof path, "%s%s/cgroup.procs", mnt, rel[r]);
+        cr_assert_eq(read_text(path, buf, sizeof buf), 0, "%s is missing", path);
+        int procs = 0;
+        for (char *q = buf; *q; q++)
+            procs += *q == '\n';
+        cr_expect_geq(procs, 3, "rank %d's cgroup holds %d processes", r, procs);
+        /* The limits of cpu-small (1 CPU, 2048 MiB) where the controllers are on. */
+        snprintf(path, sizeof path, "%s%s/cpu.max", mnt, rel[r]);
+        if (read_text(path, buf, sizeof buf) == 0)
+            cr_expect_str_eq(buf, "100000 100000\n");
+        else
+            cr_log_info("the cpu controller is not on here: no cpu.max to check");
+        snprintf(path, sizeof path, "%s%s/memory.max", mnt, rel[r]);
+        if (read_text(path, buf, sizeof buf) == 0)
+            cr_expect_eq(strtoll(buf, NULL, 10), 2048LL << 20, "memory.max %s", buf);
+        else
+            cr_log_info("the memory controller is not on here: no memory.max to check");
+    }
+    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", id);
+    th_resp r = th_post(&d, p, tok, NULL);
+    cr_expect_eq(r.status, 200);
+    th_free(&r);
+    wait_workers_ended(id);
+    for (int k = 0; k < 2; k++) {
+        struct stat sb;
+        snprintf(path, sizeof path, "%s%s", mnt, rel[k]);
+        int gone = 0;
+        for (int i = 0; i < 50 && !gone; i++, usleep(100000))
+            gone = stat(path, &sb) != 0;
+        cr_expect(gone, "%s outlived its worker", path);
+    }
+}
+
+/* --cgroup names a directory that must be of cgroup v2; off runs without. */
+Test(agent, cgroup_option_refuses_what_is_not_cgroup_v2)
+{
+    char dir[] = "/tmp/cohort-agent-cg-XXXXXX", cmd[1024], out[1024];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "timeout 10 %s --server http://127.0.0.1:1 --name n1 --data-dir %s/a --mount-root "
+             "%s/m --cgroup %s 2>&1",
+             COHORT_AGENT_BIN, dir, dir, dir);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 1, "exit status %d: %s", st, out);
+    char want[200];
+    snprintf(want, sizeof want, "--cgroup: %s is not a cgroup v2 directory", dir);
+    cr_expect_not_null(strstr(out, want), "it said: %s", out);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+/* GPUs as nvidia-smi -L lists them become the node's capacity and type.  No
+ * GPU here: a stand-in nvidia-smi first on PATH prints what the real one
+ * prints on a two-GPU H200 machine. */
+Test(agent, gpus_are_detected_through_nvidia_smi)
+{
+    char dir[] = "/tmp/cohort-nvsmi-XXXXXX", path[128], env[4200], cmd[160];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/nvidia-smi", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "#!/bin/sh\n[ \"$1\" = -L ] || exit 9\n"
+               "echo 'GPU 0: NVIDIA H200 (UUID: GPU-5f1e4c3a-8d2b-4a61-9e0f-7c6b5a493821)'\n"
+               "echo 'GPU 1: NVIDIA H200 (UUID: GPU-0b9c8d7e-6f5a-4b3c-2d1e-0f9a8b7c6d5e)'\n");
+    fclose(f);
+    chmod(path, 0755);
+    platform(NULL);
+    const char *old = getenv("PATH");
+    char *saved = strdup(old ? old : "/usr/bin:/bin");
+    snprintf(env, sizeof env, "%s:%s", dir, saved);
+    setenv("PATH", env, 1);
+    const char *extra[] = {"--cpus", "8", NULL};
+    th_agent_start(&ag[0], &d, "g1", extra);
+    nagents = 1;
+    setenv("PATH", saved, 1);
+    free(saved);
+    th_resp r = th_get(&d, "/v1/nodes", TH_ADMIN);
+    const cJSON *n = cJSON_GetArrayItem(cJSON_GetObjectItem(r.json, "items"), 0);
+    const cJSON *cap = cJSON_GetObjectItem(n, "capacity");
+    cr_assert_not_null(cap, "%s", r.body);
+    cr_expect_eq(cJSON_GetObjectItem(cap, "gpus")->valuedouble, 2, "%s", r.body);
+    cr_expect_not_null(strstr(r.body, "\"gpu_type\":\"nvidia-h200\""), "%s", r.body);
+    th_free(&r);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+/* Where the memory controller can be used: a worker that allocates past its
+ * spec's memory is killed by the kernel, and the job says why. */
+Test(agent, a_worker_over_its_memory_is_killed_and_the_reason_says_so, .timeout = 90)
+{
+    char mnt[2048], path[2200], buf[512], seen[16];
+    if (cgroup2_mount(mnt, sizeof mnt) != 0)
+        cr_skip_test("no cgroup v2 hierarchy is mounted here");
+    snprintf(path, sizeof path, "%s/cgroup.controllers", mnt);
+    if (read_text(path, buf, sizeof buf) != 0 || !strstr(buf, "memory"))
+        cr_skip_test("the memory controller is not in the cgroup v2 hierarchy here (cgroup v1 "
+                     "holds it): memory limits cannot be enforced");
+    platform(NULL);
+    agents(1, "8");
+    /* 2.5 GiB, touched, in a 2048 MiB worker */
+    th_put_text(&d, tok, "ws", "hog.py", "b = bytearray(2560 * 1024 * 1024)\nprint(len(b))\n", NULL);
+    long id = submit("{\"name\":\"hog\",\"image\":\"pytorch\",\"workspace\":\"ws\","
+                     "\"code_path\":\"hog.py\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                     "\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
+    cr_assert(th_wait_state(&d, tok, id, "FAILED", 60000, seen), "job ended %s", seen);
+    char p[64];
+    snprintf(p, sizeof p, "/v1/jobs/%ld", id);
+    th_resp r = th_get(&d, p, tok);
+    cr_expect(strstr(th_str(&r, "reason"), "out of memory: over its limit of 2048 MiB") != NULL,
+              "reason: %s", th_str(&r, "reason"));
     th_free(&r);
 }
 
