@@ -24,6 +24,7 @@
 #include <gloo/broadcast_one_to_all.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
@@ -79,14 +80,31 @@ class CohortStore : public gloo::rendezvous::Store {
     int timeout_ms_;
 };
 
+/*
+ * Two ranks exchange whole buffers over two pairs of their own, one per
+ * direction.  The sending side of each is in Gloo's default asynchronous
+ * mode (the write never blocks the rank: what the socket does not take at
+ * once, Gloo's event-loop thread finishes), the receiving side in its
+ * synchronous mode (the rank reads its socket in its own thread, so it is
+ * not woken by another thread for every message).
+ */
+struct Exchange {
+    std::vector<float> peer;
+    std::unique_ptr<gloo::transport::Buffer> send, recv;
+};
+
 struct GlooComm {
     std::shared_ptr<gloo::transport::Device> dev;
     std::shared_ptr<gloo::rendezvous::Context> ctx;
+    /* two ranks: the exchange's pairs, out (this rank sends) and in */
+    std::shared_ptr<gloo::rendezvous::Context> out, in;
     std::chrono::milliseconds timeout;
     uint32_t tag = 0;
-    /* Allreduce algorithms keep their buffers registered with the pairs, so
-     * the trainer's one gradient buffer is set up once, not every step. */
+    /* Allreduce algorithms and exchanges keep their buffers registered with
+     * the pairs, so the trainer's one gradient buffer is set up once, not
+     * every step. */
     std::map<std::pair<float *, size_t>, std::unique_ptr<gloo::Algorithm>> algos;
+    std::map<std::pair<float *, size_t>, Exchange> exchanges;
 };
 
 void message(char *err, size_t errlen, const std::exception &e)
@@ -101,10 +119,44 @@ void scale(float *buf, size_t n, float f)
         buf[i] *= f;
 }
 
+/* Sum of two ranks: send all of buf, receive all of the peer's, add.  Both
+ * ranks add the same two numbers (a + b == b + a), so they end equal. */
+void exchange_sum(GlooComm *g, float *buf, size_t count)
+{
+    auto key = std::make_pair(buf, count);
+    auto it = g->exchanges.find(key);
+    size_t bytes = count * sizeof(float);
+    if (it == g->exchanges.end()) {
+        if (g->exchanges.size() >= 16)
+            g->exchanges.clear();
+        int peer = 1 - g->ctx->rank;
+        /* The same slot on both ranks: each takes the next of both contexts. */
+        int so = g->out->nextSlot(), si = g->in->nextSlot();
+        Exchange x;
+        x.peer.resize(count);
+        x.send = g->out->getPair(peer)->createSendBuffer(so, buf, bytes);
+        x.recv = g->in->getPair(peer)->createRecvBuffer(si, x.peer.data(), bytes);
+        it = g->exchanges.emplace(key, std::move(x)).first;
+    }
+    Exchange &x = it->second;
+    x.send->send(0, bytes, 0);
+    x.recv->waitRecv();
+    x.send->waitSend(); /* buf changes below: the send must be done with it */
+    const float *peer = x.peer.data();
+    for (size_t i = 0; i < count; i++)
+        buf[i] += peer[i];
+}
+
 int gloo_allreduce(void *b, float *buf, size_t count, int average, char *err, size_t errlen)
 {
     auto *g = static_cast<GlooComm *>(b);
     try {
+        if (g->out) {
+            exchange_sum(g, buf, count);
+            if (average)
+                scale(buf, count, 0.5f);
+            return 0;
+        }
         auto key = std::make_pair(buf, count);
         auto it = g->algos.find(key);
         if (it == g->algos.end()) {
@@ -112,13 +164,13 @@ int gloo_allreduce(void *b, float *buf, size_t count, int average, char *err, si
                 g->algos.clear();
             std::vector<float *> ptrs{buf};
             std::unique_ptr<gloo::Algorithm> a;
-            /* Two ranks: one whole-buffer exchange (ring) measured ~20% faster
-             * inside the training loop than halving-doubling; more ranks:
-             * halving-doubling, which moves 2(n-1)/n of the buffer, not n-1.
-             * COHORT_GLOO_ALGO picks another, for comparisons. */
+            /* More than two ranks: halving-doubling, which moves 2(n-1)/n of
+             * the buffer, not n-1.  COHORT_GLOO_ALGO=ring|ring_chunked|hd
+             * picks one of Gloo's algorithms instead (two ranks too, in
+             * place of the exchange), for comparisons. */
             const char *alg = getenv("COHORT_GLOO_ALGO");
-            if (!alg)
-                alg = g->ctx->size == 2 ? "ring" : "hd";
+            if (!alg || !strcmp(alg, "exchange"))
+                alg = "hd";
             if (!strcmp(alg, "ring"))
                 a.reset(new gloo::AllreduceRing<float>(g->ctx, ptrs, (int)count));
             else if (!strcmp(alg, "ring_chunked"))
@@ -189,6 +241,20 @@ extern "C" int comm_gloo_open(int rank, int size, comm_store *store, const char 
         g->ctx->setTimeout(g->timeout);
         CohortStore st(store, timeout_ms);
         g->ctx->connectFullMesh(st, g->dev);
+        const char *alg = getenv("COHORT_GLOO_ALGO");
+        if (size == 2 && (!alg || !strcmp(alg, "exchange"))) {
+            /* Context a carries rank 0's data to rank 1, b the other way. */
+            std::shared_ptr<gloo::rendezvous::Context> ab[2];
+            for (int i = 0; i < 2; i++) {
+                gloo::rendezvous::PrefixStore ps(i ? "exchange-b" : "exchange-a", st);
+                ab[i] = std::make_shared<gloo::rendezvous::Context>(rank, size);
+                ab[i]->setTimeout(g->timeout);
+                ab[i]->connectFullMesh(ps, g->dev);
+            }
+            g->out = ab[rank];
+            g->in = ab[1 - rank];
+            g->in->getPair(1 - rank)->setSync(true, false);
+        }
         *out = g;
         return 0;
     } catch (const std::exception &e) {
