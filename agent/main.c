@@ -36,7 +36,7 @@
 struct config {
     const char *server, *join_token, *name, *address, *data_dir, *mount_root, *shim, *cgroup;
     char gpu_type[64];
-    long long cpus, memory_mb, gpus, port_lo, port_hi, grace_s;
+    long long cpus, memory_mb, gpus, port_lo, port_hi, grace_s, keep_s;
     int nlaunchers;
     char launcher[SUP_MAX_LAUNCHERS][2][PATH_MAX];
 };
@@ -70,6 +70,8 @@ static void usage(FILE *f)
             "                        program itself\n"
             "  --mount-root DIR      where workers see datasets/ and workspace/ (default /cohort)\n"
             "  --stop-grace S        SIGTERM, then SIGKILL after S seconds (default 10)\n"
+            "  --keep-finished S     a finished worker's directory (its output, status) stays\n"
+            "                        S seconds after cohortd has all of it (default 600)\n"
             "  --cgroup DIR|off      a cgroup v2 directory under which each worker gets a\n"
             "                        cgroup limited to its worker spec's CPUs and memory\n"
             "                        (default: <the cgroup2 mount>/cohort, when there is one)\n"
@@ -160,6 +162,7 @@ static int parse_args(int argc, char **argv, struct config *c)
         {"mount-root", required_argument, NULL, 'r'}, {"stop-grace", required_argument, NULL, 'G'},
         {"shim", required_argument, NULL, 'S'},    {"cgroup", required_argument, NULL, 'C'},
         {"gpu-type", required_argument, NULL, 'T'},
+        {"keep-finished", required_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     c->data_dir = "/var/lib/cohort-agent";
@@ -170,6 +173,7 @@ static int parse_args(int argc, char **argv, struct config *c)
     c->port_lo = 29500;
     c->port_hi = 29999;
     c->grace_s = 10;
+    c->keep_s = 600;
     int o;
     char *end;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -191,6 +195,7 @@ static int parse_args(int argc, char **argv, struct config *c)
         case 'm': c->memory_mb = strtoll(optarg, &end, 10); if (*end || c->memory_mb < 1) goto bad; break;
         case 'g': c->gpus = strtoll(optarg, &end, 10); if (*end || c->gpus < 0) goto bad; break;
         case 'G': c->grace_s = strtoll(optarg, &end, 10); if (*end || c->grace_s < 0) goto bad; break;
+        case 'K': c->keep_s = strtoll(optarg, &end, 10); if (*end || c->keep_s < 0) goto bad; break;
         case 'p':
             if (sscanf(optarg, "%lld-%lld", &c->port_lo, &c->port_hi) != 2 || c->port_lo < 1024 ||
                 c->port_hi > 65535 || c->port_hi < c->port_lo)
@@ -218,7 +223,12 @@ static int parse_args(int argc, char **argv, struct config *c)
     return 0;
 bad:
     fprintf(stderr, "cohort-agent: bad value for --%s: %s\n",
-            o == 'p' ? "port-range" : o == 'l' ? "launcher" : o == 'T' ? "gpu-type" : "capacity",
+            o == 'p'   ? "port-range"
+            : o == 'l' ? "launcher"
+            : o == 'T' ? "gpu-type"
+            : o == 'K' ? "keep-finished"
+            : o == 'G' ? "stop-grace"
+                       : "capacity",
             optarg);
     return -1;
 }
@@ -543,7 +553,7 @@ int main(int argc, char **argv)
     pthread_detach(poll_thread); /* it may sit in a long poll when we exit */
 
     int64_t hb_ms = 2000, lease_ms = 30000;
-    int64_t now = util_mono_us() / 1000, last_contact = now, next_hb = 0;
+    int64_t now = util_mono_us() / 1000, last_contact = now, next_hb = 0, next_sweep = 0;
     int lease_lost = 0;
     struct link ln = {cl, 0};
     while (!stopping) {
@@ -566,6 +576,11 @@ int main(int argc, char **argv)
             changed |= sup_scan(s);
         }
         sup_tick(s);
+        if (now >= next_sweep) {
+            /* Finished workers' directories, cohortd having their logs. */
+            sup_sweep(s, cfg.keep_s * 1000);
+            next_sweep = now + (cfg.keep_s < 60 ? cfg.keep_s + 1 : 60) * 1000;
+        }
         changed |= sup_ship_logs(s, ship_log, &ln);
         if ((now >= next_hb || changed) && !ln.down) {
             cJSON *body = cJSON_CreateObject();

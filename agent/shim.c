@@ -264,17 +264,16 @@ static int wait_init(pid_t init, int lockfd, const shim_spec *sp)
     }
 }
 
-/* The usage file from what the worker's cgroup counted, then the cgroup goes. */
-static void end_cgroup(int dfd, const char *path)
+/* What the worker's cgroup counted, as lines for the status file; then the
+ * cgroup goes. */
+static void end_cgroup(const char *path, char *text, size_t n)
 {
     cg_usage u;
-    char text[256];
     if (cg_worker_end(path, &u, 2000) != 0)
         fprintf(stderr, "cohort-shim: the cgroup %s stays: %s\n", path, strerror(errno));
-    snprintf(text, sizeof text, "cpu_us %lld\nmemory_peak %lld\nmemory_max %lld\noom_kills %lld\n",
+    snprintf(text, n, "cpu_us %lld\nmemory_peak %lld\nmemory_max %lld\noom_kills %lld\n",
              (long long)u.cpu_us, (long long)u.memory_peak, (long long)u.memory_max,
              (long long)u.oom_kills);
-    put_file(dfd, "usage", text);
 }
 
 /* The detached shim: namespaces, mounts, init, and the final status. */
@@ -341,9 +340,11 @@ static void __attribute__((noreturn)) outer(int dfd, int logfd, int lockfd, cons
         snprintf(line, sizeof line, "error the worker's init ended without a word (%d)\n",
                  WEXITSTATUS(st));
     }
+    char status[640], usage[256] = "";
     if (cg[0])
-        end_cgroup(dfd, cg);
-    put_file(dfd, "status", line);
+        end_cgroup(cg, usage, sizeof usage);
+    snprintf(status, sizeof status, "%s%s", line, usage);
+    put_file(dfd, "status", status);
     _exit(0);
 }
 

@@ -16,9 +16,9 @@
  *
  * Files in the worker's state directory:
  *   pid         host pid of the namespace's init (signal it to stop the worker)
- *   usage       with a cgroup: "cpu_us N", "memory_peak N", "memory_max N" and
- *               "oom_kills N" lines, written before status
- *   status      "exit N", "signal N" or "error MESSAGE", written once, atomically
+ *   status      "exit N", "signal N" or "error MESSAGE", written once, atomically;
+ *               with a cgroup, "cpu_us N", "memory_peak N", "memory_max N" and
+ *               "oom_kills N" lines follow
  *   output.log  the worker's stdout and stderr
  */
 #ifndef COHORT_AGENT_SHIM_H

@@ -96,11 +96,11 @@ static void write_small(const char *dir, int64_t id, const char *name, const cha
 }
 
 /* A worker killed by a signal after its cgroup saw OOM kills ran out of its
- * memory: its message says so (the usage file, shim.h). */
+ * memory: its message says so (the status file's usage lines, shim.h). */
 static void oom_note(sup *s, struct worker *w)
 {
     char path[4200], buf[256];
-    snprintf(path, sizeof path, "%s/%lld/usage", s->cfg.dir, (long long)w->id);
+    snprintf(path, sizeof path, "%s/%lld/status", s->cfg.dir, (long long)w->id);
     FILE *f = fopen(path, "re");
     long long kills = 0, max = -1;
     while (f && fgets(buf, sizeof buf, f)) {
@@ -490,5 +490,48 @@ int sup_running(sup *s)
     int n = 0;
     for (int i = 0; i < s->n; i++)
         n += s->w[i].state == W_RUNNING || s->w[i].state == W_STARTING;
+    return n;
+}
+
+/* Removes one worker's directory: its files, then itself. */
+static int remove_worker_dir(int dfd, const char *name)
+{
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return -1;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            unlinkat(fd, e->d_name, 0);
+    closedir(d);
+    return unlinkat(dfd, name, AT_REMOVEDIR);
+}
+
+int sup_sweep(sup *s, int64_t keep_ms)
+{
+    DIR *d = opendir(s->cfg.dir);
+    if (!d)
+        return 0;
+    int n = 0;
+    time_t cutoff = time(NULL) - (time_t)(keep_ms / 1000);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char *end, path[4200];
+        long long id = strtoll(e->d_name, &end, 10);
+        struct stat sb;
+        if (*end || id <= 0 || find(s, id))
+            continue;
+        /* "acked" is written when the worker is forgotten (sup_reported). */
+        snprintf(path, sizeof path, "%s/%s/acked", s->cfg.dir, e->d_name);
+        if (stat(path, &sb) != 0 || sb.st_mtime > cutoff)
+            continue;
+        n += remove_worker_dir(dirfd(d), e->d_name) == 0;
+    }
+    closedir(d);
     return n;
 }

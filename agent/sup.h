@@ -59,5 +59,8 @@ cJSON *sup_report(sup *s);
 void sup_reported(sup *s);
 /* Workers still running. */
 int sup_running(sup *s);
+/* Removes the directories of workers forgotten (cohortd has their end and
+ * their whole log) more than keep_ms ago; returns how many went. */
+int sup_sweep(sup *s, int64_t keep_ms);
 
 #endif

@@ -562,6 +562,46 @@ Test(agent, each_worker_runs_in_a_cgroup_of_its_own)
     }
 }
 
+/* Workers in this agent's state directory (numbered directories). */
+static int worker_dirs(const th_agent *a)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/workers", a->dir);
+    DIR *dp = opendir(path);
+    struct dirent *e;
+    int n = 0;
+    while (dp && (e = readdir(dp)) != NULL)
+        n += e->d_name[0] >= '1' && e->d_name[0] <= '9';
+    if (dp)
+        closedir(dp);
+    return n;
+}
+
+/* A finished worker's directory (its output.log above all) does not stay on
+ * the node for ever: it goes --keep-finished seconds after cohortd has the
+ * whole log, which cohortd still serves. */
+Test(agent, finished_workers_leave_the_node_after_keep_finished)
+{
+    platform(NULL);
+    const char *extra[] = {"--cpus", "8", "--keep-finished", "1", NULL};
+    th_agent_start(&ag[0], &d, "n1", extra);
+    nagents = 1;
+    th_put_text(&d, tok, "ws", "hi.sh", "#!/bin/sh\necho \"hello from $RANK\"\n", "755");
+    long id = submit("{\"name\":\"hi\",\"image\":\"native\",\"workspace\":\"ws\","
+                     "\"code_path\":\"hi.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                     "\"worker_spec\":\"cpu-small\",\"worker_count\":2}");
+    char seen[16], p[96];
+    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 20000, seen), "job ended %s", seen);
+    int left = -1;
+    for (int i = 0; i < 100 && (left = worker_dirs(&ag[0])) > 0; i++)
+        usleep(100000);
+    cr_expect_eq(left, 0, "%d worker directories stayed", left);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=1", id);
+    th_resp r = th_get(&d, p, tok);
+    cr_expect_str_eq(r.body, "hello from 1\n");
+    th_free(&r);
+}
+
 /* --cgroup names a directory that must be of cgroup v2; off runs without. */
 Test(agent, cgroup_option_refuses_what_is_not_cgroup_v2)
 {

@@ -197,7 +197,12 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, "%s/agent.log", dir);
     char *aargs[] = {agent, "--server", base, "--join-token", join, "--name", "bench",
                      "--data-dir", adir, "--cpus", "64", "--memory-mb", "262144",
-                     "--address", "127.0.0.1", NULL};
+                     "--address", "127.0.0.1", NULL, NULL, NULL};
+    /* COHORT_E2E_CGROUP=off|DIR: the agent's --cgroup, to see what cgroups cost */
+    if (getenv("COHORT_E2E_CGROUP")) {
+        aargs[15] = "--cgroup";
+        aargs[16] = getenv("COHORT_E2E_CGROUP");
+    }
     pid_t apid = spawn(aargs, path);
     for (int i = 0; i < 100; i++) {
         call("GET", "/v1/nodes", NULL, NULL, 0, &out);
