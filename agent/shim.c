@@ -312,7 +312,8 @@ static void __attribute__((noreturn)) outer(int dfd, int logfd, int lockfd, cons
         /* Into the worker's cgroup before anything of the worker runs. */
         int e = cgfd >= 0 ? cg_join(cgfd) : 0;
         if (e != 0) {
-            snprintf(line, sizeof line, "error cannot join the cgroup %s: %s\n", cg, strerror(-e));
+            snprintf(line, sizeof line, "error cannot join the cgroup %.200s: %s\n", cg,
+                     strerror(-e));
             ssize_t w = write(rp[1], line, strlen(line));
             (void)w;
             _exit(1);

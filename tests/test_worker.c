@@ -79,6 +79,9 @@ static char *slurp(const char *path)
 
 /* One rank of a job: cohort-worker train with the rank environment, its
  * stdout and stderr in dir/rankN.out and dir/rankN.err. */
+/* The BACKEND the ranks of spawn_rank get (the GPU tests set nccl). */
+static const char *rank_backend = "gloo";
+
 static pid_t spawn_rank(const char *dir, int rank, int world, int port, const char *const *args)
 {
     char e[8][64], out[512], errp[512];
@@ -92,7 +95,7 @@ static pid_t spawn_rank(const char *dir, int rank, int world, int port, const ch
     snprintf(e[2], 64, "WORLD_SIZE=%d", world);
     snprintf(e[3], 64, "RANK=%d", rank);
     snprintf(e[4], 64, "LOCAL_RANK=%d", rank);
-    snprintf(e[5], 64, "BACKEND=gloo");
+    snprintf(e[5], 64, "BACKEND=%s", rank_backend);
     snprintf(e[6], 64, "PATH=/usr/bin:/bin");
     snprintf(e[7], 64, "OPENBLAS_NUM_THREADS=1");
     for (int i = 0; i < 8; i++)
@@ -930,6 +933,78 @@ Test(nccl, two_ranks_allreduce_and_broadcast_on_gpus, .timeout = 120)
     for (int r = 0; r < 2; r++)
         cr_assert_eq(wait_exit(pids[r], 100), 0, "rank %d", r);
 }
+#ifdef COHORT_HAVE_GPU
+/* The GPU trainer (gpu.cu) against the CPU one: the same seed, data, batch
+ * and steps end with the same parameters, up to float rounding (cuBLAS and
+ * OpenBLAS sum in different orders). */
+static void gpu_against_cpu(const char *optimizer)
+{
+    char dir[64], data[128], cpu[160], gpu[160];
+    tmpdir(dir, sizeof dir);
+    snprintf(data, sizeof data, "%s/data", dir);
+    mkdata(data, 2000, 200, 0);
+    snprintf(cpu, sizeof cpu, "%s/cpu.params", dir);
+    snprintf(gpu, sizeof gpu, "%s/gpu.params", dir);
+    const char *ac[] = { "--data", data, "--no-checkpoint", "--optimizer", optimizer, "--lr",
+                         "0.01", "--batch-size", "32", "--max-steps", "30", "--dump-params", cpu,
+                         "--log-every", "0", NULL };
+    const char *ag[] = { "--data", data, "--no-checkpoint", "--optimizer", optimizer, "--lr",
+                         "0.01", "--batch-size", "32", "--max-steps", "30", "--dump-params", gpu,
+                         "--log-every", "0", NULL };
+    run_job(dir, 1, ac);
+    rank_backend = "nccl";
+    run_job(dir, 1, ag);
+    rank_backend = "gloo";
+    size_t nc, ng;
+    float *pc = read_floats(cpu, &nc), *pg = read_floats(gpu, &ng);
+    cr_assert_eq(nc, ng);
+    double rd = rel_diff(pc, pg, nc);
+    cr_log_info("GPU against CPU, %s: relative difference %.3g", optimizer, rd);
+    cr_assert_lt(rd, 1e-4, "%s: relative difference %g", optimizer, rd);
+    free(pc);
+    free(pg);
+    rmrf(dir);
+}
+
+Test(gpu, trainer_on_a_gpu_matches_the_cpu_trainer, .timeout = 180)
+{
+    if (gpu_count() < 1)
+        cr_skip_test("no GPU here");
+    gpu_against_cpu("sgd");
+    gpu_against_cpu("adam");
+}
+
+Test(gpu, two_gpu_ranks_equal_one_gpu_rank_with_double_batch, .timeout = 180)
+{
+    if (gpu_count() < 2)
+        cr_skip_test("fewer than 2 GPUs here (%d)", gpu_count());
+    rank_backend = "nccl";
+    check_equivalence(2, "sgd");
+    check_equivalence(2, "adam");
+    rank_backend = "gloo";
+}
+
+/* Where there is no GPU, BACKEND=nccl fails at once and says why. */
+Test(gpu, without_a_gpu_the_trainer_says_so, .timeout = 60)
+{
+    if (gpu_count() > 0)
+        cr_skip_test("this machine has a GPU");
+    char dir[64], data[128], path[256];
+    tmpdir(dir, sizeof dir);
+    snprintf(data, sizeof data, "%s/data", dir);
+    mkdata(data, 100, 10, 0);
+    const char *args[] = { "--data", data, "--no-checkpoint", "--log-every", "0", NULL };
+    rank_backend = "nccl";
+    pid_t p = spawn_rank(dir, 0, 1, free_port(), args);
+    rank_backend = "gloo";
+    cr_assert_eq(wait_exit(p, 30), 1);
+    snprintf(path, sizeof path, "%s/rank0.err", dir);
+    char *e = slurp(path);
+    cr_assert_not_null(strstr(e, "rank 0: cudaSetDevice: "), "%s", e);
+    free(e);
+    rmrf(dir);
+}
+#endif
 #else
 Test(nccl, not_built)
 {

@@ -7,6 +7,11 @@
  * rides in the last float).  Rank 0 loads the newest checkpoint and
  * broadcasts parameters, optimiser state and position, so every rank starts
  * from the same place; rank 0 alone prints progress and writes checkpoints.
+ *
+ * With BACKEND=nccl the model trains on the rank's GPU (gpu.h): the host
+ * copies of the parameters and optimiser state are then filled from the
+ * device only where a checkpoint or a dump needs them, and every collective
+ * works on device buffers.
  */
 #include "worker/train.h"
 
@@ -23,6 +28,7 @@
 #include "worker/ckpt.h"
 #include "worker/comm.h"
 #include "worker/data.h"
+#include "worker/gpu.h"
 #include "worker/mlp.h"
 #include "worker/optim.h"
 #include "worker/rng.h"
@@ -30,6 +36,16 @@
 
 #define CLASSES 10
 #define EVAL_BATCH 512
+
+/* A call into gpu.h where the build has it; elsewhere the model is never on
+ * a GPU (g stays NULL), and the branch that would call it fails. */
+#ifdef COHORT_HAVE_GPU
+#define GPU(call) (call)
+#define GPU_PTR(call) (call)
+#else
+#define GPU(call) (-1)
+#define GPU_PTR(call) NULL
+#endif
 
 struct opts {
     int epochs;
@@ -316,10 +332,39 @@ COHORT_VECTOR static void gather(struct mlp *m, const struct dataset *d, const u
     }
 }
 
+/* Sums 3 floats over the ranks: -1 when the collective failed (comm_errmsg
+ * says why), -2 when the device did (err says why). */
+static int coll_sum3(comm *c, gpu_model *g, float *sums, char *err, size_t errlen)
+{
+    (void)err, (void)errlen; /* for the device alone */
+    if (!g)
+        return comm_allreduce(c, sums, 3, COMM_SUM);
+    void *dev = GPU_PTR(gpu_scratch(g));
+    if (GPU(gpu_put(g, dev, sums, 3 * sizeof(float), err, errlen)) < 0)
+        return -2;
+    if (comm_allreduce(c, dev, 3, COMM_SUM) < 0)
+        return -1;
+    return GPU(gpu_get(g, sums, dev, 3 * sizeof(float), err, errlen)) < 0 ? -2 : 0;
+}
+
+/* Rank 0's bytes to every rank, from host memory; the same codes. */
+static int coll_bcast(comm *c, gpu_model *g, void *host, size_t bytes, char *err, size_t errlen)
+{
+    (void)err, (void)errlen; /* for the device alone */
+    if (!g)
+        return comm_broadcast(c, host, bytes, 0);
+    void *dev = GPU_PTR(gpu_scratch(g));
+    if (GPU(gpu_put(g, dev, host, bytes, err, errlen)) < 0)
+        return -2;
+    if (comm_broadcast(c, dev, bytes, 0) < 0)
+        return -1;
+    return GPU(gpu_get(g, host, dev, bytes, err, errlen)) < 0 ? -2 : 0;
+}
+
 /* Sharded evaluation: rank r takes items r, r + world, ...; sums are
  * allreduced so every rank learns the totals.  Returns 0 or -1. */
-static int evaluate(comm *c, struct mlp *m, const struct dataset *test, double *acc,
-                    double *loss)
+static int evaluate(comm *c, struct mlp *m, gpu_model *g, const struct dataset *test,
+                    double *acc, double *loss, char *err, size_t errlen)
 {
     int world = comm_size(c), rank = comm_rank(c);
     uint32_t idx[EVAL_BATCH];
@@ -333,12 +378,15 @@ static int evaluate(comm *c, struct mlp *m, const struct dataset *test, double *
         for (; b < EVAL_BATCH && i < test->n; i += (uint32_t)world)
             idx[b++] = i;
         gather(m, test, idx, b, labels);
-        mlp_evaluate(m, labels, b, &correct, &loss_sum);
+        if (!g)
+            mlp_evaluate(m, labels, b, &correct, &loss_sum);
+        else if (GPU(gpu_evaluate(g, mlp_input(m), labels, b, &correct, &loss_sum, err, errlen)) < 0)
+            return -2;
     }
     sums[0] = (float)correct;
     sums[1] = (float)loss_sum;
     sums[2] = 0;
-    if (comm_allreduce(c, sums, 3, COMM_SUM) < 0)
+    if (coll_sum3(c, g, sums, err, errlen) < 0)
         return -1;
     *acc = sums[0] / (double)test->n;
     *loss = sums[1] / (double)test->n;
@@ -373,10 +421,11 @@ int train_main(int argc, char **argv)
     struct optim opt = { 0 };
     struct start st = { 0 };
     comm *c = NULL;
+    gpu_model *g = NULL;
     uint32_t *idx = NULL;
     uint8_t *labels = NULL;
     char err[1024], shape[128], path[4300];
-    int rc, rank, world, status = 1;
+    int rc, rank = 0, world, status = 1;
     long long steps_done = 0;
 
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -392,12 +441,15 @@ int train_main(int argc, char **argv)
         return 2;
     }
     cfg.timeout_ms = o.timeout_s * 1000;
+#ifndef COHORT_HAVE_GPU
     if (cfg.backend == COMM_BACKEND_NCCL) {
         fprintf(stderr, "cohort-worker: BACKEND=nccl: %s\n",
-                comm_have_nccl() ? "this build trains on the CPU only; run with BACKEND=gloo"
+                comm_have_nccl() ? "this build has NCCL but not the GPU trainer (no nvcc or "
+                                   "cuBLAS was found); run with BACKEND=gloo"
                                  : "this cohort-worker was built without CUDA/NCCL");
         return 2;
     }
+#endif
 
     /* Data first: a bad file is found before the other ranks are kept waiting. */
     if (data_load(o.data_dir, 1, CLASSES, &train, err, sizeof err) < 0 ||
@@ -447,27 +499,36 @@ int train_main(int argc, char **argv)
                 memset(opt.v, 0, opt.n * sizeof(float));
         }
     }
+    /* On a GPU from here: the device starts from this rank's host copy. */
+    if (cfg.backend == COMM_BACKEND_NCCL &&
+        GPU(gpu_open(comm_local_rank(c), &m, &opt, &g, err, sizeof err)) < 0) {
+        fprintf(stderr, "cohort-worker: rank %d: %s\n", rank, err);
+        goto out;
+    }
     /* Everyone starts from rank 0's parameters, state and position. */
-    if (comm_broadcast(c, &st, sizeof st, 0) < 0)
-        goto comm_failed;
+    rc = coll_bcast(c, g, &st, sizeof st, err, sizeof err);
+    if (rc < 0)
+        goto coll_failed;
     if (st.loaded < 0) {
         if (rank != 0)
             fprintf(stderr, "cohort-worker: rank 0 could not resume (see its log)\n");
         goto out;
     }
-    if (comm_broadcast(c, m.params, m.nparams * sizeof(float), 0) < 0)
+    if (comm_broadcast(c, g ? GPU_PTR(gpu_params(g)) : m.params, m.nparams * sizeof(float), 0) < 0)
         goto comm_failed;
     if (st.loaded) {
-        if (comm_broadcast(c, opt.m, opt.n * sizeof(float), 0) < 0 ||
-            (opt.v && comm_broadcast(c, opt.v, opt.n * sizeof(float), 0) < 0))
+        float *sm = g ? GPU_PTR(gpu_state_m(g)) : opt.m, *sv = g ? GPU_PTR(gpu_state_v(g)) : opt.v;
+        if (comm_broadcast(c, sm, opt.n * sizeof(float), 0) < 0 ||
+            (opt.v && comm_broadcast(c, sv, opt.n * sizeof(float), 0) < 0))
             goto comm_failed;
         opt.t = st.optim_t;
     }
     steps_done = st.step;
     if (o.eval_only) {
         double acc, tloss;
-        if (evaluate(c, &m, &test, &acc, &tloss) < 0)
-            goto comm_failed;
+        rc = evaluate(c, &m, g, &test, &acc, &tloss, err, sizeof err);
+        if (rc < 0)
+            goto coll_failed;
         if (rank == 0)
             printf("evaluation of %s on %d rank%s: test loss %.4f, accuracy %.2f%% (%.0f/%u)\n",
                    st.loaded ? path : "the initial parameters", world, world == 1 ? "" : "s",
@@ -511,13 +572,23 @@ int train_main(int argc, char **argv)
             int b = (int)(per - off < (size_t)o.batch ? per - off : (size_t)o.batch);
             float loss;
             gather(&m, &train, idx + off, b, labels);
-            m.grads[m.nparams] = mlp_train_step(&m, labels, b);
+            if (!g) {
+                m.grads[m.nparams] = mlp_train_step(&m, labels, b);
+            } else if (GPU(gpu_train_step(g, mlp_input(&m), labels, b, err, sizeof err)) < 0) {
+                goto gpu_failed;
+            }
             ta = now_s();
-            if (comm_allreduce(c, m.grads, m.nparams + 1, COMM_AVG) < 0)
+            if (comm_allreduce(c, g ? GPU_PTR(gpu_grads(g)) : m.grads, m.nparams + 1, COMM_AVG) < 0)
                 goto comm_failed;
             t_comm += now_s() - ta;
-            loss = m.grads[m.nparams];
-            optim_step(&opt, m.params, m.grads);
+            if (!g) {
+                loss = m.grads[m.nparams];
+                optim_step(&opt, m.params, m.grads);
+            } else if (GPU(gpu_get(g, &loss, GPU_PTR(gpu_grads(g)) + m.nparams, sizeof loss, err,
+                                   sizeof err)) < 0 ||
+                       GPU(gpu_optim_step(g, &opt, err, sizeof err)) < 0) {
+                goto gpu_failed;
+            }
             steps_done++;
             step_in_epoch++;
             samples += (long long)b * world;
@@ -540,8 +611,9 @@ int train_main(int argc, char **argv)
                 break;
         }
         secs = now_s() - t0;
-        if (evaluate(c, &m, &test, &acc, &tloss) < 0)
-            goto comm_failed;
+        rc = evaluate(c, &m, g, &test, &acc, &tloss, err, sizeof err);
+        if (rc < 0)
+            goto coll_failed;
         if (rank == 0) {
             double sps = samples / secs;
             printf("epoch %d done: train loss %.4f, test loss %.4f, accuracy %.2f%% (%.0f/%u), "
@@ -552,6 +624,8 @@ int train_main(int argc, char **argv)
             printf("COHORT_METRIC {\"epoch\":%d,\"step\":%lld,\"loss\":%.6f,\"accuracy\":%.6f,"
                    "\"samples_per_s\":%.1f}\n", epoch, steps_done,
                    loss_sum / (double)step_in_epoch, acc, sps);
+            if (g && o.checkpoint && GPU(gpu_to_host(g, &m, &opt, err, sizeof err)) < 0)
+                goto gpu_failed;
             if (o.checkpoint) {
                 if (ckpt_save(o.ckpt_dir, &m, &opt, epoch, steps_done, err, sizeof err) < 0) {
                     fprintf(stderr, "cohort-worker: %s\n", err);
@@ -563,6 +637,8 @@ int train_main(int argc, char **argv)
         if (o.max_steps && steps_done >= o.max_steps)
             break;
     }
+    if (rank == 0 && o.dump_params && g && GPU(gpu_to_host(g, &m, &opt, err, sizeof err)) < 0)
+        goto gpu_failed;
     if (rank == 0 && o.dump_params && dump(o.dump_params, &m) < 0)
         goto out;
     /* Nobody leaves while another rank may still need it. */
@@ -572,11 +648,20 @@ int train_main(int argc, char **argv)
         printf("training finished: %lld steps\n", steps_done);
     status = 0;
     goto out;
+coll_failed: /* rc from coll_*() or evaluate() */
+    if (rc < -1)
+        goto gpu_failed;
 comm_failed:
     fprintf(stderr, "cohort-worker: %s\n", comm_errmsg(c));
+    goto out;
+gpu_failed:
+    fprintf(stderr, "cohort-worker: rank %d: GPU: %s\n", rank, err);
 out:
     free(idx);
     free(labels);
+#ifdef COHORT_HAVE_GPU
+    gpu_close(g);
+#endif
     comm_destroy(c);
     optim_free(&opt);
     mlp_free(&m);
