@@ -119,9 +119,10 @@ void scale(float *buf, size_t n, float f)
         buf[i] *= f;
 }
 
-/* Sum of two ranks: send all of buf, receive all of the peer's, add.  Both
- * ranks add the same two numbers (a + b == b + a), so they end equal. */
-void exchange_sum(GlooComm *g, float *buf, size_t count)
+/* Sum of two ranks, times f (1, or 0.5 for the average, in the same pass):
+ * send all of buf, receive all of the peer's, add.  Both ranks add the same
+ * two numbers (a + b == b + a), so they end equal. */
+void exchange_sum(GlooComm *g, float *buf, size_t count, float f)
 {
     auto key = std::make_pair(buf, count);
     auto it = g->exchanges.find(key);
@@ -143,8 +144,12 @@ void exchange_sum(GlooComm *g, float *buf, size_t count)
     x.recv->waitRecv();
     x.send->waitSend(); /* buf changes below: the send must be done with it */
     const float *peer = x.peer.data();
-    for (size_t i = 0; i < count; i++)
-        buf[i] += peer[i];
+    if (f == 1.0f)
+        for (size_t i = 0; i < count; i++)
+            buf[i] += peer[i];
+    else
+        for (size_t i = 0; i < count; i++)
+            buf[i] = (buf[i] + peer[i]) * f;
 }
 
 int gloo_allreduce(void *b, float *buf, size_t count, int average, char *err, size_t errlen)
@@ -152,9 +157,7 @@ int gloo_allreduce(void *b, float *buf, size_t count, int average, char *err, si
     auto *g = static_cast<GlooComm *>(b);
     try {
         if (g->out) {
-            exchange_sum(g, buf, count);
-            if (average)
-                scale(buf, count, 0.5f);
+            exchange_sum(g, buf, count, average ? 0.5f : 1.0f);
             return 0;
         }
         auto key = std::make_pair(buf, count);
