@@ -51,6 +51,11 @@ void api_list_add(api_list *pg, cJSON *item, int64_t id);
 void api_list_done(api_resp *rs, api_list *pg, int limit, int rc, const char *what);
 
 void api_add_time(cJSON *o, const char *key, int64_t ms); /* RFC 3339, or null when 0 */
+/* An integer member, printed as digits once: cJSON's own numbers are
+ * doubles printed (and read back to check) through printf, which the hot
+ * answers (jobs, workers, events) pay for on every field.  The member is
+ * raw: it is for output, not to be read back as a number. */
+void api_add_int(cJSON *o, const char *key, int64_t v);
 
 /* ---- roles (api_auth.c) ---- */
 /* Drops a revoked token from the authentication cache. */

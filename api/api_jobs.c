@@ -67,7 +67,7 @@ static cJSON *raw_or(const char *json, const char *fallback)
 static cJSON *job_json(const store_job *j, int64_t position, const char *wait)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "id", (double)j->id);
+    api_add_int(o, "id", j->id);
     cJSON_AddStringToObject(o, "name", j->name);
     cJSON_AddStringToObject(o, "tenant", j->tenant);
     cJSON_AddStringToObject(o, "user", j->user);
@@ -79,10 +79,10 @@ static cJSON *job_json(const store_job *j, int64_t position, const char *wait)
     else
         cJSON_AddNullToObject(o, "reason");
     if (position > 0)
-        cJSON_AddNumberToObject(o, "position", (double)position);
+        api_add_int(o, "position", position);
     else
         cJSON_AddNullToObject(o, "position");
-    cJSON_AddNumberToObject(o, "attempt", (double)j->attempt);
+    api_add_int(o, "attempt", j->attempt);
     cJSON_AddStringToObject(o, "image", j->image);
     cJSON_AddStringToObject(o, "framework", j->framework);
     cJSON_AddItemToObject(o, "datasets", raw_or(j->datasets_json, "[]"));
@@ -90,31 +90,31 @@ static cJSON *job_json(const store_job *j, int64_t position, const char *wait)
     cJSON_AddStringToObject(o, "code_path", j->code_path);
     cJSON_AddItemToObject(o, "args", raw_or(j->args_json, "[]"));
     cJSON_AddItemToObject(o, "env", raw_or(j->env_json, "{}"));
-    cJSON_AddNumberToObject(o, "epochs", (double)j->epochs);
+    api_add_int(o, "epochs", j->epochs);
     cJSON_AddNumberToObject(o, "lr", j->lr);
-    cJSON_AddNumberToObject(o, "batch_size", (double)j->batch_size);
+    api_add_int(o, "batch_size", j->batch_size);
     cJSON_AddStringToObject(o, "worker_spec", j->worker_spec);
-    cJSON_AddNumberToObject(o, "worker_count", (double)j->worker_count);
+    api_add_int(o, "worker_count", j->worker_count);
     if (j->workers_per_node > 0)
-        cJSON_AddNumberToObject(o, "workers_per_node", (double)j->workers_per_node);
+        api_add_int(o, "workers_per_node", j->workers_per_node);
     else
         cJSON_AddNullToObject(o, "workers_per_node");
-    cJSON_AddNumberToObject(o, "priority", (double)j->priority);
+    api_add_int(o, "priority", j->priority);
     if (j->max_runtime_seconds > 0)
-        cJSON_AddNumberToObject(o, "max_runtime_seconds", (double)j->max_runtime_seconds);
+        api_add_int(o, "max_runtime_seconds", j->max_runtime_seconds);
     else
         cJSON_AddNullToObject(o, "max_runtime_seconds");
-    cJSON_AddNumberToObject(o, "max_retries", (double)j->max_retries);
+    api_add_int(o, "max_retries", j->max_retries);
     cJSON *r = cJSON_AddObjectToObject(o, "resources");
-    cJSON_AddNumberToObject(r, "cpus", (double)j->cpus);
-    cJSON_AddNumberToObject(r, "memory_mb", (double)j->memory_mb);
-    cJSON_AddNumberToObject(r, "gpus", (double)j->gpus);
+    api_add_int(r, "cpus", j->cpus);
+    api_add_int(r, "memory_mb", j->memory_mb);
+    api_add_int(r, "gpus", j->gpus);
     cJSON *p = cJSON_AddObjectToObject(o, "price");
     cJSON_AddStringToObject(p, "currency", j->currency);
-    cJSON_AddNumberToObject(p, "per_worker_hour", (double)j->price_per_hour);
-    cJSON_AddNumberToObject(p, "per_hour", (double)(j->price_per_hour * j->worker_count));
+    api_add_int(p, "per_worker_hour", j->price_per_hour);
+    api_add_int(p, "per_hour", (j->price_per_hour * j->worker_count));
     if (j->estimated_max >= 0)
-        cJSON_AddNumberToObject(p, "estimated_max", (double)j->estimated_max);
+        api_add_int(p, "estimated_max", j->estimated_max);
     else
         cJSON_AddNullToObject(p, "estimated_max");
     api_add_time(o, "created_at", j->created_at);
@@ -474,7 +474,7 @@ static cJSON *with_cost(api_ctx *ctx, cJSON *o, const store_job *j)
     int64_t cost = !strcmp(j->state, "PENDING") && j->attempt == 1 ? 0
                                                                     : api_job_cost_total(ctx, j->id);
     if (cost >= 0)
-        cJSON_AddNumberToObject(p, "cost_so_far", (double)cost);
+        api_add_int(p, "cost_so_far", cost);
     else
         cJSON_AddNullToObject(p, "cost_so_far");
     return o;
@@ -537,9 +537,9 @@ void api_job_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
 static cJSON *event_json(const store_event *e)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "id", (double)e->id);
+    api_add_int(o, "id", e->id);
     api_add_time(o, "at", e->at);
-    cJSON_AddNumberToObject(o, "attempt", (double)e->attempt);
+    api_add_int(o, "attempt", e->attempt);
     if (e->from_state[0])
         cJSON_AddStringToObject(o, "from", e->from_state);
     else
@@ -714,20 +714,20 @@ void api_job_delete(api_ctx *ctx, const api_req *rq, api_resp *rs)
 static void worker_row(void *arg, const store_worker *w)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "id", (double)w->id);
-    cJSON_AddNumberToObject(o, "attempt", (double)w->attempt);
-    cJSON_AddNumberToObject(o, "rank", (double)w->rank);
-    cJSON_AddNumberToObject(o, "node_rank", (double)w->node_rank);
-    cJSON_AddNumberToObject(o, "local_rank", (double)w->local_rank);
-    cJSON_AddNumberToObject(o, "node_id", (double)w->node_id);
+    api_add_int(o, "id", w->id);
+    api_add_int(o, "attempt", w->attempt);
+    api_add_int(o, "rank", w->rank);
+    api_add_int(o, "node_rank", w->node_rank);
+    api_add_int(o, "local_rank", w->local_rank);
+    api_add_int(o, "node_id", w->node_id);
     cJSON_AddStringToObject(o, "state", w->state);
     cJSON_AddStringToObject(o, "desired", w->desired);
     if (w->exit_code >= 0)
-        cJSON_AddNumberToObject(o, "exit_code", (double)w->exit_code);
+        api_add_int(o, "exit_code", w->exit_code);
     else
         cJSON_AddNullToObject(o, "exit_code");
     if (w->signal > 0)
-        cJSON_AddNumberToObject(o, "signal", (double)w->signal);
+        api_add_int(o, "signal", w->signal);
     else
         cJSON_AddNullToObject(o, "signal");
     if (w->message[0])

@@ -249,6 +249,19 @@ int api_page(const api_req *rq, int *limit, int64_t *cursor, api_resp *rs)
     return 0;
 }
 
+void api_add_int(cJSON *o, const char *key, int64_t v)
+{
+    char buf[24], *p = buf + sizeof buf;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    *--p = '\0';
+    do
+        *--p = (char)('0' + u % 10);
+    while ((u /= 10) != 0);
+    if (v < 0)
+        *--p = '-';
+    cJSON_AddRawToObject(o, key, p);
+}
+
 void api_add_time(cJSON *o, const char *key, int64_t ms)
 {
     if (ms <= 0) {
