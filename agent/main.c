@@ -482,9 +482,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "cohort-agent: --cgroup: %s\n", err);
         goto out;
     }
-    if (cg.path[0])
+    if (cg.path[0]) {
         printf("cohort-agent: workers get cgroups under %s (controllers: %s)\n", cg.path,
                cg_controllers(&cg, ctl, sizeof ctl));
+        /* For whoever cleans up after an agent that could not (kill -9). */
+        snprintf(path, sizeof path, "%s/cgroup", cfg.data_dir);
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fprintf(f, "%s\n", cg.path);
+            fclose(f);
+        }
+    }
     else
         printf("cohort-agent: workers get no cgroup of their own (%s)\n",
                cfg.cgroup ? "--cgroup off" : err[0] ? err : "no cgroup v2 hierarchy is mounted");

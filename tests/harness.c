@@ -455,6 +455,17 @@ void th_agent_cleanup(th_agent *a)
 {
     if (a->pid > 0)
         th_agent_stop(a);
+    /* An agent killed and not restarted leaves its (empty) cgroup subtree. */
+    char path[512], cg[1100];
+    snprintf(path, sizeof path, "%s/cgroup", a->dir);
+    FILE *f = a->dir[0] ? fopen(path, "r") : NULL;
+    if (f) {
+        if (fgets(cg, sizeof cg, f)) {
+            cg[strcspn(cg, "\n")] = '\0';
+            rmdir(cg);
+        }
+        fclose(f);
+    }
 }
 
 int th_wait_state(th_daemon *d, const char *tok, long job, const char *want, int timeout_ms,
