@@ -36,6 +36,7 @@ struct worker {
     int64_t log_off;    /* bytes of output.log the server has */
     int log_done;       /* finished and every byte shipped */
     int log_fd;         /* output.log, kept open while shipping: 0 = not open yet */
+    int64_t cpu_us, memory_peak; /* what its cgroup counted: -1 when not known */
 };
 
 struct sup {
@@ -95,21 +96,26 @@ static void write_small(const char *dir, int64_t id, const char *name, const cha
     write_file(dir, id, name, text, 0);
 }
 
-/* A worker killed by a signal after its cgroup saw OOM kills ran out of its
- * memory: its message says so (the status file's usage lines, shim.h). */
-static void oom_note(sup *s, struct worker *w)
+/* The usage lines of an ended worker's status file (shim.h): what its
+ * cgroup counted, and, for a worker killed by a signal after the cgroup saw
+ * OOM kills, a message that it ran out of memory. */
+static void read_usage(sup *s, struct worker *w)
 {
     char path[4200], buf[256];
     snprintf(path, sizeof path, "%s/%lld/status", s->cfg.dir, (long long)w->id);
     FILE *f = fopen(path, "re");
-    long long kills = 0, max = -1;
+    long long kills = 0, max = -1, cpu = -1, peak = -1;
     while (f && fgets(buf, sizeof buf, f)) {
+        sscanf(buf, "cpu_us %lld", &cpu);
+        sscanf(buf, "memory_peak %lld", &peak);
         sscanf(buf, "oom_kills %lld", &kills);
         sscanf(buf, "memory_max %lld", &max);
     }
     if (f)
         fclose(f);
-    if (kills <= 0)
+    w->cpu_us = cpu;
+    w->memory_peak = peak;
+    if (kills <= 0 || !w->signal)
         return;
     if (max > 0)
         snprintf(w->message, sizeof w->message, "out of memory: over its limit of %lld MiB",
@@ -133,10 +139,11 @@ static int refresh(sup *s, struct worker *w)
         if (sscanf(buf, "exit %ld", &v) == 1) {
             w->state = W_EXITED;
             w->exit_code = v;
+            read_usage(s, w);
         } else if (sscanf(buf, "signal %ld", &v) == 1) {
             w->state = W_EXITED;
             w->signal = v;
-            oom_note(s, w);
+            read_usage(s, w);
         } else {
             w->state = W_FAILED;
             snprintf(w->message, sizeof w->message, "%.250s", strncmp(buf, "error ", 6) ? buf : buf + 6);
@@ -171,6 +178,7 @@ static struct worker *add(sup *s, int64_t id)
     memset(w, 0, sizeof *w);
     w->id = id;
     w->exit_code = -1;
+    w->cpu_us = w->memory_peak = -1;
     return w;
 }
 
@@ -455,6 +463,10 @@ cJSON *sup_report(sup *s)
                 cJSON_AddNumberToObject(o, "exit_code", (double)w->exit_code);
             if (w->message[0])
                 cJSON_AddStringToObject(o, "message", w->message);
+            if (w->cpu_us >= 0)
+                cJSON_AddNumberToObject(o, "cpu_us", (double)w->cpu_us);
+            if (w->memory_peak >= 0)
+                cJSON_AddNumberToObject(o, "memory_peak", (double)w->memory_peak);
         } else {
             cJSON_AddStringToObject(o, "state", "failed");
             cJSON_AddStringToObject(o, "message", w->message);

@@ -737,6 +737,15 @@ static void worker_row(void *arg, const store_worker *w)
     api_add_time(o, "created_at", w->created_at);
     api_add_time(o, "started_at", w->started_at);
     api_add_time(o, "finished_at", w->finished_at);
+    /* What its cgroup counted, once it has ended (null where not counted). */
+    if (w->cpu_us >= 0)
+        cJSON_AddNumberToObject(o, "cpu_seconds", (double)w->cpu_us / 1e6);
+    else
+        cJSON_AddNullToObject(o, "cpu_seconds");
+    if (w->memory_peak >= 0)
+        api_add_int(o, "memory_peak_mb", (w->memory_peak + (1 << 20) - 1) >> 20);
+    else
+        cJSON_AddNullToObject(o, "memory_peak_mb");
     api_list_add(arg, o, w->id);
 }
 

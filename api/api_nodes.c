@@ -344,7 +344,7 @@ struct report {
     int64_t node_id;
     int n;
     struct {
-        int64_t id, exit_code, signal;
+        int64_t id, exit_code, signal, cpu_us, memory_peak;
         char state[12];
         char message[256];
     } w[REPORT_MAX];
@@ -361,6 +361,9 @@ static int heartbeat_write(store_tx *tx, void *arg)
     for (int i = 0; rc == STORE_OK && i < r->n; i++) {
         int c = store_worker_report(tx, r->w[i].id, r->node_id, r->w[i].state, r->w[i].exit_code,
                                     r->w[i].signal, r->w[i].message, now);
+        if (c == STORE_OK && (r->w[i].cpu_us >= 0 || r->w[i].memory_peak >= 0))
+            c = store_worker_usage(tx, r->w[i].id, r->node_id, r->w[i].cpu_us,
+                                   r->w[i].memory_peak);
         if (c == STORE_NOTFOUND)
             continue; /* unchanged, or not this node's */
         if (c != STORE_OK)
@@ -378,7 +381,8 @@ static int heartbeat_write(store_tx *tx, void *arg)
 void api_agent_heartbeat(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     static const char *const fields[] = {"workers", NULL};
-    static const char *const wfields[] = {"id", "state", "exit_code", "signal", "message", NULL};
+    static const char *const wfields[] = {"id",     "state",  "exit_code", "signal",
+                                          "message", "cpu_us", "memory_peak", NULL};
     cJSON *in = NULL;
     struct report *r = calloc(1, sizeof *r);
     if (!r) {
@@ -395,7 +399,7 @@ void api_agent_heartbeat(api_ctx *ctx, const api_req *rq, api_resp *rs)
     }
     for (const cJSON *w = ws ? ws->child : NULL; w; w = w->next) {
         const char *state, *msg = NULL;
-        int64_t id, code = -1, sig = 0;
+        int64_t id, code = -1, sig = 0, cpu_us = -1, mem_peak = -1;
         if (r->n == REPORT_MAX) {
             api_error(rs, 413, "too_large", "workers", "at most %d workers a heartbeat", REPORT_MAX);
             goto out;
@@ -407,7 +411,9 @@ void api_agent_heartbeat(api_ctx *ctx, const api_req *rq, api_resp *rs)
         if (api_fields_known(w, wfields, rs) || api_int(w, "id", 1, 1, INT64_MAX / 2, &id, rs) < 0 ||
             api_str(w, "state", 1, 11, &state, rs) < 0 ||
             api_int(w, "exit_code", 0, 0, 255, &code, rs) < 0 ||
-            api_int(w, "signal", 0, 0, 64, &sig, rs) < 0 || api_str(w, "message", 0, 255, &msg, rs) < 0)
+            api_int(w, "signal", 0, 0, 64, &sig, rs) < 0 || api_str(w, "message", 0, 255, &msg, rs) < 0 ||
+            api_int(w, "cpu_us", 0, 0, INT64_MAX / 2, &cpu_us, rs) < 0 ||
+            api_int(w, "memory_peak", 0, 0, INT64_MAX / 2, &mem_peak, rs) < 0)
             goto out;
         if (strcmp(state, "running") && strcmp(state, "exited") && strcmp(state, "failed")) {
             api_error(rs, 422, "invalid_value", "workers", "state must be running, exited or failed");
@@ -416,6 +422,8 @@ void api_agent_heartbeat(api_ctx *ctx, const api_req *rq, api_resp *rs)
         r->w[r->n].id = id;
         r->w[r->n].exit_code = code;
         r->w[r->n].signal = sig;
+        r->w[r->n].cpu_us = cpu_us;
+        r->w[r->n].memory_peak = mem_peak;
         snprintf(r->w[r->n].state, sizeof r->w[r->n].state, "%s", state);
         snprintf(r->w[r->n].message, sizeof r->w[r->n].message, "%s", msg ? msg : "");
         r->n++;

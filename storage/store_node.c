@@ -217,7 +217,8 @@ int store_node_mark_down(store_tx *tx, int64_t cutoff_ms, void (*row)(void *arg,
 #define WORKER_COLS                                                                        \
     "id, job_id, attempt, rank, node_rank, local_rank, node_id, desired, state,"           \
     " coalesce(exit_code, -1), coalesce(signal, 0), coalesce(message, ''), created_at,"    \
-    " coalesce(started_at, 0), coalesce(finished_at, 0)"
+    " coalesce(started_at, 0), coalesce(finished_at, 0), coalesce(cpu_us, -1),"            \
+    " coalesce(memory_peak, -1)"
 
 static void worker_row(sqlite3_stmt *st, store_worker *w)
 {
@@ -236,6 +237,8 @@ static void worker_row(sqlite3_stmt *st, store_worker *w)
     w->created_at = sqlite3_column_int64(st, 12);
     w->started_at = sqlite3_column_int64(st, 13);
     w->finished_at = sqlite3_column_int64(st, 14);
+    w->cpu_us = sqlite3_column_int64(st, 15);
+    w->memory_peak = sqlite3_column_int64(st, 16);
 }
 
 static int worker_each(sqlite3_stmt *st, void (*row)(void *arg, const store_worker *w),
@@ -366,6 +369,25 @@ int store_worker_report(store_tx *tx, int64_t id, int64_t node_id, const char *s
     if (rc == STORE_OK && strcmp(state, "assigned") && strcmp(state, "running"))
         rc = store_charge_worker(tx, id);
     return rc;
+}
+
+int store_worker_usage(store_tx *tx, int64_t id, int64_t node_id, int64_t cpu_us,
+                       int64_t memory_peak)
+{
+    static const char sql[] =
+        "UPDATE workers SET cpu_us = CASE WHEN ?3 >= 0 THEN ?3 ELSE cpu_us END,"
+        " memory_peak = CASE WHEN ?4 >= 0 THEN ?4 ELSE memory_peak END"
+        " WHERE id = ?1 AND node_id = ?2 AND state IN ('exited', 'failed')";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, node_id);
+    sqlite3_bind_int64(st, 3, cpu_us);
+    sqlite3_bind_int64(st, 4, memory_peak);
+    int rc = store_step_change(c, st, NULL);
+    return rc == STORE_NOTFOUND ? STORE_OK : rc;
 }
 
 int store_worker_stop_attempt(store_tx *tx, int64_t job_id, int64_t attempt)

@@ -38,6 +38,7 @@ typedef struct store_worker {
     int64_t signal;    /* 0: none */
     char message[256];
     int64_t created_at, started_at, finished_at;
+    int64_t cpu_us, memory_peak; /* what its cgroup counted; -1: not known */
 } store_worker;
 
 typedef struct store_quota {
@@ -82,6 +83,10 @@ int store_worker_get(store *s, int64_t id, store_worker *out);
  * becomes running or final.  STORE_NOTFOUND when the worker is not on the node. */
 int store_worker_report(store_tx *tx, int64_t id, int64_t node_id, const char *state,
                         int64_t exit_code, int64_t signal, const char *message, int64_t now_ms);
+/* The usage a worker's cgroup counted (cpu_us, memory_peak: -1 when not
+ * known), recorded once it has ended. */
+int store_worker_usage(store_tx *tx, int64_t id, int64_t node_id, int64_t cpu_us,
+                       int64_t memory_peak);
 /* Asks every worker of the attempt to stop. */
 int store_worker_stop_attempt(store_tx *tx, int64_t job_id, int64_t attempt);
 /* Live workers of a node become lost (node down); row() gets each job id. */

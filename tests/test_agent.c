@@ -602,6 +602,52 @@ Test(agent, finished_workers_leave_the_node_after_keep_finished)
     th_free(&r);
 }
 
+/* What a worker's cgroup counted reaches /workers once it has ended: the
+ * CPU time of all its processes (a busy child's too), and its peak memory
+ * where the memory controller is on. */
+Test(agent, workers_show_the_cpu_time_their_cgroup_counted)
+{
+    char mnt[2048], path[2200], ctl[512] = "", seen[16], p[96];
+    if (cgroup2_mount(mnt, sizeof mnt) != 0)
+        cr_skip_test("no cgroup v2 hierarchy is mounted here");
+    snprintf(path, sizeof path, "%s/cgroup.controllers", mnt);
+    read_text(path, ctl, sizeof ctl);
+    platform(NULL);
+    agents(1, "8");
+    /* about half a second of CPU in a child, then the program's own */
+    th_put_text(&d, tok, "ws", "busy.sh",
+                "#!/bin/sh\n"
+                "sh -c 'i=0; while [ $i -lt 150000 ]; do i=$((i+1)); done' &\n"
+                "i=0; while [ $i -lt 150000 ]; do i=$((i+1)); done\n"
+                "wait\n",
+                "755");
+    long id = submit("{\"name\":\"busy\",\"image\":\"native\",\"workspace\":\"ws\","
+                     "\"code_path\":\"busy.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                     "\"worker_spec\":\"cpu-small\",\"worker_count\":2}");
+    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 60000, seen), "job ended %s", seen);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/workers", id);
+    th_resp r = th_get(&d, p, tok);
+    const cJSON *w;
+    int n = 0;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItem(r.json, "items"))
+    {
+        const cJSON *cpu = cJSON_GetObjectItem(w, "cpu_seconds");
+        const cJSON *mem = cJSON_GetObjectItem(w, "memory_peak_mb");
+        cr_assert(cJSON_IsNumber(cpu), "no cpu_seconds: %s", r.body);
+        cr_log_info("rank %d: %.3f CPU seconds", n, cpu->valuedouble);
+        /* two shell loops of 150,000 steps: well over a tenth of a second */
+        cr_expect_gt(cpu->valuedouble, 0.1, "%s", r.body);
+        cr_expect_lt(cpu->valuedouble, 60.0, "%s", r.body);
+        if (strstr(ctl, "memory"))
+            cr_expect(cJSON_IsNumber(mem) && mem->valuedouble > 0, "%s", r.body);
+        else
+            cr_expect(cJSON_IsNull(mem), "memory counted without a memory controller: %s", r.body);
+        n++;
+    }
+    cr_expect_eq(n, 2);
+    th_free(&r);
+}
+
 /* --cgroup names a directory that must be of cgroup v2; off runs without. */
 Test(agent, cgroup_option_refuses_what_is_not_cgroup_v2)
 {

@@ -173,6 +173,10 @@ test('a newcomer uploads a program, runs it from the form, and finds log, chart,
   await page.waitForFunction((want) => document.querySelector('#job-cost').textContent === want, usd(cost.total));
   assert.equal(await page.locator('#timeline li').count() >= 3, true, 'PENDING, STARTING, RUNNING, SUCCEEDED in the timeline');
   assert.equal(await page.locator('#workers tbody tr').count(), 2);
+  // Each worker's CPU time as the API has it (a dash where the node counts none).
+  const wlist = await plat.must('GET', `/v1/jobs/${id}/workers`, member, undefined, 200);
+  const cpuCells = await page.locator('#workers tbody tr td:nth-child(6)').allTextContents();
+  assert.deepEqual(cpuCells, wlist.items.map((w) => (w.cpu_seconds == null ? '—' : w.cpu_seconds.toFixed(2))));
   await shot(page, '04-job');
 
   // The list shows it, and the billing page has its line.

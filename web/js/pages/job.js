@@ -123,8 +123,11 @@ export async function render(main, [id]) {
     const rows = items.map((w) => h('tr', {},
       h('td', { class: 'num' }, w.attempt), h('td', { class: 'num' }, w.rank), h('td', { class: 'num' }, w.node_id),
       h('td', {}, w.state), h('td', { class: 'num' }, w.exit_code ?? (w.signal ? `signal ${w.signal}` : '—')),
+      h('td', { class: 'num' }, w.cpu_seconds == null ? '—' : w.cpu_seconds.toFixed(2)),
+      h('td', { class: 'num' }, w.memory_peak_mb == null ? '—' : w.memory_peak_mb),
       h('td', {}, w.message || '')));
-    replace(workers, h('h2', {}, 'Workers'), table(['Attempt', 'Rank', 'Node', 'State', 'Exit', 'Message'], rows, 'Not placed yet.'));
+    replace(workers, h('h2', {}, 'Workers'),
+      table(['Attempt', 'Rank', 'Node', 'State', 'Exit', 'CPU s', 'Peak MiB', 'Message'], rows, 'Not placed yet.'));
   }
 
   async function showCost() {
