@@ -26,7 +26,7 @@ struct req_state;
 struct http_server {
     struct MHD_Daemon *d;
     api_ctx *ctx;
-    FILE *log;
+    alog *log;
     int port;
     int in_flight; /* requests between first callback and completion */
     int route_metrics, route_console, route_other;
@@ -115,8 +115,8 @@ static size_t unescape(void *cls, struct MHD_Connection *c, char *s)
 
 static void log_line(struct req_state *st, const char *url)
 {
-    FILE *f = st->srv->log;
-    if (!f)
+    alog *log = st->srv->log;
+    if (!log)
         return;
     char path[512], ts[32], line[768];
     size_t n = 0;
@@ -124,11 +124,11 @@ static void log_line(struct req_state *st, const char *url)
         path[n++] = ((unsigned char)*p < 0x20 || *p == 0x7f || *p == ' ') ? '?' : *p;
     path[n] = '\0';
     util_rfc3339(util_now_ms(), ts);
-    /* Formatted outside the stream's lock; one fputs keeps lines whole. */
-    snprintf(line, sizeof line, "%s %s %s %d %zu %lld %s\n", ts, st->method, path, st->status,
-             st->bytes, (long long)(util_mono_us() - st->t0),
-             st->rs.tenant[0] ? st->rs.tenant : "-");
-    fputs(line, f);
+    /* Formatted outside the log's lock; one put keeps lines whole. */
+    int len = snprintf(line, sizeof line, "%s %s %s %d %zu %lld %s\n", ts, st->method, path,
+                       st->status, st->bytes, (long long)(util_mono_us() - st->t0),
+                       st->rs.tenant[0] ? st->rs.tenant : "-");
+    alog_put(log, line, len < (int)sizeof line ? (size_t)len : sizeof line - 1);
 }
 
 #define STREAM_POLL_MS 250

@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "api/api.h"
+#include "server/alog.h"
 
 typedef struct http_server http_server;
 
@@ -17,7 +18,7 @@ typedef struct http_config {
     const char *host;      /* numeric address or name to bind */
     int port;              /* 0: any free port */
     int threads;           /* worker threads in the pool */
-    FILE *access_log;      /* NULL: none */
+    alog *access_log;      /* NULL: none */
 } http_config;
 
 /* Starts serving; NULL with a message in err on failure. */

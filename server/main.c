@@ -302,7 +302,8 @@ int main(int argc, char **argv)
     char err[512], path[PATH_MAX];
     api_ctx *ctx = NULL;
     http_server *srv = NULL;
-    FILE *alog = NULL;
+    FILE *alog_file = NULL;
+    alog *access = NULL; /* owns alog_file once opened */
     int rc = 1;
     sigset_t sigs;
 
@@ -323,16 +324,23 @@ int main(int argc, char **argv)
     if (lock_fd < 0)
         return 1;
     if (!strcmp(cfg.access_log, "-")) {
-        alog = stderr;
-        setvbuf(stderr, NULL, _IOFBF, 1 << 16); /* flushed every second */
+        alog_file = stderr;
+        setvbuf(stderr, NULL, _IOFBF, 1 << 16); /* flushed by the access log's writer */
     } else if (strcmp(cfg.access_log, "off")) {
-        alog = fopen(cfg.access_log, "a");
-        if (!alog) {
+        alog_file = fopen(cfg.access_log, "a");
+        if (!alog_file) {
             fprintf(stderr, "cohortd: cannot open access log %s: %s\n", cfg.access_log,
                     strerror(errno));
             return 1;
         }
-        setvbuf(alog, NULL, _IOFBF, 1 << 16); /* flushed every second */
+    }
+    /* 16 MiB: seconds of lines at full speed, so a stalled disk never holds
+     * a request up. */
+    if (alog_file && !(access = alog_open(alog_file, 16 << 20, err, sizeof err))) {
+        fprintf(stderr, "cohortd: %s\n", err);
+        if (alog_file != stderr)
+            fclose(alog_file);
+        return 1;
     }
     ctx = calloc(1, sizeof *ctx);
     if (!ctx)
@@ -381,7 +389,7 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    http_config hc = {cfg.host, cfg.port, cfg.threads, alog};
+    http_config hc = {cfg.host, cfg.port, cfg.threads, access};
     srv = http_start(&hc, ctx, err, sizeof err);
     if (!srv) {
         fprintf(stderr, "cohortd: %s\n", err);
@@ -394,13 +402,11 @@ int main(int argc, char **argv)
            http_port(srv), cfg.data_dir, store_schema_version(ctx->st));
     fflush(stdout);
 
-    /* Wait for a stop signal; meanwhile the access log is flushed each second. */
+    /* Wait for a stop signal (stderr, where notes go, is flushed each second). */
     int sig;
     struct timespec tick = {1, 0};
-    while ((sig = sigtimedwait(&sigs, NULL, &tick)) < 0) {
-        if (alog)
-            fflush(alog);
-    }
+    while ((sig = sigtimedwait(&sigs, NULL, &tick)) < 0)
+        fflush(stderr);
     printf("cohortd: %s: finishing requests in flight\n", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     fflush(stdout);
     http_stop(srv, SHUTDOWN_GRACE_MS);
@@ -417,10 +423,7 @@ out:
         api_web_close(ctx);
         free(ctx);
     }
-    if (alog && alog != stderr)
-        fclose(alog);
-    else if (alog)
-        fflush(alog);
+    alog_close(access); /* after the server: every request's line is in */
     if (rc == 0)
         printf("cohortd: stopped cleanly\n");
     close(lock_fd);
