@@ -129,3 +129,63 @@ Test(util, billing_rules_round_seconds_up_and_amounts_half_up)
     cr_expect_eq(store_bill_estimate(5, 4, 5400), 32); /* per rank, then times the ranks */
     cr_expect_eq(store_bill_estimate(2000000000LL, 10000, 30LL * 86400), -1);
 }
+
+/* ---- the access log's writer (server/alog.c) ---- */
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include "server/alog.h"
+
+struct putter {
+    alog *a;
+    int id;
+};
+
+static void *put_lines(void *arg)
+{
+    struct putter *p = arg;
+    char line[64];
+    for (int i = 0; i < 20000; i++) {
+        int n = snprintf(line, sizeof line, "thread %d line %d end\n", p->id, i);
+        alog_put(p->a, line, (size_t)n);
+    }
+    return NULL;
+}
+
+/* Four threads put 20,000 lines each through a buffer far smaller than
+ * them: every line arrives whole, once, in each thread's order. */
+Test(alog, every_line_arrives_whole_and_in_order)
+{
+    char path[] = "/tmp/cohort-alog-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    char err[128];
+    alog *a = alog_open(f, 4096, err, sizeof err);
+    cr_assert_not_null(a, "%s", err);
+    pthread_t t[4];
+    struct putter p[4];
+    for (int i = 0; i < 4; i++) {
+        p[i] = (struct putter){a, i};
+        cr_assert_eq(pthread_create(&t[i], NULL, put_lines, &p[i]), 0);
+    }
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    alog_close(a);
+    FILE *in = fopen(path, "r");
+    cr_assert_not_null(in);
+    int next[4] = {0}, lines = 0, id, n;
+    char line[128], end[8];
+    while (fgets(line, sizeof line, in)) {
+        cr_assert_eq(sscanf(line, "thread %d line %d %7s", &id, &n, end), 3, "torn: %s", line);
+        cr_assert_str_eq(end, "end");
+        cr_assert(id >= 0 && id < 4);
+        cr_assert_eq(n, next[id], "thread %d: line %d after %d", id, n, next[id] - 1);
+        next[id]++;
+        lines++;
+    }
+    fclose(in);
+    unlink(path);
+    cr_expect_eq(lines, 80000);
+}
