@@ -535,6 +535,7 @@ int main(int argc, char **argv)
         sc.launcher_path[sc.nlaunchers++] = python;
     }
     sc.cgroup = &cg;
+    sc.ngpus = (int)cfg.gpus;
     s = sup_open(&sc, err, sizeof err);
     if (!s) {
         fprintf(stderr, "cohort-agent: %s\n", err);

@@ -37,6 +37,8 @@ struct worker {
     int log_done;       /* finished and every byte shipped */
     int log_fd;         /* output.log, kept open while shipping: 0 = not open yet */
     int64_t cpu_us, memory_peak; /* what its cgroup counted: -1 when not known */
+    uint64_t gpus;      /* GPUs it holds (bit i: GPU i) while it lives */
+    int64_t job_id, attempt, local_rank;
 };
 
 struct sup {
@@ -205,8 +207,12 @@ sup *sup_open(const sup_config *cfg, char *err, size_t errlen)
         if (*end || id <= 0 || read_small(cfg->dir, id, "acked", buf, sizeof buf) == 0)
             continue;
         struct worker *w = add(s, id);
-        if (w)
+        if (w) {
+            char g[32];
+            if (read_small(cfg->dir, id, "gpus", g, sizeof g) == 0)
+                w->gpus = strtoull(g, NULL, 16);
             refresh(s, w);
+        }
     }
     if (d)
         closedir(d);
@@ -246,6 +252,20 @@ static const char *jstr(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
     return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* A worker that could not be launched: failed, with why, in its status. */
+static void fail_launch(sup *s, struct worker *w, const char *why)
+{
+    char dir[4200], line[320];
+    fprintf(stderr, "cohort-agent: worker %lld: %s\n", (long long)w->id, why);
+    snprintf(dir, sizeof dir, "%s/%lld", s->cfg.dir, (long long)w->id);
+    snprintf(line, sizeof line, "error %.300s\n", why);
+    if (mkdir(dir, 0700) == 0 || errno == EEXIST)
+        write_small(s->cfg.dir, w->id, "status", line);
+    w->state = W_FAILED;
+    w->gpus = 0;
+    snprintf(w->message, sizeof w->message, "%.250s", why);
 }
 
 /* Hands a launch spec to a new cohort-shim: one posix_spawn and one write,
@@ -318,13 +338,7 @@ out:
         w->state = W_STARTING;
         return;
     }
-    fprintf(stderr, "cohort-agent: worker %lld: %s\n", (long long)w->id, err);
-    char line[320];
-    snprintf(line, sizeof line, "error %s\n", err);
-    if (mkdir(dir, 0700) == 0 || errno == EEXIST)
-        write_small(s->cfg.dir, w->id, "status", line);
-    w->state = W_FAILED;
-    snprintf(w->message, sizeof w->message, "%.250s", err);
+    fail_launch(s, w, err);
 }
 
 static void stop(struct worker *w)
@@ -336,8 +350,121 @@ static void stop(struct worker *w)
         kill(w->pid, SIGTERM);
 }
 
+static int64_t jint(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : -1;
+}
+
+/* GPUs held by workers that have not ended. */
+static uint64_t gpus_held(sup *s)
+{
+    uint64_t m = 0;
+    for (int i = 0; i < s->n; i++)
+        if (s->w[i].state == W_STARTING || s->w[i].state == W_RUNNING)
+            m |= s->w[i].gpus;
+    return m;
+}
+
+/* The lowest GPU of mask at or after position skip (in ascending order), or -1. */
+static int nth_gpu(uint64_t mask, int skip)
+{
+    for (int g = 0; g < 64; g++)
+        if (mask >> g & 1 && skip-- == 0)
+            return g;
+    return -1;
+}
+
+/*
+ * CUDA_VISIBLE_DEVICES for the workers of one attempt of a job on this node
+ * (members, by local rank): each one's first GPU at the position of its
+ * local rank, so a program that picks device LOCAL_RANK gets a GPU of its
+ * own; then the others they hold.  Every member sees the same list, so the
+ * ranks of a job on one node can still reach each other's GPUs.
+ */
+static void visible_list(struct worker **members, int n, char *out, size_t len)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n; i++)
+            for (int k = pass; k < (pass ? 64 : 1); k++) {
+                int g = nth_gpu(members[i]->gpus, k);
+                if (g < 0)
+                    break;
+                used += (size_t)snprintf(out + used, used < len ? len - used : 0, "%s%d",
+                                         used ? "," : "", g);
+            }
+}
+
+/*
+ * Gives each new worker whose spec asks for GPUs its own (none another live
+ * worker holds), recorded in its directory before it starts; a CPU-only
+ * worker on a node with GPUs sees none.  Sets CUDA_VISIBLE_DEVICES in the
+ * env of each new spec copy.  A worker the node has too few GPUs for gets
+ * a NULL spec and its message in why[i].
+ */
+static void assign_gpus(sup *s, struct worker **fresh, cJSON **specs, int nf,
+                        char (*why)[128])
+{
+    uint64_t held = gpus_held(s);
+    for (int i = 0; i < nf; i++) {
+        const cJSON *res = cJSON_GetObjectItemCaseSensitive(specs[i], "resources");
+        int64_t want = specs[i] ? jint(res, "gpus") : 0;
+        uint64_t got = 0;
+        for (int g = 0; g < s->cfg.ngpus && g < 64 && want > 0; g++)
+            if (!(held >> g & 1)) {
+                got |= 1ULL << g;
+                want--;
+            }
+        if (want > 0) {
+            snprintf(why[i], sizeof why[i], "no free GPU on this node (it has %d, %d held)",
+                     s->cfg.ngpus, __builtin_popcountll(held));
+            cJSON_Delete(specs[i]);
+            specs[i] = NULL;
+            continue;
+        }
+        fresh[i]->gpus = got;
+        held |= got;
+    }
+    for (int i = 0; i < nf; i++) {
+        cJSON *env = specs[i] ? cJSON_GetObjectItemCaseSensitive(specs[i], "env") : NULL;
+        char list[512];
+        if (!cJSON_IsObject(env) || s->cfg.ngpus <= 0)
+            continue;
+        /* The members of this worker's attempt on this node, by local rank. */
+        struct worker *members[256];
+        int n = 0;
+        for (int r = 0; r < s->n && n < 256; r++)
+            if (s->w[r].job_id == fresh[i]->job_id && s->w[r].attempt == fresh[i]->attempt &&
+                s->w[r].gpus)
+                members[n++] = &s->w[r];
+        for (int a = 1; a < n; a++)
+            for (int b = a; b > 0 && members[b - 1]->local_rank > members[b]->local_rank; b--) {
+                struct worker *t = members[b];
+                members[b] = members[b - 1];
+                members[b - 1] = t;
+            }
+        visible_list(members, fresh[i]->gpus ? n : 0, list, sizeof list);
+        cJSON_DeleteItemFromObjectCaseSensitive(env, "CUDA_VISIBLE_DEVICES");
+        cJSON_AddStringToObject(env, "CUDA_VISIBLE_DEVICES", list);
+        if (fresh[i]->gpus) {
+            char dir[4200], hex[32];
+            snprintf(dir, sizeof dir, "%s/%lld", s->cfg.dir, (long long)fresh[i]->id);
+            snprintf(hex, sizeof hex, "%llx\n", (unsigned long long)fresh[i]->gpus);
+            if (mkdir(dir, 0700) == 0 || errno == EEXIST)
+                write_small(s->cfg.dir, fresh[i]->id, "gpus", hex);
+        }
+    }
+}
+
+#define RECONCILE_BATCH 1024
+
 void sup_reconcile(sup *s, const cJSON *workers)
 {
+    struct worker *fresh[RECONCILE_BATCH];
+    cJSON *specs[RECONCILE_BATCH];
+    int nf = 0;
     for (int i = 0; i < s->n; i++)
         s->w[i].desired = 0;
     const cJSON *spec;
@@ -347,13 +474,30 @@ void sup_reconcile(sup *s, const cJSON *workers)
         if (!cJSON_IsNumber(id) || id->valuedouble < 1)
             continue;
         struct worker *w = find(s, (int64_t)id->valuedouble);
-        if (!w) {
-            w = add(s, (int64_t)id->valuedouble);
-            if (!w)
-                continue;
-            launch(s, w, spec);
+        if (!w && nf < RECONCILE_BATCH && (w = add(s, (int64_t)id->valuedouble)) != NULL) {
+            w->job_id = jint(spec, "job_id");
+            w->attempt = jint(spec, "attempt");
+            const cJSON *lr = cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(spec, "env"), "LOCAL_RANK");
+            if (cJSON_IsString(lr))
+                w->local_rank = strtoll(lr->valuestring, NULL, 10);
+            w->state = W_STARTING; /* holds its GPUs from now on */
+            fresh[nf] = w;
+            specs[nf++] = cJSON_Duplicate(spec, 1);
         }
-        w->desired = 1;
+        if (w)
+            w->desired = 1;
+    }
+    static char why[RECONCILE_BATCH][128];
+    for (int i = 0; i < nf; i++)
+        snprintf(why[i], sizeof why[i], "out of memory for its launch spec");
+    assign_gpus(s, fresh, specs, nf, why);
+    for (int i = 0; i < nf; i++) {
+        if (specs[i])
+            launch(s, fresh[i], specs[i]);
+        else
+            fail_launch(s, fresh[i], why[i]);
+        cJSON_Delete(specs[i]);
     }
     for (int i = 0; i < s->n; i++)
         if (!s->w[i].desired)

@@ -2,7 +2,9 @@
  * sup: the workers of this node, as their state directories tell.  Launches
  * what the desired state lists and is not here, stops (SIGTERM, SIGKILL
  * after the grace period) what runs and is no longer listed, and reports
- * every worker's state for the heartbeat.  Level-triggered: everything is
+ * every worker's state for the heartbeat.  Workers whose spec asks for GPUs
+ * get GPUs of this node that no other live worker holds (the file "gpus" in
+ * the worker's directory), shown to them through CUDA_VISIBLE_DEVICES.  Level-triggered: everything is
  * recomputed from the directories, so a restarted agent picks up its
  * workers where they are.
  */
@@ -25,6 +27,7 @@ typedef struct sup_config {
     const char *agent_lock; /* shims watch it: no agent for lease_ms stops a worker */
     int64_t lease_ms;
     const cg_root *cgroup;  /* the workers' cgroup subtree, or NULL */
+    int ngpus;              /* GPUs of this node, numbered 0 .. ngpus-1 */
     int nlaunchers;
     const char *launcher_image[SUP_MAX_LAUNCHERS];
     const char *launcher_path[SUP_MAX_LAUNCHERS];

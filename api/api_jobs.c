@@ -31,7 +31,7 @@
 static const char *const reserved_env[] = {
     "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK",
     "WORKER_PER_NODE", "BACKEND", "DATASETS_PATH", "DATASETS", "WORKSPACE", "EPOCHS", "LR",
-    "BATCH_SIZE", "TF_CONFIG", NULL,
+    "BATCH_SIZE", "TF_CONFIG", "CUDA_VISIBLE_DEVICES", NULL,
 };
 
 static const char *const job_states[] = {"PENDING", "STARTING", "RUNNING", "SUCCEEDED",

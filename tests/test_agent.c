@@ -648,6 +648,110 @@ Test(agent, workers_show_the_cpu_time_their_cgroup_counted)
     th_free(&r);
 }
 
+/* A worker's CUDA_VISIBLE_DEVICES, as its program wrote it: the list into
+ * ids (returns how many), and the position of its own GPU (its LOCAL_RANK). */
+static int visible_gpus(const char *file, int *ids, int max, int *local_rank)
+{
+    char *t = fetch(file), val[128];
+    value_of(t, "LOCAL_RANK", val, sizeof val);
+    *local_rank = atoi(val);
+    value_of(t, "CUDA_VISIBLE_DEVICES", val, sizeof val);
+    free(t);
+    int n = 0;
+    for (char *p = strtok(val, ","); p && n < max; p = strtok(NULL, ","))
+        ids[n++] = atoi(p);
+    return n;
+}
+
+/* On a node with 4 GPUs, two 2-worker jobs of 1 GPU per worker run side by
+ * side on GPUs of their own: each worker's CUDA_VISIBLE_DEVICES lists its
+ * job's GPUs on the node with its own at position LOCAL_RANK (what a torch
+ * script's set_device(LOCAL_RANK) picks); no GPU is in two jobs; a CPU job
+ * sees none; a third GPU job waits, then gets the GPUs the first two held. */
+Test(agent, gpu_workers_get_gpus_of_their_own, .timeout = 90)
+{
+    platform(NULL);
+    th_resp r = th_post(&d, "/v1/worker-specs", TH_ADMIN,
+                        "{\"name\":\"gpu-test\",\"cpus\":1,\"memory_mb\":1024,\"gpus\":1,"
+                        "\"gpu_type\":\"nvidia\",\"price_per_hour\":10,\"currency\":\"USD\"}");
+    cr_assert_eq(r.status, 201, "%s", r.body);
+    th_free(&r);
+    const char *extra[] = {"--cpus", "8", "--memory-mb", "65536", "--gpus", "4", NULL};
+    th_agent_start(&ag[0], &d, "n1", extra);
+    nagents = 1;
+    th_put_text(&d, tok, "ws", "gpu.sh",
+                "#!/bin/sh\n"
+                "mkdir -p out\n"
+                "{ echo \"LOCAL_RANK=$LOCAL_RANK\"; echo \"BACKEND=$BACKEND\";\n"
+                "  echo \"CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}\"; } > out/$TAG-$RANK.tmp\n"
+                "mv out/$TAG-$RANK.tmp out/$TAG-$RANK.txt\n"
+                "while [ ! -e release ]; do sleep 0.1; done\n",
+                "755");
+    const char *job = "{\"name\":\"%s\",\"image\":\"native\",\"workspace\":\"ws\","
+                      "\"code_path\":\"gpu.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                      "\"worker_spec\":\"%s\",\"worker_count\":%d,\"env\":{\"TAG\":\"%s\"}}";
+    char body[512], seen[16], file[64];
+    long ids[4];
+    const char *tags[] = {"a", "b", "cpu", "c"};
+    for (int j = 0; j < 4; j++) {
+        snprintf(body, sizeof body, job, tags[j], j == 2 ? "cpu-small" : "gpu-test", j == 2 ? 1 : 2,
+                 tags[j]);
+        ids[j] = submit(body);
+        if (j < 3)
+            cr_assert(th_wait_state(&d, tok, ids[j], "RUNNING", 20000, seen), "%s is %s", tags[j],
+                      seen);
+    }
+    /* a and b hold all 4 GPUs: c waits */
+    usleep(1000000);
+    snprintf(body, sizeof body, "/v1/jobs/%ld", ids[3]);
+    r = th_get(&d, body, tok);
+    cr_expect_str_eq(th_str(&r, "state"), "PENDING", "%s", r.body);
+    th_free(&r);
+    int used[4] = {0};
+    for (int j = 0; j < 2; j++) {
+        int lists[2][8], n[2];
+        for (int rank = 0; rank < 2; rank++) {
+            int lr;
+            snprintf(file, sizeof file, "out/%s-%d.txt", tags[j], rank);
+            for (int i = 0; i < 100; i++) {
+                snprintf(body, sizeof body, "/v1/workspaces/ws/files/%s", file);
+                r = th_get(&d, body, tok);
+                int there = r.status == 200;
+                th_free(&r);
+                if (there)
+                    break;
+                usleep(100000);
+            }
+            n[rank] = visible_gpus(file, lists[rank], 8, &lr);
+            cr_assert_eq(n[rank], 2, "job %s rank %d sees %d GPUs", tags[j], rank, n[rank]);
+            cr_expect_eq(lr, rank);
+        }
+        cr_expect(lists[0][0] == lists[1][0] && lists[0][1] == lists[1][1],
+                  "the ranks of %s see different lists", tags[j]);
+        cr_expect_neq(lists[0][0], lists[0][1], "two ranks of %s share a GPU", tags[j]);
+        for (int k = 0; k < 2; k++) {
+            int g = lists[0][k];
+            cr_assert(g >= 0 && g < 4, "GPU %d on a 4-GPU node", g);
+            cr_expect_eq(used[g], 0, "GPU %d is in two jobs", g);
+            used[g] = 1;
+        }
+    }
+    char *t = fetch("out/cpu-0.txt");
+    cr_expect_not_null(strstr(t, "CUDA_VISIBLE_DEVICES=\n"), "a CPU job sees GPUs: %s", t);
+    cr_expect_not_null(strstr(t, "BACKEND=gloo"), "%s", t);
+    free(t);
+    th_put_text(&d, tok, "ws", "release", "", NULL);
+    for (int j = 0; j < 3; j++)
+        cr_expect(th_wait_state(&d, tok, ids[j], "SUCCEEDED", 20000, seen), "%s ended %s",
+                  tags[j], seen);
+    cr_expect(th_wait_state(&d, tok, ids[3], "SUCCEEDED", 20000, seen), "c ended %s", seen);
+    int lists[8], lr;
+    cr_expect_eq(visible_gpus("out/c-1.txt", lists, 8, &lr), 2);
+    t = fetch("out/c-0.txt");
+    cr_expect_not_null(strstr(t, "BACKEND=nccl"), "%s", t);
+    free(t);
+}
+
 /* --cgroup names a directory that must be of cgroup v2; off runs without. */
 Test(agent, cgroup_option_refuses_what_is_not_cgroup_v2)
 {
