@@ -184,6 +184,32 @@ static struct worker *add(sup *s, int64_t id)
     return w;
 }
 
+static int64_t jint(const cJSON *o, const char *k);
+
+/* A GPU worker a previous run of the agent started: its job, attempt and
+ * local rank from its spec.json, so that workers of its attempt started
+ * later see the same CUDA_VISIBLE_DEVICES (assign_gpus). */
+static void adopt_gpu_worker(const char *dir, struct worker *w)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%lld/spec.json", dir, (long long)w->id);
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return;
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    cJSON *spec = cJSON_Parse(text);
+    const cJSON *lr = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(spec, "env"), "LOCAL_RANK");
+    w->job_id = jint(spec, "job_id");
+    w->attempt = jint(spec, "attempt");
+    if (cJSON_IsString(lr))
+        w->local_rank = strtoll(lr->valuestring, NULL, 10);
+    cJSON_Delete(spec);
+}
+
 sup *sup_open(const sup_config *cfg, char *err, size_t errlen)
 {
     sup *s = calloc(1, sizeof *s);
@@ -209,8 +235,10 @@ sup *sup_open(const sup_config *cfg, char *err, size_t errlen)
         struct worker *w = add(s, id);
         if (w) {
             char g[32];
-            if (read_small(cfg->dir, id, "gpus", g, sizeof g) == 0)
+            if (read_small(cfg->dir, id, "gpus", g, sizeof g) == 0) {
                 w->gpus = strtoull(g, NULL, 16);
+                adopt_gpu_worker(cfg->dir, w);
+            }
             refresh(s, w);
         }
     }

@@ -663,12 +663,17 @@ static int visible_gpus(const char *file, int *ids, int max, int *local_rank)
     return n;
 }
 
-/* On a node with 4 GPUs, two 2-worker jobs of 1 GPU per worker run side by
- * side on GPUs of their own: each worker's CUDA_VISIBLE_DEVICES lists its
- * job's GPUs on the node with its own at position LOCAL_RANK (what a torch
- * script's set_device(LOCAL_RANK) picks); no GPU is in two jobs; a CPU job
- * sees none; a third GPU job waits, then gets the GPUs the first two held. */
-Test(agent, gpu_workers_get_gpus_of_their_own, .timeout = 90)
+static const char *const gpu_agent[] = {"--cpus", "8", "--memory-mb", "65536", "--gpus", "4",
+                                        NULL};
+/* A job of workers of worker spec, tagged tag (%s, %s, %d, %s). */
+static const char *const job = "{\"name\":\"%s\",\"image\":\"native\",\"workspace\":\"ws\","
+                               "\"code_path\":\"gpu.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                               "\"worker_spec\":\"%s\",\"worker_count\":%d,\"env\":{\"TAG\":\"%s\"}}";
+
+/* cohortd with worker spec gpu-test (1 GPU), an agent with 4 GPUs, and
+ * gpu.sh: writes out/TAG-RANK.txt (LOCAL_RANK, BACKEND and what
+ * CUDA_VISIBLE_DEVICES says), then waits for the file "release". */
+static void gpu_node(void)
 {
     platform(NULL);
     th_resp r = th_post(&d, "/v1/worker-specs", TH_ADMIN,
@@ -676,8 +681,7 @@ Test(agent, gpu_workers_get_gpus_of_their_own, .timeout = 90)
                         "\"gpu_type\":\"nvidia\",\"price_per_hour\":10,\"currency\":\"USD\"}");
     cr_assert_eq(r.status, 201, "%s", r.body);
     th_free(&r);
-    const char *extra[] = {"--cpus", "8", "--memory-mb", "65536", "--gpus", "4", NULL};
-    th_agent_start(&ag[0], &d, "n1", extra);
+    th_agent_start(&ag[0], &d, "n1", gpu_agent);
     nagents = 1;
     th_put_text(&d, tok, "ws", "gpu.sh",
                 "#!/bin/sh\n"
@@ -687,9 +691,33 @@ Test(agent, gpu_workers_get_gpus_of_their_own, .timeout = 90)
                 "mv out/$TAG-$RANK.tmp out/$TAG-$RANK.txt\n"
                 "while [ ! -e release ]; do sleep 0.1; done\n",
                 "755");
-    const char *job = "{\"name\":\"%s\",\"image\":\"native\",\"workspace\":\"ws\","
-                      "\"code_path\":\"gpu.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
-                      "\"worker_spec\":\"%s\",\"worker_count\":%d,\"env\":{\"TAG\":\"%s\"}}";
+}
+
+/* Waits for a worker's out/TAG-RANK.txt (at most 10 s). */
+static void await_file(const char *file)
+{
+    char p[128];
+    snprintf(p, sizeof p, "/v1/workspaces/ws/files/%s", file);
+    for (int i = 0; i < 100; i++) {
+        th_resp r = th_get(&d, p, tok);
+        int there = r.status == 200;
+        th_free(&r);
+        if (there)
+            return;
+        usleep(100000);
+    }
+    cr_assert_fail("%s never appeared", file);
+}
+
+/* On a node with 4 GPUs, two 2-worker jobs of 1 GPU per worker run side by
+ * side on GPUs of their own: each worker's CUDA_VISIBLE_DEVICES lists its
+ * job's GPUs on the node with its own at position LOCAL_RANK (what a torch
+ * script's set_device(LOCAL_RANK) picks); no GPU is in two jobs; a CPU job
+ * sees none; a third GPU job waits, then gets the GPUs the first two held. */
+Test(agent, gpu_workers_get_gpus_of_their_own, .timeout = 90)
+{
+    gpu_node();
+    th_resp r;
     char body[512], seen[16], file[64];
     long ids[4];
     const char *tags[] = {"a", "b", "cpu", "c"};
@@ -713,15 +741,7 @@ Test(agent, gpu_workers_get_gpus_of_their_own, .timeout = 90)
         for (int rank = 0; rank < 2; rank++) {
             int lr;
             snprintf(file, sizeof file, "out/%s-%d.txt", tags[j], rank);
-            for (int i = 0; i < 100; i++) {
-                snprintf(body, sizeof body, "/v1/workspaces/ws/files/%s", file);
-                r = th_get(&d, body, tok);
-                int there = r.status == 200;
-                th_free(&r);
-                if (there)
-                    break;
-                usleep(100000);
-            }
+            await_file(file);
             n[rank] = visible_gpus(file, lists[rank], 8, &lr);
             cr_assert_eq(n[rank], 2, "job %s rank %d sees %d GPUs", tags[j], rank, n[rank]);
             cr_expect_eq(lr, rank);
@@ -750,6 +770,39 @@ Test(agent, gpu_workers_get_gpus_of_their_own, .timeout = 90)
     t = fetch("out/c-0.txt");
     cr_expect_not_null(strstr(t, "BACKEND=nccl"), "%s", t);
     free(t);
+}
+
+/* An agent killed and restarted keeps its running workers' GPUs: a job
+ * placed after the restart gets the other GPUs of the node. */
+Test(agent, a_restarted_agent_keeps_its_workers_gpus, .timeout = 90)
+{
+    gpu_node();
+    char body[512], seen[16];
+    snprintf(body, sizeof body, job, "a", "gpu-test", 2, "a");
+    long a = submit(body);
+    cr_assert(th_wait_state(&d, tok, a, "RUNNING", 20000, seen), "a is %s", seen);
+    await_file("out/a-0.txt");
+    await_file("out/a-1.txt");
+    th_agent_kill9(&ag[0]);
+    usleep(300000);
+    th_agent_restart(&ag[0], &d, gpu_agent);
+    snprintf(body, sizeof body, job, "b", "gpu-test", 2, "b");
+    long b = submit(body);
+    cr_assert(th_wait_state(&d, tok, b, "RUNNING", 20000, seen), "b is %s", seen);
+    await_file("out/b-0.txt");
+    int la[8], lb[8], lr;
+    cr_assert_eq(visible_gpus("out/a-0.txt", la, 8, &lr), 2);
+    cr_assert_eq(visible_gpus("out/b-0.txt", lb, 8, &lr), 2);
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++)
+            cr_expect_neq(la[i], lb[k], "GPU %d went to b while a held it", la[i]);
+    th_put_text(&d, tok, "ws", "release", "", NULL);
+    cr_expect(th_wait_state(&d, tok, a, "SUCCEEDED", 20000, seen), "a ended %s", seen);
+    cr_expect(th_wait_state(&d, tok, b, "SUCCEEDED", 20000, seen), "b ended %s", seen);
+    snprintf(body, sizeof body, "/v1/jobs/%ld", a);
+    th_resp r = th_get(&d, body, tok);
+    cr_expect_eq(th_num(&r, "attempt"), 1, "a's workers were started again instead of adopted");
+    th_free(&r);
 }
 
 /* --cgroup names a directory that must be of cgroup v2; off runs without. */
