@@ -13,7 +13,8 @@
 void api_json(api_resp *rs, int status, cJSON *obj)
 {
     free(rs->body);
-    rs->body = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    /* Most answers fit the first buffer: no regrowing while printing. */
+    rs->body = obj ? cJSON_PrintBuffered(obj, 2048, 0) : NULL;
     cJSON_Delete(obj);
     if (!rs->body) {
         rs->status = 500;

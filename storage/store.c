@@ -286,15 +286,29 @@ int store_read_begin(store *s)
         return STORE_EIO;
     if (!sqlite3_get_autocommit(c->db))
         return STORE_OK;
-    return exec(c->db, "BEGIN", NULL, 0) == SQLITE_OK ? STORE_OK : STORE_EIO;
+    /* Cached statements: sqlite3_exec would parse the SQL on every request. */
+    static const char sql_begin[] = "BEGIN";
+    sqlite3_stmt *st = store_stmt(c, sql_begin);
+    int rc = st ? sqlite3_step(st) : SQLITE_ERROR;
+    if (st)
+        sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : STORE_EIO;
 }
 
 void store_read_end(store *s)
 {
     if (tl_reader.s != s || tl_reader.gen != s->gen || !tl_reader.c)
         return;
-    if (!sqlite3_get_autocommit(tl_reader.c->db))
+    if (sqlite3_get_autocommit(tl_reader.c->db))
+        return;
+    static const char sql_commit[] = "COMMIT";
+    sqlite3_stmt *st = store_stmt(tl_reader.c, sql_commit);
+    if (st) {
+        sqlite3_step(st);
+        sqlite3_reset(st);
+    } else {
         exec(tl_reader.c->db, "COMMIT", NULL, 0);
+    }
 }
 
 store_tx *store_read_tx(store *s)

@@ -5,6 +5,7 @@
 #include "storage/util.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include <time.h>
 
 #include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <openssl/sha.h>
 
 int64_t util_now_ms(void)
@@ -172,9 +174,21 @@ int util_token_new(char out[UTIL_TOKEN_LEN + 1])
     return 0;
 }
 
+/* OpenSSL 3's SHA256() looks the algorithm up on every call, more than half
+ * of what hashing a token costs: look it up once and keep it for the process. */
+static EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void sha256_fetch(void)
+{
+    sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
 void util_sha256(const void *data, size_t len, uint8_t out[UTIL_SHA256_LEN])
 {
-    SHA256(data, len, out);
+    pthread_once(&sha256_once, sha256_fetch);
+    if (!sha256_md || !EVP_Digest(data, len, out, NULL, sha256_md, NULL))
+        SHA256(data, len, out);
 }
 
 void util_hex(const uint8_t *in, size_t n, char *out)
