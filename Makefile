@@ -43,6 +43,7 @@ bench: test-deps build
 	@bench/api/run $(BUILD)
 	@$(BUILD)/bench_sched
 	@$(BUILD)/bench_e2e $(BUILD) 1000 200
+	@$(BUILD)/bench_e2e $(BUILD) 200 1000 250
 	@$(BUILD)/bench_allreduce 2
 	@bench/train/run $(BUILD) 2
 	@node bench/console/console.bench.mjs $(BUILD) 1000 15

@@ -4,10 +4,11 @@
  *   burst: JOBS submitted at once from 8 connections: jobs completed per
  *          second (first submit to last SUCCEEDED), and submit-to-start
  *          latency, which there is mostly time spent queued;
- *   paced: PACED more, one every 20 ms on an idle platform: submit-to-start
- *          latency of the platform itself.
+ *   paced: PACED more, RATE a second (default 50, one every 20 ms), each
+ *          submitted on its slot: submit-to-start latency of the platform
+ *          itself, and at higher RATEs how it holds under a steady load.
  * The job's program records when it started.  Needs root (namespaces).
- * usage: bench_e2e BUILD_DIR [JOBS] [PACED]
+ * usage: bench_e2e BUILD_DIR [JOBS] [PACED] [RATE]
  */
 #include <curl/curl.h>
 #include <pthread.h>
@@ -149,12 +150,17 @@ static long count_state(const char *metrics, const char *state)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_e2e BUILD_DIR [JOBS]\n");
+        fprintf(stderr, "usage: bench_e2e BUILD_DIR [JOBS] [PACED] [RATE]\n");
         return 2;
     }
     const char *build = argv[1];
     int jobs = argc > 2 ? atoi(argv[2]) : 1000;
     int paced = argc > 3 ? atoi(argv[3]) : 200;
+    int rate = argc > 4 ? atoi(argv[4]) : 50;
+    if (jobs < 1 || jobs > 100000 || paced < 1 || paced > 100000 || rate < 1 || rate > 10000) {
+        fprintf(stderr, "bench/e2e: JOBS and PACED must be 1..100000, RATE 1..10000\n");
+        return 2;
+    }
     if (geteuid() != 0) {
         fprintf(stderr, "bench/e2e: needs root (the agent sandboxes workers in namespaces)\n");
         return 1;
@@ -251,8 +257,13 @@ int main(int argc, char **argv)
     }
     long long t_done = now_ns();
 
-    /* Paced: one job every 20 ms, each on an idle platform. */
+    /* Paced: RATE jobs a second, each submitted on its slot (at once when
+     * the previous submit ran past it). */
+    long long t_paced = now_ns(), slot = 1000000000LL / rate;
     for (int i = jobs; i < jobs + paced; i++) {
+        long long due = t_paced + (long long)(i - jobs) * slot, wait = due - now_ns();
+        if (wait > 0)
+            usleep((useconds_t)(wait / 1000));
         char body[512];
         int n = snprintf(body, sizeof body,
                          "{\"name\":\"paced-%d\",\"image\":\"native\",\"workspace\":\"ws\","
@@ -265,14 +276,17 @@ int main(int argc, char **argv)
             fprintf(stderr, "bench/e2e: paced submit %d failed: %s\n", i, out.buf);
             return 1;
         }
-        usleep(20000);
     }
-    for (int i = 0; i < 1000; i++) {
+    double paced_secs = (double)(now_ns() - t_paced) / 1e9;
+    long paced_done = 0;
+    for (int i = 0; i < 6000; i++) {
         call("GET", "/metrics", NULL, NULL, 0, &out);
-        if (count_state(out.buf, "SUCCEEDED") + count_state(out.buf, "FAILED") >= jobs + paced)
+        paced_done = count_state(out.buf, "SUCCEEDED") - done;
+        if (paced_done + count_state(out.buf, "FAILED") - failed >= paced)
             break;
         usleep(10000);
     }
+    double paced_all = (double)(now_ns() - t_paced) / 1e9;
 
     /* Where the workspace is on disk: tenant 1 (platform), workspace 1. */
     long long *lat = calloc((size_t)(jobs + paced), sizeof *lat);
@@ -280,6 +294,8 @@ int main(int argc, char **argv)
     printf("RESULT op=e2e jobs=%d succeeded=%ld failed=%ld seconds=%.2f jobs_per_s=%.0f "
            "submit_per_s=%.0f\n",
            jobs, done, failed, secs, done / secs, jobs / ((double)(t_submitted - t0) / 1e9));
+    printf("RESULT op=e2e phase=paced jobs=%d succeeded=%ld seconds=%.2f jobs_per_s=%.0f\n", paced,
+           paced_done, paced_all, paced_done / paced_all);
     for (int phase = 0; phase < 2; phase++) {
         int lo = phase ? jobs : 0, hi = phase ? jobs + paced : jobs, nl = 0;
         for (int i = lo; i < hi; i++) {
@@ -292,11 +308,15 @@ int main(int argc, char **argv)
                 fclose(f);
         }
         qsort(lat, (size_t)nl, sizeof *lat, cmp);
-        if (nl > 0)
-            printf("RESULT op=submit_to_start phase=%s samples=%d p50_ms=%.1f p99_ms=%.1f "
-                   "max_ms=%.1f\n",
-                   phase ? "paced" : "burst", nl, lat[nl / 2] / 1e6, lat[nl * 99 / 100] / 1e6,
+        if (nl > 0 && phase)
+            printf("RESULT op=submit_to_start phase=paced rate=%d submitted_per_s=%.0f "
+                   "samples=%d p50_ms=%.1f p99_ms=%.1f max_ms=%.1f\n",
+                   rate, paced / paced_secs, nl, lat[nl / 2] / 1e6, lat[nl * 99 / 100] / 1e6,
                    lat[nl - 1] / 1e6);
+        else if (nl > 0)
+            printf("RESULT op=submit_to_start phase=burst samples=%d p50_ms=%.1f p99_ms=%.1f "
+                   "max_ms=%.1f\n",
+                   nl, lat[nl / 2] / 1e6, lat[nl * 99 / 100] / 1e6, lat[nl - 1] / 1e6);
     }
     kill(apid, SIGTERM);
     waitpid(apid, NULL, 0);
