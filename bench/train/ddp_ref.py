@@ -1,6 +1,8 @@
 # The PyTorch reference of bench/train: DDP over gloo, 784-256-128-10, SGD
-# with momentum, per-rank batch 64, DistributedSampler, one epoch over the
-# IDX files cohort-worker mkdata wrote; prints samples/s of the epoch.
+# with momentum, per-rank batch 64, DistributedSampler, EPOCHS epochs
+# (default 1) over the IDX files cohort-worker mkdata wrote; prints the
+# samples/s of each epoch.
+# usage: ddp_ref.py DATA_DIR [EPOCHS]
 import os, struct, sys, time
 import torch
 import torch.distributed as dist
@@ -26,18 +28,21 @@ def main():
     ddp = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9)
     sampler = torch.utils.data.distributed.DistributedSampler(range(len(y)), seed=1)
-    sampler.set_epoch(1)
-    idxs = torch.tensor(list(sampler))
     loss_fn = nn.CrossEntropyLoss()
-    t0 = time.time()
-    for off in range(0, len(idxs), 64):
-        b = idxs[off:off + 64]
-        opt.zero_grad()
-        loss_fn(ddp(x[b]), y[b]).backward()
-        opt.step()
-    dt = time.time() - t0
-    if dist.get_rank() == 0:
-        print('%.0f samples/s' % (len(idxs) * dist.get_world_size() / dt))
+    epochs = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    for epoch in range(1, epochs + 1):
+        sampler.set_epoch(epoch)
+        idxs = torch.tensor(list(sampler))
+        t0 = time.time()
+        for off in range(0, len(idxs), 64):
+            b = idxs[off:off + 64]
+            opt.zero_grad()
+            loss_fn(ddp(x[b]), y[b]).backward()
+            opt.step()
+        dt = time.time() - t0
+        if dist.get_rank() == 0:
+            print('epoch %d: %.0f samples/s' % (epoch, len(idxs) * dist.get_world_size() / dt),
+                  flush=True)
     dist.destroy_process_group()
 
 
