@@ -760,10 +760,11 @@ Test(train, killed_after_epoch_one_resumes_at_epoch_two_with_identical_result, .
 
 /* ---- failures ------------------------------------------------------------ */
 
-/* world ranks train; once rank 0 is mid-epoch the last rank gets sig
+/* world ranks train; once rank 0 is mid-epoch rank `victim` gets sig
  * (SIGKILL: its sockets close; SIGSTOP: it goes silent).  Every other rank
- * exits non-zero within the 10 s timeout and says which collective failed. */
-static void lose_last_rank(int world, int sig)
+ * exits non-zero within the 10 s timeout (plus the 2 s roll call), says
+ * which collective failed, and names the victim as lost. */
+static void lose_rank(int world, int victim, int sig)
 {
     char dir[64], data[128], path[256];
     tmpdir(dir, sizeof dir);
@@ -786,21 +787,30 @@ static void lose_last_rank(int world, int sig)
             break;
         usleep(20000);
     }
-    kill(p[world - 1], sig);
+    cr_assert_lt(now_s(), end, "rank 0 never reached step 40");
+    kill(p[victim], sig);
     double t0 = now_s();
     int st[4];
-    for (int r = 0; r < world - 1; r++)
-        st[r] = wait_exit(p[r], 30);
+    for (int r = 0; r < world; r++)
+        if (r != victim)
+            st[r] = wait_exit(p[r], 30);
     double dt = now_s() - t0;
-    kill(p[world - 1], SIGKILL);
-    wait_exit(p[world - 1], 5);
-    for (int r = 0; r < world - 1; r++)
-        cr_assert(st[r] > 0 && st[r] < 128, "rank %d exit %d", r, st[r]);
-    cr_assert_lt(dt, 15.0, "survivors took %.1f s to fail", dt);
-    for (int r = 0; r < world - 1; r++) {
+    kill(p[victim], SIGKILL);
+    wait_exit(p[victim], 5);
+    for (int r = 0; r < world; r++)
+        if (r != victim)
+            cr_assert(st[r] > 0 && st[r] < 128, "rank %d exit %d", r, st[r]);
+    /* the 10 s timeout (SIGSTOP), the 2 s roll call, and slack for a loaded machine */
+    cr_assert_lt(dt, 17.0, "survivors took %.1f s to fail", dt);
+    for (int r = 0; r < world; r++) {
+        if (r == victim)
+            continue;
         snprintf(path, sizeof path, "%s/rank%d.err", dir, r);
         char *e = slurp(path);
+        char lost[32];
+        snprintf(lost, sizeof lost, "lost: rank %d ", victim);
         cr_assert(strstr(e, "rank ") && strstr(e, "failed"), "rank %d said: %s", r, e);
+        cr_assert(strstr(e, lost), "rank %d does not name rank %d as lost: %s", r, victim, e);
         cr_log_info("rank %d after %.1f s: %s", r, dt, e);
         free(e);
     }
@@ -809,18 +819,24 @@ static void lose_last_rank(int world, int sig)
 
 Test(failure, killing_one_of_three_ranks_fails_the_others_in_bounded_time, .timeout = 120)
 {
-    lose_last_rank(3, SIGKILL);
+    lose_rank(3, 2, SIGKILL);
+}
+
+/* Rank 0 also hosts the rendezvous store: losing it loses both at once. */
+Test(failure, killing_rank_zero_the_store_host_fails_the_others_in_bounded_time, .timeout = 120)
+{
+    lose_rank(3, 0, SIGKILL);
 }
 
 /* Two ranks exchange over pairs of their own (comm_gloo.cc): the same holds. */
 Test(failure, killing_one_of_two_ranks_fails_the_other_in_bounded_time, .timeout = 120)
 {
-    lose_last_rank(2, SIGKILL);
+    lose_rank(2, 1, SIGKILL);
 }
 
 Test(failure, a_silent_peer_fails_the_other_rank_at_the_timeout, .timeout = 120)
 {
-    lose_last_rank(2, SIGSTOP);
+    lose_rank(2, 1, SIGSTOP);
 }
 
 Test(failure, rank_one_without_rank_zero_fails_after_the_deadline, .timeout = 60)

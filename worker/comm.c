@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "worker/comm_impl.h"
@@ -29,7 +30,7 @@ struct comm {
     void *state;
     int failed;
     int timeout_ms;
-    char err[1024];
+    char err[1280];   /* what failed (64), the backend's why (768), the roll call (256) */
 };
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)
@@ -214,14 +215,72 @@ int comm_local_rank(const comm *c) { return c->local_rank; }
 enum comm_backend comm_backend_of(const comm *c) { return c->backend; }
 const char *comm_errmsg(const comm *c) { return c->err; }
 
-/* Records a backend failure with the context a user needs. */
+/* How long a failed rank waits for the others to answer the roll call. */
+#define ROLL_CALL_MS 2000
+#define ROLL_CALL_NAMED 8   /* missing ranks named one by one; then a count */
+
+/*
+ * After a collective failed, find out which ranks are lost.  The backend
+ * is torn down first: a rank blocked on this one then fails at once instead
+ * of at its timeout, and answers too.  Each rank that can still reach the
+ * store sets cohort/alive/<rank>; the ranks whose key does not appear
+ * within ROLL_CALL_MS (or before the store itself goes) are the lost ones.
+ * Writes the finding, a phrase, into out.
+ */
+static void roll_call(comm *c, char *out, size_t len)
+{
+    char key[48];
+    int window = c->timeout_ms / 5 < ROLL_CALL_MS ? c->timeout_ms / 5 : ROLL_CALL_MS;
+    int missing = 0;
+    size_t used = 0;
+    struct timespec t0, t;
+
+    if (c->ops) {
+        c->ops->destroy(c->state);
+        c->ops = NULL;
+        c->state = NULL;
+    }
+    snprintf(key, sizeof key, "cohort/alive/%d", c->rank);
+    if (comm_store_set(c->store, key, "", 0) < 0) {
+        snprintf(out, len, "lost: rank 0 (its rendezvous store no longer answers: %s)",
+                 comm_store_errmsg(c->store));
+        return;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    out[0] = '\0';
+    for (int r = 0; r < c->size; r++) {
+        long left;
+        if (r == c->rank)
+            continue;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        left = window - ((t.tv_sec - t0.tv_sec) * 1000L + (t.tv_nsec - t0.tv_nsec) / 1000000L);
+        snprintf(key, sizeof key, "cohort/alive/%d", r);
+        if (comm_store_wait(c->store, key, left > 0 ? (int)left : 0) == 0)
+            continue;
+        if (++missing <= ROLL_CALL_NAMED && used < len)
+            used += (size_t)snprintf(out + used, len - used, "%s%d",
+                                     missing == 1 ? "lost: rank " : ", ", r);
+    }
+    if (missing > ROLL_CALL_NAMED && used < len)
+        used += (size_t)snprintf(out + used, len - used, " and %d more", missing - ROLL_CALL_NAMED);
+    if (missing && used < len)
+        snprintf(out + used, len - used,
+                 " (no word within %d ms of the failure: exited, unreachable or stuck)", window);
+    else if (!missing)
+        snprintf(out, len, "every other rank answered after the failure, so none exited: a link "
+                           "between ranks broke, or a rank was slower than the timeout");
+}
+
+/* Records a backend failure with the context a user needs: what failed,
+ * Gloo's or NCCL's reason, and which ranks the roll call found lost. */
 static int failed(comm *c, const char *what, const char *why)
 {
-    if (!c->failed)
-        snprintf(c->err, sizeof c->err,
-                 "rank %d of %d: %s failed: %s (a peer rank exited, its node is unreachable, "
-                 "or it did not answer within the timeout)",
-                 c->rank, c->size, what, why);
+    char lost[256];
+    if (!c->failed) {
+        roll_call(c, lost, sizeof lost);
+        snprintf(c->err, sizeof c->err, "rank %d of %d: %s failed: %s; %s", c->rank, c->size,
+                 what, why, lost);
+    }
     c->failed = 1;
     return -1;
 }

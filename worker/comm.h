@@ -12,7 +12,9 @@
  * Every collective either completes or fails within the timeout (default
  * 30 s, COHORT_COMM_TIMEOUT in seconds, or comm_config.timeout_ms): when a
  * peer dies or rank 0 is gone, each remaining rank gets -1 and a message in
- * comm_errmsg() naming what was lost.  A comm that failed once stays failed.
+ * comm_errmsg() naming what was lost.  Finding that out takes up to 2 s more:
+ * the failed rank closes its backend and holds a roll call in the store
+ * (comm.c).  A comm that failed once stays failed, its backend closed.
  *
  * Buffers: host memory for gloo; device memory for nccl.
  */
