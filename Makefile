@@ -45,7 +45,7 @@ bench: test-deps build
 	@$(BUILD)/bench_e2e $(BUILD) 1000 200
 	@$(BUILD)/bench_e2e $(BUILD) 200 1000 250
 	@$(BUILD)/bench_allreduce 2
-	@bench/train/run $(BUILD) 2
+	@bench/train/run $(BUILD)
 	@node bench/console/console.bench.mjs $(BUILD) 1000 15
 
 clean:
