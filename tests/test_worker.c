@@ -760,6 +760,23 @@ Test(train, killed_after_epoch_one_resumes_at_epoch_two_with_identical_result, .
 
 /* ---- failures ------------------------------------------------------------ */
 
+/* Waits until rank 0 of the job in dir has reported step 40. */
+static void wait_mid_epoch(const char *dir)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/rank0.out", dir);
+    double end = now_s() + 60;
+    for (;;) {
+        char *o = slurp(path);
+        int going = strstr(o, "step 40/") != NULL;
+        free(o);
+        if (going)
+            return;
+        cr_assert_lt(now_s(), end, "rank 0 never reached step 40");
+        usleep(20000);
+    }
+}
+
 /* world ranks train; once rank 0 is mid-epoch rank `victim` gets sig
  * (SIGKILL: its sockets close; SIGSTOP: it goes silent).  Every other rank
  * exits non-zero within the 10 s timeout (plus the 2 s roll call), says
@@ -776,18 +793,7 @@ static void lose_rank(int world, int victim, int sig)
     pid_t p[4];
     for (int r = 0; r < world; r++)
         p[r] = spawn_rank(dir, r, world, port, args);
-    /* mid-epoch: once rank 0 reports progress */
-    snprintf(path, sizeof path, "%s/rank0.out", dir);
-    double end = now_s() + 60;
-    for (;;) {
-        char *o = slurp(path);
-        int going = strstr(o, "step 40/") != NULL;
-        free(o);
-        if (going || now_s() > end)
-            break;
-        usleep(20000);
-    }
-    cr_assert_lt(now_s(), end, "rank 0 never reached step 40");
+    wait_mid_epoch(dir);
     kill(p[victim], sig);
     double t0 = now_s();
     int st[4];
@@ -826,6 +832,45 @@ Test(failure, killing_one_of_three_ranks_fails_the_others_in_bounded_time, .time
 Test(failure, killing_rank_zero_the_store_host_fails_the_others_in_bounded_time, .timeout = 120)
 {
     lose_rank(3, 0, SIGKILL);
+}
+
+/* A rank that only stalls past the timeout is not called lost: rank 1 is
+ * stopped until rank 0 has failed and checked in with the store (the test
+ * watches for that key), then resumed; it fails at once on the closed link,
+ * answers the roll call (rank 0 waits 2 s for it at a 10 s timeout), and
+ * both say that no rank exited. */
+Test(failure, a_rank_slower_than_the_timeout_is_not_called_lost, .timeout = 120)
+{
+    char dir[64], data[128], path[256], err[256];
+    comm_store *watch = NULL;
+    tmpdir(dir, sizeof dir);
+    snprintf(data, sizeof data, "%s/data", dir);
+    mkdata(data, 20000, 100, 0);
+    const char *args[] = { "--data", data, "--no-checkpoint", "--epochs", "50",
+                           "--batch-size", "8", "--timeout", "10", "--log-every", "20", NULL };
+    int port = free_port();
+    pid_t p[2];
+    for (int r = 0; r < 2; r++)
+        p[r] = spawn_rank(dir, r, 2, port, args);
+    wait_mid_epoch(dir);
+    cr_assert_eq(comm_store_connect("127.0.0.1", port, 2000, &watch, err, sizeof err), 0, "%s",
+                 err);
+    kill(p[1], SIGSTOP);
+    int seen = comm_store_wait(watch, "cohort/alive/0", 30000);
+    kill(p[1], SIGCONT);
+    cr_assert_eq(seen, 0, "rank 0 never checked in: %s", comm_store_errmsg(watch));
+    comm_store_close(watch);
+    for (int r = 0; r < 2; r++) {
+        cr_assert_eq(wait_exit(p[r], 30), 1, "rank %d", r);
+        snprintf(path, sizeof path, "%s/rank%d.err", dir, r);
+        char *e = slurp(path);
+        cr_assert(strstr(e, "failed") && strstr(e, "every other rank answered"), "rank %d said: %s",
+                  r, e);
+        cr_assert_null(strstr(e, "lost: rank"), "rank %d said: %s", r, e);
+        cr_log_info("rank %d: %s", r, e);
+        free(e);
+    }
+    rmrf(dir);
 }
 
 /* Two ranks exchange over pairs of their own (comm_gloo.cc): the same holds. */
