@@ -777,23 +777,32 @@ static void wait_mid_epoch(const char *dir)
     }
 }
 
+/* Starts world ranks (pids in p) on a long job in a new dir, with a 10 s
+ * timeout, and returns their MASTER_PORT once rank 0 is mid-epoch. */
+static int start_long_job(char *dir, size_t dlen, int world, pid_t *p)
+{
+    char data[128];
+    tmpdir(dir, dlen);
+    snprintf(data, sizeof data, "%s/data", dir);
+    mkdata(data, 20000, 100, 0);
+    const char *args[] = { "--data", data, "--no-checkpoint", "--epochs", "50",
+                           "--batch-size", "8", "--timeout", "10", "--log-every", "20", NULL };
+    int port = free_port();
+    for (int r = 0; r < world; r++)
+        p[r] = spawn_rank(dir, r, world, port, args);
+    wait_mid_epoch(dir);
+    return port;
+}
+
 /* world ranks train; once rank 0 is mid-epoch rank `victim` gets sig
  * (SIGKILL: its sockets close; SIGSTOP: it goes silent).  Every other rank
  * exits non-zero within the 10 s timeout (plus the 2 s roll call), says
  * which collective failed, and names the victim as lost. */
 static void lose_rank(int world, int victim, int sig)
 {
-    char dir[64], data[128], path[256];
-    tmpdir(dir, sizeof dir);
-    snprintf(data, sizeof data, "%s/data", dir);
-    mkdata(data, 20000, 100, 0);
-    const char *args[] = { "--data", data, "--no-checkpoint", "--epochs", "50",
-                           "--batch-size", "8", "--timeout", "10", "--log-every", "20", NULL };
-    int port = free_port();
+    char dir[64], path[256];
     pid_t p[4];
-    for (int r = 0; r < world; r++)
-        p[r] = spawn_rank(dir, r, world, port, args);
-    wait_mid_epoch(dir);
+    start_long_job(dir, sizeof dir, world, p);
     kill(p[victim], sig);
     double t0 = now_s();
     int st[4];
@@ -841,18 +850,10 @@ Test(failure, killing_rank_zero_the_store_host_fails_the_others_in_bounded_time,
  * both say that no rank exited. */
 Test(failure, a_rank_slower_than_the_timeout_is_not_called_lost, .timeout = 120)
 {
-    char dir[64], data[128], path[256], err[256];
+    char dir[64], path[256], err[256];
     comm_store *watch = NULL;
-    tmpdir(dir, sizeof dir);
-    snprintf(data, sizeof data, "%s/data", dir);
-    mkdata(data, 20000, 100, 0);
-    const char *args[] = { "--data", data, "--no-checkpoint", "--epochs", "50",
-                           "--batch-size", "8", "--timeout", "10", "--log-every", "20", NULL };
-    int port = free_port();
     pid_t p[2];
-    for (int r = 0; r < 2; r++)
-        p[r] = spawn_rank(dir, r, 2, port, args);
-    wait_mid_epoch(dir);
+    int port = start_long_job(dir, sizeof dir, 2, p);
     cr_assert_eq(comm_store_connect("127.0.0.1", port, 2000, &watch, err, sizeof err), 0, "%s",
                  err);
     kill(p[1], SIGSTOP);
