@@ -25,6 +25,7 @@
 
 #include "agent/cgroup.h"
 #include "agent/client.h"
+#include "agent/runtime.h"
 #include "agent/sup.h"
 #include "storage/util.h"
 
@@ -35,6 +36,8 @@
 
 struct config {
     const char *server, *join_token, *name, *address, *data_dir, *mount_root, *shim, *cgroup;
+    const char *runtime, *registry, *insecure, *image_cache, *seccomp;
+    long long image_cache_max_mb;
     char gpu_type[64];
     long long cpus, memory_mb, gpus, port_lo, port_hi, grace_s, keep_s;
     int nlaunchers;
@@ -76,6 +79,18 @@ static void usage(FILE *f)
             "                        cgroup limited to its worker spec's CPUs and memory\n"
             "                        (default: <the cgroup2 mount>/cohort, when there is one)\n"
             "  --shim PATH           the cohort-shim program (default: beside this one)\n"
+            "  --runtime crun|host   crun (default): each worker in an OCI container from its\n"
+            "                        job's image, in a user namespace of its tenant's uids;\n"
+            "                        host: workers as root processes on the host's files,\n"
+            "                        only for a trusted single-tenant node\n"
+            "  --registry HOST:PORT  registry of image references without a host\n"
+            "                        (default 127.0.0.1:5000)\n"
+            "  --insecure-registry H1,H2  registries spoken to over plain HTTP (default:\n"
+            "                        127.0.0.1:5000,localhost:5000)\n"
+            "  --image-cache DIR     unpacked images (default DATA_DIR/images)\n"
+            "  --image-cache-max MB  evict unused images past this size (default 51200)\n"
+            "  --seccomp FILE|off    seccomp profile in the containers-common format\n"
+            "                        (default /usr/share/containers/seccomp.json)\n"
             "  --help\n");
 }
 
@@ -163,6 +178,11 @@ static int parse_args(int argc, char **argv, struct config *c)
         {"shim", required_argument, NULL, 'S'},    {"cgroup", required_argument, NULL, 'C'},
         {"gpu-type", required_argument, NULL, 'T'},
         {"keep-finished", required_argument, NULL, 'K'},
+        {"runtime", required_argument, NULL, 'R'}, {"registry", required_argument, NULL, 'E'},
+        {"insecure-registry", required_argument, NULL, 'I'},
+        {"image-cache", required_argument, NULL, 'i'},
+        {"image-cache-max", required_argument, NULL, 'M'},
+        {"seccomp", required_argument, NULL, 'P'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     c->data_dir = "/var/lib/cohort-agent";
@@ -174,6 +194,11 @@ static int parse_args(int argc, char **argv, struct config *c)
     c->port_hi = 29999;
     c->grace_s = 10;
     c->keep_s = 600;
+    c->runtime = "crun";
+    c->registry = "127.0.0.1:5000";
+    c->insecure = "127.0.0.1:5000,localhost:5000";
+    c->seccomp = "/usr/share/containers/seccomp.json";
+    c->image_cache_max_mb = 51200;
     int o;
     char *end;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -186,6 +211,20 @@ static int parse_args(int argc, char **argv, struct config *c)
         case 'r': c->mount_root = optarg; break;
         case 'S': c->shim = optarg; break;
         case 'C': c->cgroup = optarg; break;
+        case 'R':
+            if (strcmp(optarg, "crun") && strcmp(optarg, "host"))
+                goto bad;
+            c->runtime = optarg;
+            break;
+        case 'E': c->registry = optarg; break;
+        case 'I': c->insecure = optarg; break;
+        case 'i': c->image_cache = optarg; break;
+        case 'P': c->seccomp = optarg; break;
+        case 'M':
+            c->image_cache_max_mb = strtoll(optarg, &end, 10);
+            if (*end || c->image_cache_max_mb < 0)
+                goto bad;
+            break;
         case 'T':
             if (!util_name_valid(optarg))
                 goto bad;
@@ -224,6 +263,8 @@ static int parse_args(int argc, char **argv, struct config *c)
 bad:
     fprintf(stderr, "cohort-agent: bad value for --%s: %s\n",
             o == 'p'   ? "port-range"
+            : o == 'R' ? "runtime"
+            : o == 'M' ? "image-cache-max"
             : o == 'l' ? "launcher"
             : o == 'T' ? "gpu-type"
             : o == 'K' ? "keep-finished"
@@ -437,6 +478,7 @@ int main(int argc, char **argv)
     client *cl = NULL;
     sup *s = NULL;
     static cg_root cg; /* the workers' cgroup subtree; path "" for none */
+    cJSON *container = NULL; /* the launch requests' container settings */
     if (parse_args(argc, argv, &cfg))
         return 2;
     if (cfg.gpus < 0)
@@ -516,6 +558,27 @@ int main(int argc, char **argv)
         goto out;
     }
     sc.shim = shim;
+    if (!strcmp(cfg.runtime, "crun")) {
+        char self_dir[PATH_MAX + 16];
+        snprintf(self_dir, sizeof self_dir, "%s", shim);
+        char *slash = strrchr(self_dir, '/');
+        if (slash)
+            *slash = '\0';
+        rt_config rtc = {cfg.data_dir, cfg.image_cache, cfg.image_cache_max_mb << 20,
+                         cfg.registry, cfg.insecure, cfg.seccomp, slash ? self_dir : "."};
+        err[0] = '\0';
+        if (!(container = rt_open(&rtc, err, sizeof err))) {
+            fprintf(stderr, "cohort-agent: cannot run containers: %s\n", err);
+            goto out;
+        }
+        printf("cohort-agent: workers run in containers (crun); images without a registry "
+               "come from %s\n", cfg.registry);
+    } else {
+        fprintf(stderr, "cohort-agent: WARNING: --runtime host: workers run as root processes "
+                        "on this machine's own files, and any job can take the node over. Use "
+                        "it only on a trusted single-tenant node.\n");
+    }
+    sc.container = container;
     char lock_path[PATH_MAX + 64];
     snprintf(lock_path, sizeof lock_path, "%s/agent.lock", cfg.data_dir);
     sc.agent_lock = lock_path;
@@ -646,6 +709,7 @@ int main(int argc, char **argv)
     rc = 0;
 out:
     sup_close(s);
+    cJSON_Delete(container);
     cg_close(&cg);
     client_free(cl);
     close(lock);

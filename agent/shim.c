@@ -4,6 +4,8 @@
  */
 #include "agent/shim.h"
 
+#include "agent/oci.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -276,18 +278,25 @@ static void end_cgroup(const char *path, char *text, size_t n)
              (long long)u.oom_kills);
 }
 
+static void outer_container(int dfd, int logfd, int lockfd, const shim_spec *sp, const char *cg,
+                            int cgfd) __attribute__((noreturn));
+
 /* The detached shim: namespaces, mounts, init, and the final status. */
 static void __attribute__((noreturn)) outer(int dfd, int logfd, int lockfd, const shim_spec *sp)
 {
     char err[300], line[320], cg[1200] = "";
     int cgfd = -1;
     setsid();
+    snprintf(line, sizeof line, "%d\n", (int)getpid());
+    put_file(dfd, "shim", line);
     if (sp->cgroup.path[0]) {
         if (cg_worker_make(&sp->cgroup, sp->id, sp->cpu_milli, sp->memory_mb, cg, sizeof cg, err,
                            sizeof err) != 0 ||
             (cgfd = cg_procs_open(cg, err, sizeof err)) < 0)
             give_up(dfd, "%s", err);
     }
+    if (sp->crun)
+        outer_container(dfd, logfd, lockfd, sp, cg, cgfd);
     if (unshare(CLONE_NEWNS | CLONE_NEWPID) != 0)
         give_up(dfd, "cannot create namespaces: %s", strerror(errno));
     if (setup_mounts(sp, err, sizeof err) != 0)
@@ -349,6 +358,328 @@ static void __attribute__((noreturn)) outer(int dfd, int logfd, int lockfd, cons
     _exit(0);
 }
 
+/* ---- containers ---- */
+
+static char state_dir[4096]; /* the worker's directory (shim_start's dir) */
+
+static void on_progress(void *arg, const char *text)
+{
+    char line[600];
+    snprintf(line, sizeof line, "%.590s\n", text);
+    put_file(*(const int *)arg, "phase", line);
+}
+
+/* A small file whole, NUL-terminated (at most max bytes), or NULL. */
+static char *read_text(const char *path, size_t max)
+{
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return NULL;
+    char *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max, f) : 0;
+    fclose(f);
+    if (buf)
+        buf[n] = '\0';
+    return buf;
+}
+
+/* 1 when env (n entries) sets the variable of kv ("NAME=..."). */
+static int env_sets(char **env, int n, const char *kv)
+{
+    size_t k = strcspn(kv, "=");
+    for (int i = 0; i < n; i++)
+        if (!strncmp(env[i], kv, k) && env[i][k] == '=')
+            return 1;
+    return 0;
+}
+
+/*
+ * The container's environment: the platform's variables and the job's
+ * (sp->env up to sp->nenv_own), then the image's Env, then the defaults
+ * (the rest of sp->env), each name once.  Pointers into sp and image; the
+ * array is the caller's to free.
+ */
+static char **container_env(const shim_spec *sp, const cJSON *image_env)
+{
+    int total = 0, n = 0;
+    while (sp->env[total])
+        total++;
+    char **env = calloc((size_t)total + (size_t)cJSON_GetArraySize(image_env) + 1, sizeof *env);
+    if (!env)
+        return NULL;
+    for (int i = 0; i < sp->nenv_own; i++)
+        env[n++] = sp->env[i];
+    const cJSON *e;
+    cJSON_ArrayForEach(e, image_env)
+    {
+        if (cJSON_IsString(e) && strchr(e->valuestring, '=') && !env_sets(env, n, e->valuestring))
+            env[n++] = e->valuestring;
+    }
+    for (int i = sp->nenv_own; i < total; i++)
+        if (!env_sets(env, n, sp->env[i]))
+            env[n++] = sp->env[i];
+    env[n] = NULL;
+    return env;
+}
+
+/* The command: for native images the program itself, otherwise the image's
+ * Entrypoint (python3 when it has none) with the program after it. */
+static char **container_argv(const shim_spec *sp, const cJSON *entrypoint, char *prog)
+{
+    int nargs = 0;
+    while (sp->args[nargs])
+        nargs++;
+    char **argv = calloc((size_t)nargs + (size_t)cJSON_GetArraySize(entrypoint) + 3, sizeof *argv);
+    int n = 0;
+    if (!argv)
+        return NULL;
+    if (strcmp(sp->framework ? sp->framework : "native", "native")) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, entrypoint)
+        {
+            if (cJSON_IsString(e))
+                argv[n++] = e->valuestring;
+        }
+        if (n == 0)
+            argv[n++] = "python3";
+    }
+    argv[n++] = prog;
+    for (int i = 0; i < nargs; i++)
+        argv[n++] = sp->args[i];
+    argv[n] = NULL;
+    return argv;
+}
+
+/* Writes text to path, whole: 0 or -1. */
+static int write_whole(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return -1;
+    size_t n = strlen(text);
+    int ok = write(fd, text, n) == (ssize_t)n;
+    return close(fd) == 0 && ok ? 0 : -1;
+}
+
+/* Runs crun with args after its global options; waits.  Its exit status. */
+static int crun_once(const shim_spec *sp, const char *a1, const char *a2, const char *a3)
+{
+    pid_t p = fork();
+    if (p == 0) {
+        int null = open("/dev/null", O_RDWR);
+        dup2(null, 0);
+        dup2(null, 1);
+        dup2(null, 2);
+        execl(sp->crun, sp->crun, "--root", sp->crun_root, a1, a2, a3, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    while (p > 0 && waitpid(p, &st, 0) < 0 && errno == EINTR)
+        ;
+    return st;
+}
+
+/* The forked child that becomes crun: into the worker's cgroup, the
+ * result pipe at descriptor 3 (crun hands it to cohort-init), output to
+ * the log. */
+static void __attribute__((noreturn)) exec_crun(const shim_spec *sp, int cgfd, int logfd,
+                                                int result_w, const char *bundle,
+                                                const char *pidfile, const char *crun_log,
+                                                const char *id)
+{
+    char line[320], logopt[4400];
+    int e = cgfd >= 0 ? cg_join(cgfd) : 0;
+    if (e != 0) {
+        snprintf(line, sizeof line, "error cannot join the worker's cgroup: %s\n", strerror(-e));
+        ssize_t w = write(result_w, line, strlen(line));
+        (void)w;
+        _exit(1);
+    }
+    int null = open("/dev/null", O_RDONLY);
+    int rw = fcntl(result_w, F_DUPFD, 10);
+    if (null < 0 || rw < 0 || dup2(null, 0) < 0 || dup2(logfd, 1) < 0 || dup2(logfd, 2) < 0 ||
+        dup2(rw, 3) != 3)
+        _exit(126);
+    close_range(4, ~0U, 0);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    snprintf(logopt, sizeof logopt, "--log=file:%s", crun_log);
+    execl(sp->crun, sp->crun, "--root", sp->crun_root, logopt, "--cgroup-manager=disabled",
+          "run", "--bundle", bundle, "--pid-file", pidfile, "--preserve-fds", "1", id,
+          (char *)NULL);
+    snprintf(line, sizeof line, "error cannot run %.200s: %s\n", sp->crun, strerror(errno));
+    ssize_t w = write(3, line, strlen(line));
+    (void)w;
+    _exit(127);
+}
+
+/* The last line crun logged, for a reason. */
+static void crun_reason(const char *crun_log, char *out, size_t n)
+{
+    char *text = read_text(crun_log, 65536);
+    char *end = text ? text + strlen(text) : NULL;
+    out[0] = '\0';
+    if (!text)
+        return;
+    while (end > text && (end[-1] == '\n' || end[-1] == ' '))
+        end--;
+    *end = '\0';
+    char *start = strrchr(text, '\n');
+    snprintf(out, n, "%s", start ? start + 1 : text);
+    free(text);
+}
+
+/*
+ * The container flavour of the shim: the image, the bundle, crun run in the
+ * worker's cgroup, the lease, and the status.  cg/cgfd: the worker's cgroup
+ * ("" / -1 for none).
+ */
+static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lockfd,
+                                                      const shim_spec *sp, const char *cg,
+                                                      int cgfd)
+{
+    char err[600], line[700], bundle[4200], config_path[4300], pidfile[4300], crun_log[4300],
+        prog[4200], ws[4200], id[64], host[256] = "localhost", reason[512];
+    img_use use;
+    int progress_fd = dfd;
+    if (img_acquire(&sp->cache, &sp->image, on_progress, &progress_fd, &use, err, sizeof err) != 0)
+        give_up(dfd, "%s", err);
+    snprintf(line, sizeof line, "%s\n", use.digest);
+    put_file(dfd, "digest", line);
+    snprintf(line, sizeof line, "starting the container\n");
+    put_file(dfd, "phase", line);
+
+    /* The image's conventions. */
+    snprintf(config_path, sizeof config_path, "%s/image.json", use.bundle);
+    char *img_text = read_text(config_path, 4 << 20);
+    cJSON *img = img_text ? cJSON_Parse(img_text) : NULL;
+    free(img_text);
+    const cJSON *icfg = cJSON_GetObjectItemCaseSensitive(img, "config");
+    path_join(ws, sizeof ws, sp->mount_root, "workspace");
+    path_join(prog, sizeof prog, ws, sp->program);
+    char **env = container_env(sp, cJSON_GetObjectItemCaseSensitive(icfg, "Env"));
+    char **argv = container_argv(sp, cJSON_GetObjectItemCaseSensitive(icfg, "Entrypoint"), prog);
+
+    oci_bind binds[SHIM_MAX_DATASETS + 1];
+    char ds_dst[SHIM_MAX_DATASETS][512];
+    int nb = 0;
+    binds[nb++] = (oci_bind){sp->workspace, ws, 0};
+    for (int i = 0; i < sp->ndatasets; i++) {
+        snprintf(ds_dst[i], sizeof ds_dst[i], "%s/datasets/%s", sp->mount_root, sp->ds_name[i]);
+        binds[nb++] = (oci_bind){sp->ds_path[i], ds_dst[i], 1};
+    }
+    char rootfs[4300], init_at[4200];
+    snprintf(rootfs, sizeof rootfs, "%s/rootfs", use.bundle);
+    path_join(init_at, sizeof init_at, sp->mount_root, ".init");
+    gethostname(host, sizeof host - 1);
+    oci_spec os = {.rootfs = rootfs, .init = sp->init, .init_at = init_at,
+                   .mount_root = sp->mount_root, .argv = argv, .env = env, .cwd = ws,
+                   .hostname = host, .uid_base = sp->uid_base, .binds = binds, .nbinds = nb,
+                   .devices = sp->devices, .shm_mb = sp->shm_mb, .seccomp = sp->seccomp};
+    char *config = env && argv ? oci_config(&os, err, sizeof err) : NULL;
+    cJSON_Delete(img);
+    free(env);
+    free(argv);
+    path_join(bundle, sizeof bundle, state_dir, "bundle");
+    path_join(config_path, sizeof config_path, bundle, "config.json");
+    path_join(pidfile, sizeof pidfile, bundle, "init.pid");
+    path_join(crun_log, sizeof crun_log, bundle, "crun.log");
+    snprintf(id, sizeof id, "w%lld", (long long)sp->id);
+    if (!config)
+        give_up(dfd, "%s", env && argv ? err : "out of memory");
+    if ((mkdir(bundle, 0700) != 0 && errno != EEXIST) || write_whole(config_path, config) != 0)
+        give_up(dfd, "cannot write the container's configuration: %s", strerror(errno));
+    free(config);
+    unlink(pidfile);
+    crun_once(sp, "delete", "-f", id); /* state left by a shim that died */
+
+    int rp[2];
+    if (pipe2(rp, O_CLOEXEC) != 0)
+        give_up(dfd, "pipe: %s", strerror(errno));
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    signal(SIGCHLD, SIG_DFL);
+    pid_t crun = fork();
+    if (crun < 0)
+        give_up(dfd, "fork: %s", strerror(errno));
+    if (crun == 0) {
+        close(rp[0]);
+        exec_crun(sp, cgfd, logfd, rp[1], bundle, pidfile, crun_log, id);
+    }
+    close(rp[1]);
+    if (cgfd >= 0)
+        close(cgfd);
+
+    /* Until crun ends: the container's init as the worker's pid, the lease. */
+    int st = 0;
+    pid_t init = 0;
+    int64_t gone_since = 0, term_at = 0;
+    for (;;) {
+        pid_t r = waitpid(crun, &st, WNOHANG);
+        if (r == crun || (r < 0 && errno != EINTR))
+            break;
+        if (init <= 0) {
+            char *t = read_text(pidfile, 32);
+            init = t ? (pid_t)atoi(t) : 0;
+            free(t);
+            if (init > 0) {
+                snprintf(line, sizeof line, "%d\n", (int)init);
+                put_file(dfd, "pid", line);
+            }
+        }
+        int64_t now = mono_ms();
+        pid_t target = init > 0 ? init : crun;
+        if (agent_alive(lockfd)) {
+            gone_since = 0;
+        } else if (!gone_since) {
+            gone_since = now;
+        } else if (!term_at && now - gone_since > sp->lease_ms) {
+            kill(target, SIGTERM);
+            term_at = now;
+        } else if (term_at && now - term_at > sp->grace_ms) {
+            kill(target, SIGKILL);
+        }
+        struct timespec ts = {0, 100 * 1000000L};
+        sigtimedwait(&chld, NULL, &ts);
+    }
+    ssize_t n;
+    while ((n = read(rp[0], line, sizeof line - 1)) < 0 && errno == EINTR)
+        ;
+    close(rp[0]);
+    if (n > 0) {
+        line[n] = '\0';
+        size_t end = strcspn(line, "\n");
+        if (end > sizeof line - 2)
+            end = sizeof line - 2;
+        line[end] = '\n';
+        line[end + 1] = '\0';
+    } else if (WIFEXITED(st) && WEXITSTATUS(st) > 128 && WEXITSTATUS(st) < 128 + 65) {
+        /* init itself was killed (SIGKILL after the grace period) */
+        snprintf(line, sizeof line, "signal %d\n", WEXITSTATUS(st) - 128);
+    } else if (WIFSIGNALED(st)) {
+        snprintf(line, sizeof line, "signal %d\n", WTERMSIG(st));
+    } else {
+        crun_reason(crun_log, reason, sizeof reason);
+        snprintf(line, sizeof line, "error the container did not start: %.500s\n",
+                 reason[0] ? reason : "crun failed without a word");
+    }
+    crun_once(sp, "delete", "-f", id);
+    unlink(config_path);
+    unlink(pidfile);
+    unlink(crun_log);
+    rmdir(bundle);
+    img_release(&use);
+    char status[1100], usage[256] = "";
+    if (cg[0])
+        end_cgroup(cg, usage, sizeof usage);
+    snprintf(status, sizeof status, "%s%s", line, usage);
+    put_file(dfd, "status", status);
+    _exit(0);
+}
+
 /* Keeps only the descriptors the shim needs, at 3, 4 and 5: nothing of the
  * agent's (its lock above all) stays open in a process that outlives it. */
 static void keep_fds(int *dfd, int *logfd, int *lockfd)
@@ -371,6 +702,7 @@ int shim_start(const char *dir, const shim_spec *sp, const char *note)
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         return -1;
+    snprintf(state_dir, sizeof state_dir, "%s", dir);
     if (note)
         put_file(dfd, "spec.json", note);
     int logfd = openat(dfd, "output.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);

@@ -15,6 +15,9 @@
  * worker's own there, with the spec's limits, before anything else runs.
  *
  * Files in the worker's state directory:
+ *   shim        pid of the shim itself, from its start (it pulls images first)
+ *   phase       while it starts: what it is doing ("pulling image ...: 3 of 9 MB")
+ *   digest      the image digest the worker runs (containers)
  *   pid         host pid of the namespace's init (signal it to stop the worker)
  *   status      "exit N", "signal N" or "error MESSAGE", written once, atomically;
  *               with a cgroup, "cpu_us N", "memory_peak N", "memory_max N" and
@@ -27,7 +30,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cjson/cJSON.h>
+
 #include "agent/cgroup.h"
+#include "agent/image.h"
 
 #define SHIM_MAX_DATASETS 32
 #define SHIM_MAX_HIDE 8
@@ -43,6 +49,8 @@ typedef struct shim_spec {
     int nhide;
     const char *hide[SHIM_MAX_HIDE];
     char **env;  /* NULL-terminated "NAME=value" */
+    int nenv_own; /* env[0 .. nenv_own) are the platform's and the job's; the
+                   * rest are defaults an image's Env may replace */
     char **args; /* NULL-terminated, after the program */
     /* The agent holds agent_lock (flock) while it lives.  When no agent has
      * held it for lease_ms, the shim stops its worker: SIGTERM, then SIGKILL
@@ -53,6 +61,18 @@ typedef struct shim_spec {
      * w<id> below it, limited to cpu_milli and memory_mb (0: unlimited). */
     cg_root cgroup;
     int64_t id, cpu_milli, memory_mb;
+    /* A container (crun set) or, on a trusted node, a host process (crun
+     * NULL: the namespaces and mounts above, as root, on the host's files). */
+    const char *crun;      /* the crun program */
+    const char *crun_root; /* crun's state directory for this agent */
+    const char *init;      /* cohort-init on the host */
+    img_cache cache;       /* the node's images */
+    img_source image;      /* this worker's */
+    uint32_t uid_base;     /* the tenant's host uid range */
+    const char *framework; /* native: the program is the command */
+    const cJSON *seccomp;  /* OCI seccomp object, or NULL */
+    int64_t shm_mb;
+    const char *const *devices; /* GPU device nodes, NULL-terminated */
 } shim_spec;
 
 /*

@@ -3,7 +3,13 @@
  * its launch request on standard input:
  *   {"dir", "spec" (the launch spec from cohortd), "launcher", "agent_dir",
  *    "agent_lock", "lease_ms", "grace_ms", "cgroup" ({"path", "cpu", "memory",
- *    "pids"}: the agent's cgroup subtree, absent for none)}
+ *    "pids"}: the agent's cgroup subtree, absent for none), "container" (absent
+ *    on a trusted node that runs host processes: {"crun", "crun_root", "init",
+ *    "skopeo", "umoci", "image_cache", "image_cache_max", "registry" (for
+ *    references without a host), "insecure" (hosts spoken to over plain HTTP),
+ *    "seccomp" (a profile path, or absent)})}
+ * The launch spec of a container worker carries "image_ref", "uid_base" and,
+ * for a private image with credentials, "registry_auth" {"username", "password"}.
  * It creates the worker's state directory, turns the launch spec into the
  * sandbox of shim.h, detaches and runs the worker.  A request it cannot use
  * ends as dir/status "error ..." when dir is known.
@@ -17,6 +23,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "agent/oci.h"
 #include "agent/shim.h"
 #include "storage/util.h"
 
@@ -79,6 +86,129 @@ static char *slurp(void)
     return buf;
 }
 
+/* 1 when ref names no registry host ("cohort/pytorch:bookworm"): the
+ * node's default registry serves it, as Docker's default does. */
+static int unqualified(const char *ref)
+{
+    size_t h = strcspn(ref, "/");
+    if (ref[h] != '/')
+        return 1;
+    return !memchr(ref, '.', h) && !memchr(ref, ':', h) && strncmp(ref, "localhost/", 10);
+}
+
+static int host_listed(const cJSON *hosts, const char *host)
+{
+    const cJSON *h;
+    cJSON_ArrayForEach(h, hosts)
+    {
+        if (cJSON_IsString(h) && !strcmp(h->valuestring, host))
+            return 1;
+    }
+    return 0;
+}
+
+/* GPU device nodes for the GPUs in CUDA_VISIBLE_DEVICES, and the driver's
+ * control nodes, where they exist. */
+static const char **gpu_devices(const cJSON *spec)
+{
+    static char names[72][32];
+    static const char *list[72];
+    int n = 0;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(spec, "env"), "CUDA_VISIBLE_DEVICES");
+    if (!cJSON_IsString(v) || !v->valuestring[0])
+        return NULL;
+    for (const char *p = v->valuestring; *p && n < 64;) {
+        char *end;
+        long g = strtol(p, &end, 10);
+        if (end == p || g < 0 || g > 63)
+            break;
+        snprintf(names[n], sizeof names[n], "/dev/nvidia%ld", g);
+        if (access(names[n], F_OK) == 0)
+            list[n] = names[n], n++;
+        p = *end == ',' ? end + 1 : end;
+        if (!*end)
+            break;
+    }
+    static const char *const ctl[] = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+                                      NULL};
+    for (int i = 0; ctl[i]; i++)
+        if (access(ctl[i], F_OK) == 0)
+            list[n++] = ctl[i];
+    list[n] = NULL;
+    return n ? list : NULL;
+}
+
+/* The container settings of the request and the spec into sp. */
+static int container_setup(const cJSON *ct, const cJSON *spec, shim_spec *sp, const char *dir)
+{
+    static char ref[IMG_REF_MAX + 300], host[256];
+    char msg[700];
+    const char *want = jstr(spec, "image_ref"), *reg = jstr(ct, "registry");
+    int64_t uid_base = jint(spec, "uid_base", 0);
+    sp->crun = jstr(ct, "crun");
+    sp->crun_root = jstr(ct, "crun_root");
+    sp->init = jstr(ct, "init");
+    sp->cache.dir = jstr(ct, "image_cache");
+    sp->cache.skopeo = jstr(ct, "skopeo");
+    sp->cache.umoci = jstr(ct, "umoci");
+    sp->cache.max_bytes = jint(ct, "image_cache_max", 0);
+    sp->cache.tmp_dir = dir;
+    if (!sp->crun || !sp->crun_root || !sp->init || !sp->cache.dir || !sp->cache.skopeo ||
+        !sp->cache.umoci) {
+        fail(dir, "the agent's container settings are incomplete");
+        return -1;
+    }
+    if (!want) {
+        snprintf(msg, sizeof msg, "image %.64s has no reference: register it with one",
+                 jstr(spec, "image") ? jstr(spec, "image") : "?");
+        fail(dir, msg);
+        return -1;
+    }
+    if (unqualified(want))
+        snprintf(ref, sizeof ref, "%s/%s", reg ? reg : "127.0.0.1:5000", want);
+    else
+        snprintf(ref, sizeof ref, "%s", want);
+    if (!img_reference_valid(ref)) {
+        snprintf(msg, sizeof msg, "image reference %.400s is not valid", ref);
+        fail(dir, msg);
+        return -1;
+    }
+    /* Never host root, never past the uid space. */
+    if (uid_base < 65536 || uid_base > 4294967295LL - 2 * 65536) {
+        snprintf(msg, sizeof msg, "the tenant's uid range (%lld) is not usable",
+                 (long long)uid_base);
+        fail(dir, msg);
+        return -1;
+    }
+    img_reference_host(ref, host, sizeof host);
+    sp->image.reference = ref;
+    sp->image.insecure = host_listed(cJSON_GetObjectItemCaseSensitive(ct, "insecure"), host);
+    const cJSON *auth = cJSON_GetObjectItemCaseSensitive(spec, "registry_auth");
+    sp->image.username = jstr(auth, "username");
+    sp->image.password = jstr(auth, "password");
+    sp->uid_base = (uint32_t)uid_base;
+    sp->framework = jstr(spec, "framework");
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(spec, "resources");
+    /* PyTorch's DataLoader and NCCL want a large /dev/shm: half the memory. */
+    sp->shm_mb = jint(res, "memory_mb", 128) / 2;
+    if (sp->shm_mb < 64)
+        sp->shm_mb = 64;
+    sp->devices = gpu_devices(spec);
+    const char *sc = jstr(ct, "seccomp");
+    if (sc) {
+        char err[300];
+        cJSON *prof = oci_seccomp_load(sc, err, sizeof err);
+        if (!prof) {
+            snprintf(msg, sizeof msg, "the seccomp profile: %s", err);
+            fail(dir, msg);
+            return -1;
+        }
+        sp->seccomp = prof; /* lives as long as the shim */
+    }
+    return 0;
+}
+
 int main(void)
 {
     static char *envv[300], *argv[300];
@@ -108,7 +238,10 @@ int main(void)
         fail(dir, "the launch spec is incomplete (is the workspace gone?)");
         return 1;
     }
-    if (strcmp(fw, "native") && !sp.launcher) {
+    const cJSON *ct = cJSON_GetObjectItemCaseSensitive(req, "container");
+    if (cJSON_IsObject(ct) && container_setup(ct, spec, &sp, dir) != 0)
+        return 1;
+    if (!sp.crun && strcmp(fw, "native") && !sp.launcher) {
         snprintf(msg, sizeof msg, "no launcher on this node for image %.60s (see --launcher)",
                  jstr(spec, "image") ? jstr(spec, "image") : fw);
         fail(dir, msg);
@@ -145,6 +278,7 @@ int main(void)
         if ((envv[ne] = malloc(len)) != NULL)
             snprintf(envv[ne++], len, "%s=%s", d->string, d->valuestring);
     }
+    sp.nenv_own = ne;
     for (int i = 0; base[i]; i++) {
         size_t k = strcspn(base[i], "=");
         int set = 0;
@@ -180,6 +314,9 @@ int main(void)
     sp.id = jint(spec, "id", 0);
     sp.cpu_milli = jint(res, "cpus", 0) * 1000;
     sp.memory_mb = jint(res, "memory_mb", 0);
+    /* Registry credentials stay out of spec.json (kept in memory for the
+     * pull: the detached item is never freed). */
+    cJSON_DetachItemFromObjectCaseSensitive((cJSON *)spec, "registry_auth");
     char *note = cJSON_PrintUnformatted(spec);
     if (shim_start(dir, &sp, note) != 0) {
         fail(dir, "cannot start the shim");

@@ -39,6 +39,8 @@ struct worker {
     int64_t cpu_us, memory_peak; /* what its cgroup counted: -1 when not known */
     uint64_t gpus;      /* GPUs it holds (bit i: GPU i) while it lives */
     int64_t job_id, attempt, local_rank;
+    char phase[200];    /* while starting: what its shim is doing */
+    char digest[80];    /* the image digest it runs, once known */
 };
 
 struct sup {
@@ -136,6 +138,8 @@ static int refresh(sup *s, struct worker *w)
     /* While its init lives a worker has no status yet: no file to read. */
     if (w->state == W_RUNNING && w->pid > 0 && kill(w->pid, 0) == 0)
         return 0;
+    if (!w->digest[0])
+        read_small(s->cfg.dir, w->id, "digest", w->digest, sizeof w->digest);
     if (read_small(s->cfg.dir, w->id, "status", buf, sizeof buf) == 0) {
         long v;
         if (sscanf(buf, "exit %ld", &v) == 1) {
@@ -160,7 +164,25 @@ static int refresh(sup *s, struct worker *w)
             return before != W_RUNNING;
         }
     }
-    /* No status, and no live init: the shim is starting, or it died. */
+    /* No status, and no live init: the shim is starting (pulling its
+     * image, perhaps for minutes), or it died. */
+    pid_t shim = read_small(s->cfg.dir, w->id, "shim", buf, sizeof buf) == 0 ? atoi(buf) : 0;
+    if (shim > 0 && kill(shim, 0) == 0) {
+        char ph[sizeof w->phase];
+        w->seen_at = 0;
+        if (read_small(s->cfg.dir, w->id, "phase", ph, sizeof ph) == 0 && strcmp(ph, w->phase)) {
+            snprintf(w->phase, sizeof w->phase, "%s", ph);
+            return 1;
+        }
+        return 0;
+    }
+    if (shim > 0 && w->stop_at) { /* stopped while it pulled */
+        w->state = W_EXITED;
+        w->signal = SIGTERM;
+        snprintf(w->message, sizeof w->message, "stopped before it started");
+        write_small(s->cfg.dir, w->id, "status", "signal 15\n");
+        return 1;
+    }
     if (!w->seen_at)
         w->seen_at = now_ms();
     if (now_ms() - w->seen_at > 10000) {
@@ -311,6 +333,8 @@ static void launch(sup *s, struct worker *w, const cJSON *spec)
     if (launcher)
         cJSON_AddStringToObject(req, "launcher", launcher);
     cJSON_AddStringToObject(req, "agent_dir", s->cfg.agent_dir);
+    if (s->cfg.container)
+        cJSON_AddItemReferenceToObject(req, "container", (cJSON *)s->cfg.container);
     if (s->cfg.agent_lock)
         cJSON_AddStringToObject(req, "agent_lock", s->cfg.agent_lock);
     cJSON_AddNumberToObject(req, "lease_ms", (double)s->cfg.lease_ms);
@@ -376,6 +400,19 @@ static void stop(struct worker *w)
     w->stop_at = now_ms();
     if (w->pid > 0)
         kill(w->pid, SIGTERM);
+}
+
+/* A worker stopped before its container started: its shim (and the pull
+ * it runs, in the shim's session) ends; refresh then records the stop. */
+static void stop_starting(sup *s, struct worker *w)
+{
+    char buf[32];
+    if (w->pid > 0 || read_small(s->cfg.dir, w->id, "pid", buf, sizeof buf) == 0 ||
+        read_small(s->cfg.dir, w->id, "shim", buf, sizeof buf) != 0)
+        return;
+    pid_t shim = (pid_t)atoi(buf);
+    if (shim > 0)
+        kill(-shim, SIGKILL);
 }
 
 static int64_t jint(const cJSON *o, const char *k)
@@ -544,6 +581,7 @@ void sup_tick(sup *s)
         } else if (w->stop_at && w->pid <= 0 && w->state == W_STARTING) {
             /* Stopped before its pid was known: signal once it is. */
             char buf[32];
+            stop_starting(s, w);
             if (read_small(s->cfg.dir, w->id, "pid", buf, sizeof buf) == 0) {
                 w->pid = (pid_t)atoi(buf);
                 if (w->pid > 0)
@@ -621,10 +659,18 @@ cJSON *sup_report(sup *s)
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; i < s->n; i++) {
         struct worker *w = &s->w[i];
-        if (w->state == W_STARTING)
+        if (w->state == W_STARTING && !w->phase[0])
             continue;
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "id", (double)w->id);
+        if (w->digest[0])
+            cJSON_AddStringToObject(o, "image_digest", w->digest);
+        if (w->state == W_STARTING) {
+            cJSON_AddStringToObject(o, "state", "starting");
+            cJSON_AddStringToObject(o, "message", w->phase);
+            cJSON_AddItemToArray(a, o);
+            continue;
+        }
         if (w->state == W_RUNNING || !w->log_done) {
             cJSON_AddStringToObject(o, "state", "running");
         } else if (w->state == W_EXITED) {

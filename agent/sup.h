@@ -28,6 +28,9 @@ typedef struct sup_config {
     int64_t lease_ms;
     const cg_root *cgroup;  /* the workers' cgroup subtree, or NULL */
     int ngpus;              /* GPUs of this node, numbered 0 .. ngpus-1 */
+    /* Containers: the launch request's "container" object (shim_main.c), or
+     * NULL when workers run as host processes (a trusted node). */
+    const cJSON *container;
     int nlaunchers;
     const char *launcher_image[SUP_MAX_LAUNCHERS];
     const char *launcher_path[SUP_MAX_LAUNCHERS];

@@ -43,6 +43,11 @@ typedef struct api_ctx {
 
 /* Where a worker finds its volumes inside its sandbox. */
 #define API_MOUNT_ROOT "/cohort"
+/* Host uids of tenants' containers: tenant t's root is API_UID_BASE + t x
+ * 65536, its range 65536 uids; far above the host's own users and the usual
+ * /etc/subuid ranges, and below 2^32 for every tenant id < API_UID_TENANTS. */
+#define API_UID_BASE (1LL << 28)
+#define API_UID_TENANTS 61439
 
 enum api_auth { API_AUTH_NONE = 0, API_AUTH_USER = 1, API_AUTH_NODE = 2 };
 

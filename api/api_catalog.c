@@ -160,7 +160,14 @@ static cJSON *image_json(const store_image *im)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", im->name);
+    if (im->reference[0])
+        cJSON_AddStringToObject(o, "reference", im->reference);
+    else
+        cJSON_AddNullToObject(o, "reference");
     cJSON_AddStringToObject(o, "framework", im->framework);
+    cJSON_AddStringToObject(o, "visibility", im->tenant_id ? "private" : "public");
+    /* Credentials are write-only: whether there are some, never what. */
+    cJSON_AddBoolToObject(o, "has_credentials", im->username[0] != 0);
     api_add_time(o, "created_at", im->created_at);
     return o;
 }
@@ -170,6 +177,13 @@ static void image_row(void *arg, const store_image *im)
     api_list_add(arg, image_json(im), im->id);
 }
 
+/* Whose images the caller sees: the public ones and its tenant's own; the
+ * platform admin sees every one. */
+static int64_t image_scope(const api_req *rq)
+{
+    return api_is_platform_admin(rq->who) ? -1 : api_tenant_of(rq->who);
+}
+
 void api_image_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     int limit;
@@ -177,19 +191,22 @@ void api_image_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
     if (api_page(rq, &limit, &cursor, rs))
         return;
     api_list pg = {cJSON_CreateArray(), 0, 0};
-    int rc = store_image_list(ctx->st, cursor, limit, image_row, &pg);
+    int rc = store_image_list(ctx->st, image_scope(rq), cursor, limit, image_row, &pg);
     api_list_done(rs, &pg, limit, rc, "images");
 }
 
 void api_image_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     store_image im;
-    int rc = util_name_valid(rq->param[0]) ? store_image_get(ctx->st, rq->param[0], &im)
-                                           : STORE_NOTFOUND;
+    int64_t scope = image_scope(rq);
+    int rc = util_name_valid(rq->param[0])
+                 ? store_image_get(ctx->st, scope < 0 ? 0 : scope, rq->param[0], &im)
+                 : STORE_NOTFOUND;
     if (rc != STORE_OK)
         api_store_error(rs, rc, "image");
     else
         api_json(rs, 200, image_json(&im));
+    memset(im.password, 0, sizeof im.password);
 }
 
 static int image_write(store_tx *tx, void *arg)
@@ -197,26 +214,65 @@ static int image_write(store_tx *tx, void *arg)
     return store_image_insert(tx, arg, NULL);
 }
 
+/* A reference as the API takes it: with a registry host, or without one
+ * (then the node's default registry serves it). */
+static int reference_valid(const char *ref)
+{
+    char full[UTIL_IMAGE_REF_MAX + 16];
+    if (util_image_ref_valid(ref) && strchr(ref, '/'))
+        return 1;
+    snprintf(full, sizeof full, "registry/%s", ref);
+    return strlen(ref) <= UTIL_IMAGE_REF_MAX - 9 && util_image_ref_valid(full);
+}
+
+/*
+ * POST /v1/images {name, reference, framework, username?, password?}: the
+ * platform admin registers public images; a tenant admin registers images
+ * private to its tenant (404 to every other tenant).
+ */
 void api_image_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
-    static const char *const fields[] = {"name", "framework", NULL};
+    static const char *const fields[] = {"name", "reference", "framework", "username",
+                                         "password", NULL};
     cJSON *in = NULL;
     store_image im = {0};
-    const char *name, *fw;
-    if (!api_is_platform_admin(rq->who)) {
-        api_forbid(rs, "platform_admin");
+    const char *name, *fw, *ref, *user = NULL, *pass = NULL;
+    int platform = api_is_platform_admin(rq->who);
+    if (!platform && !api_is_tenant_admin(rq->who, api_tenant_of(rq->who))) {
+        api_forbid(rs, "tenant_admin");
         goto out;
     }
     if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs) ||
-        api_name(in, "name", 1, &name, rs) < 0 || api_str(in, "framework", 1, 15, &fw, rs) < 0)
+        api_name(in, "name", 1, &name, rs) < 0 ||
+        api_str(in, "reference", 1, UTIL_IMAGE_REF_MAX, &ref, rs) < 0 ||
+        api_str(in, "framework", 1, 15, &fw, rs) < 0 ||
+        api_str(in, "username", 0, STORE_CRED_MAX, &user, rs) < 0 ||
+        api_str(in, "password", 0, STORE_CRED_MAX, &pass, rs) < 0)
         goto out;
     if (strcmp(fw, "pytorch") && strcmp(fw, "tensorflow") && strcmp(fw, "native")) {
         api_error(rs, 422, "invalid_value", "framework",
                   "framework must be pytorch, tensorflow or native");
         goto out;
     }
+    if (!reference_valid(ref)) {
+        api_error(rs, 422, "invalid_value", "reference",
+                  "reference must be HOST[:PORT]/REPOSITORY[:TAG] or "
+                  "HOST[:PORT]/REPOSITORY@sha256:DIGEST (lower-case repository)");
+        goto out;
+    }
+    if (!user != !pass || (user && (!user[0] || strchr(user, ':')))) {
+        api_error(rs, 422, "invalid_value", user ? "username" : "password",
+                  "username and password go together; the username is not empty and has no ':'");
+        goto out;
+    }
+    im.tenant_id = platform ? 0 : api_tenant_of(rq->who);
     snprintf(im.name, sizeof im.name, "%s", name);
+    snprintf(im.reference, sizeof im.reference, "%s", ref);
     snprintf(im.framework, sizeof im.framework, "%s", fw);
+    if (user) {
+        snprintf(im.username, sizeof im.username, "%s", user);
+        snprintf(im.password, sizeof im.password, "%s", pass);
+    }
     int rc = store_write(ctx->st, image_write, &im);
     if (rc != STORE_OK) {
         api_store_error(rs, rc, "image");
@@ -226,5 +282,8 @@ void api_image_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
     snprintf(rs->location, sizeof rs->location, "/v1/images/%s", im.name);
     api_json(rs, 201, image_json(&im));
 out:
+    memset(im.password, 0, sizeof im.password);
+    if (pass)
+        memset((char *)pass, 0, strlen(pass));
     cJSON_Delete(in);
 }

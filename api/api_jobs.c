@@ -84,6 +84,10 @@ static cJSON *job_json(const store_job *j, int64_t position, const char *wait)
         cJSON_AddNullToObject(o, "position");
     api_add_int(o, "attempt", j->attempt);
     cJSON_AddStringToObject(o, "image", j->image);
+    if (j->image_digest[0])
+        cJSON_AddStringToObject(o, "image_digest", j->image_digest);
+    else
+        cJSON_AddNullToObject(o, "image_digest");
     cJSON_AddStringToObject(o, "framework", j->framework);
     cJSON_AddItemToObject(o, "datasets", raw_or(j->datasets_json, "[]"));
     cJSON_AddStringToObject(o, "workspace", j->workspace);
@@ -400,7 +404,7 @@ void api_job_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
                   (long long)j->worker_count, (long long)j->workers_per_node);
         goto fail;
     }
-    if (store_image_get(ctx->st, image, &im) != STORE_OK) {
+    if (store_image_get(ctx->st, api_tenant_of(rq->who), image, &im) != STORE_OK) {
         api_error(rs, 422, "not_found", "image", "no image named '%s'", image);
         goto fail;
     }
@@ -746,6 +750,10 @@ static void worker_row(void *arg, const store_worker *w)
         api_add_int(o, "memory_peak_mb", (w->memory_peak + (1 << 20) - 1) >> 20);
     else
         cJSON_AddNullToObject(o, "memory_peak_mb");
+    if (w->image_digest[0])
+        cJSON_AddStringToObject(o, "image_digest", w->image_digest);
+    else
+        cJSON_AddNullToObject(o, "image_digest");
     api_list_add(arg, o, w->id);
 }
 

@@ -347,6 +347,7 @@ struct report {
         int64_t id, exit_code, signal, cpu_us, memory_peak;
         char state[12];
         char message[256];
+        char digest[80]; /* "" when not reported */
     } w[REPORT_MAX];
     int changed;
 };
@@ -359,6 +360,17 @@ static int heartbeat_write(store_tx *tx, void *arg)
     int64_t jobs[REPORT_MAX];
     int nj = 0;
     for (int i = 0; rc == STORE_OK && i < r->n; i++) {
+        if (r->w[i].digest[0]) {
+            int d = store_worker_digest(tx, r->w[i].id, r->node_id, r->w[i].digest);
+            if (d != STORE_OK && d != STORE_NOTFOUND)
+                return d;
+        }
+        if (!strcmp(r->w[i].state, "starting")) { /* pulling its image: no transition */
+            int p = store_worker_phase(tx, r->w[i].id, r->node_id, r->w[i].message);
+            if (p != STORE_OK && p != STORE_NOTFOUND)
+                return p;
+            continue;
+        }
         int c = store_worker_report(tx, r->w[i].id, r->node_id, r->w[i].state, r->w[i].exit_code,
                                     r->w[i].signal, r->w[i].message, now);
         if (c == STORE_OK && (r->w[i].cpu_us >= 0 || r->w[i].memory_peak >= 0))
@@ -382,7 +394,8 @@ void api_agent_heartbeat(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     static const char *const fields[] = {"workers", NULL};
     static const char *const wfields[] = {"id",     "state",  "exit_code", "signal",
-                                          "message", "cpu_us", "memory_peak", NULL};
+                                          "message", "cpu_us", "memory_peak",
+                                          "image_digest", NULL};
     cJSON *in = NULL;
     struct report *r = calloc(1, sizeof *r);
     if (!r) {
@@ -398,7 +411,7 @@ void api_agent_heartbeat(api_ctx *ctx, const api_req *rq, api_resp *rs)
         goto out;
     }
     for (const cJSON *w = ws ? ws->child : NULL; w; w = w->next) {
-        const char *state, *msg = NULL;
+        const char *state, *msg = NULL, *digest = NULL;
         int64_t id, code = -1, sig = 0, cpu_us = -1, mem_peak = -1;
         if (r->n == REPORT_MAX) {
             api_error(rs, 413, "too_large", "workers", "at most %d workers a heartbeat", REPORT_MAX);
@@ -413,12 +426,21 @@ void api_agent_heartbeat(api_ctx *ctx, const api_req *rq, api_resp *rs)
             api_int(w, "exit_code", 0, 0, 255, &code, rs) < 0 ||
             api_int(w, "signal", 0, 0, 64, &sig, rs) < 0 || api_str(w, "message", 0, 255, &msg, rs) < 0 ||
             api_int(w, "cpu_us", 0, 0, INT64_MAX / 2, &cpu_us, rs) < 0 ||
-            api_int(w, "memory_peak", 0, 0, INT64_MAX / 2, &mem_peak, rs) < 0)
+            api_int(w, "memory_peak", 0, 0, INT64_MAX / 2, &mem_peak, rs) < 0 ||
+            api_str(w, "image_digest", 0, 71, &digest, rs) < 0)
             goto out;
-        if (strcmp(state, "running") && strcmp(state, "exited") && strcmp(state, "failed")) {
-            api_error(rs, 422, "invalid_value", "workers", "state must be running, exited or failed");
+        if (strcmp(state, "running") && strcmp(state, "exited") && strcmp(state, "failed") &&
+            strcmp(state, "starting")) {
+            api_error(rs, 422, "invalid_value", "workers",
+                      "state must be starting, running, exited or failed");
             goto out;
         }
+        if (digest && (strncmp(digest, "sha256:", 7) || strlen(digest) != 71 ||
+                       strspn(digest + 7, "0123456789abcdef") != 64)) {
+            api_error(rs, 422, "invalid_value", "image_digest", "image_digest must be sha256:HEX");
+            goto out;
+        }
+        snprintf(r->w[r->n].digest, sizeof r->w[r->n].digest, "%s", digest ? digest : "");
         r->w[r->n].id = id;
         r->w[r->n].exit_code = code;
         r->w[r->n].signal = sig;
@@ -526,6 +548,22 @@ static cJSON *launch_spec(api_ctx *ctx, const store_worker *w, const store_job *
     cJSON_AddNumberToObject(o, "rank", (double)w->rank);
     cJSON_AddStringToObject(o, "image", j->image);
     cJSON_AddStringToObject(o, "framework", j->framework);
+    /* The image as the job's tenant sees it (its own private one first);
+     * credentials go only to the agent that pulls it. */
+    store_image im;
+    if (store_image_get(ctx->st, j->tenant_id, j->image, &im) == STORE_OK && im.reference[0]) {
+        cJSON_AddStringToObject(o, "image_ref", im.reference);
+        if (im.username[0]) {
+            cJSON *auth = cJSON_AddObjectToObject(o, "registry_auth");
+            cJSON_AddStringToObject(auth, "username", im.username);
+            cJSON_AddStringToObject(auth, "password", im.password);
+        }
+        memset(im.password, 0, sizeof im.password);
+    }
+    /* The tenant's own host uid range: container root is API_UID_BASE +
+     * tenant id x 65536 on the host, a range no other tenant shares. */
+    if (j->tenant_id > 0 && j->tenant_id < API_UID_TENANTS)
+        cJSON_AddNumberToObject(o, "uid_base", (double)(API_UID_BASE + j->tenant_id * 65536LL));
     cJSON_AddStringToObject(o, "program", j->code_path);
     cJSON_AddStringToObject(o, "mount_root", API_MOUNT_ROOT);
     cJSON *res = cJSON_AddObjectToObject(o, "resources");

@@ -95,21 +95,33 @@ int store_spec_update(store_tx *tx, const store_spec *sp)
     return store_step_change(c, st, NULL);
 }
 
+#define IMAGE_COLS                                                                         \
+    "id, coalesce(tenant_id, 0), name, coalesce(reference, ''), framework,"                \
+    " coalesce(username, ''), coalesce(password, ''), created_at"
+
 static void image_row(sqlite3_stmt *st, store_image *im)
 {
     im->id = sqlite3_column_int64(st, 0);
-    store_col_copy(st, 1, im->name, sizeof im->name);
-    store_col_copy(st, 2, im->framework, sizeof im->framework);
-    im->created_at = sqlite3_column_int64(st, 3);
+    im->tenant_id = sqlite3_column_int64(st, 1);
+    store_col_copy(st, 2, im->name, sizeof im->name);
+    store_col_copy(st, 3, im->reference, sizeof im->reference);
+    store_col_copy(st, 4, im->framework, sizeof im->framework);
+    store_col_copy(st, 5, im->username, sizeof im->username);
+    store_col_copy(st, 6, im->password, sizeof im->password);
+    im->created_at = sqlite3_column_int64(st, 7);
 }
 
-int store_image_get(store *s, const char *name, store_image *out)
+int store_image_get(store *s, int64_t tenant_id, const char *name, store_image *out)
 {
-    static const char sql[] = "SELECT id, name, framework, created_at FROM images WHERE name = ?1";
+    /* The tenant's own first (tenant_id IS NULL sorts its public one after). */
+    static const char sql[] = "SELECT " IMAGE_COLS " FROM images WHERE name = ?1"
+                              " AND (tenant_id IS NULL OR tenant_id = ?2)"
+                              " ORDER BY tenant_id IS NULL LIMIT 1";
     sqlite3_stmt *st = store_read_stmt(s, sql);
     if (!st)
         return STORE_EIO;
     store_bind_text(st, 1, name);
+    sqlite3_bind_int64(st, 2, tenant_id);
     int rc = store_step_row(st);
     if (rc == STORE_OK)
         image_row(st, out);
@@ -117,16 +129,18 @@ int store_image_get(store *s, const char *name, store_image *out)
     return rc;
 }
 
-int store_image_list(store *s, int64_t after, int limit,
+int store_image_list(store *s, int64_t tenant_id, int64_t after, int limit,
                      void (*row)(void *arg, const store_image *im), void *arg)
 {
-    static const char sql[] = "SELECT id, name, framework, created_at FROM images"
-                              " WHERE id > ?1 ORDER BY id LIMIT ?2";
+    static const char sql[] = "SELECT " IMAGE_COLS " FROM images WHERE id > ?1"
+                              " AND (?3 < 0 OR tenant_id IS NULL OR tenant_id = ?3)"
+                              " ORDER BY id LIMIT ?2";
     sqlite3_stmt *st = store_read_stmt(s, sql);
     if (!st)
         return STORE_EIO;
     sqlite3_bind_int64(st, 1, after);
     sqlite3_bind_int(st, 2, limit);
+    sqlite3_bind_int64(st, 3, tenant_id);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         store_image im;
@@ -139,13 +153,22 @@ int store_image_list(store *s, int64_t after, int limit,
 
 int store_image_insert(store_tx *tx, const store_image *im, int64_t *id)
 {
-    static const char sql[] = "INSERT INTO images(name, framework, created_at) VALUES (?1, ?2, ?3)";
+    static const char sql[] =
+        "INSERT INTO images(tenant_id, name, reference, framework, username, password,"
+        " created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
     store_conn *c = store_tx_conn(tx);
     sqlite3_stmt *st = store_stmt(c, sql);
     if (!st)
         return STORE_EIO;
-    store_bind_text(st, 1, im->name);
-    store_bind_text(st, 2, im->framework);
-    sqlite3_bind_int64(st, 3, util_now_ms());
+    if (im->tenant_id > 0)
+        sqlite3_bind_int64(st, 1, im->tenant_id);
+    else
+        sqlite3_bind_null(st, 1);
+    store_bind_text(st, 2, im->name);
+    store_bind_text(st, 3, im->reference[0] ? im->reference : NULL);
+    store_bind_text(st, 4, im->framework);
+    store_bind_text(st, 5, im->username[0] ? im->username : NULL);
+    store_bind_text(st, 6, im->username[0] ? im->password : NULL);
+    sqlite3_bind_int64(st, 7, util_now_ms());
     return store_step_change(c, st, id);
 }

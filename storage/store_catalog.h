@@ -22,10 +22,17 @@ typedef struct store_spec {
     int64_t created_at, updated_at;
 } store_spec;
 
+#define STORE_IMAGE_REF_MAX 511
+#define STORE_CRED_MAX 255
+
 typedef struct store_image {
     int64_t id;
+    int64_t tenant_id;                    /* 0: a platform image, public */
     char name[UTIL_NAME_MAX + 1];
+    char reference[STORE_IMAGE_REF_MAX + 1]; /* "" when none */
     char framework[16];
+    char username[STORE_CRED_MAX + 1];    /* "" when anonymous */
+    char password[STORE_CRED_MAX + 1];    /* never leaves cohortd but for the agent */
     int64_t created_at;
 } store_image;
 
@@ -37,8 +44,11 @@ int store_spec_insert(store_tx *tx, const store_spec *sp, int64_t *id);
 /* Updates every field but the name; STORE_NOTFOUND when absent. */
 int store_spec_update(store_tx *tx, const store_spec *sp);
 
-int store_image_get(store *s, const char *name, store_image *out);
-int store_image_list(store *s, int64_t after, int limit,
+/* The image name as tenant_id sees it: its own private image of that name,
+ * else the public one.  tenant_id 0: only public images. */
+int store_image_get(store *s, int64_t tenant_id, const char *name, store_image *out);
+/* Public images and tenant_id's own (tenant_id -1: every image). */
+int store_image_list(store *s, int64_t tenant_id, int64_t after, int limit,
                      void (*row)(void *arg, const store_image *im), void *arg);
 int store_image_insert(store_tx *tx, const store_image *im, int64_t *id);
 

@@ -17,7 +17,8 @@
     " j.max_retries, j.currency, j.price_per_hour, coalesce(j.estimated_max, -1), j.state," \
     " coalesce(j.reason, ''), j.attempt, coalesce(j.idempotency_key, ''), j.request_hash," \
     " j.created_at, j.updated_at, coalesce(j.started_at, 0), coalesce(j.finished_at, 0),"     \
-    " coalesce(j.master_node_id, 0), coalesce(j.master_port, 0), coalesce(j.placed_per_node, 0)"
+    " coalesce(j.master_node_id, 0), coalesce(j.master_port, 0), coalesce(j.placed_per_node, 0),"   \
+    " coalesce(j.image_digest, '')"
 #define JOB_FROM                                                                           \
     " FROM jobs j JOIN tenants t ON t.id = j.tenant_id JOIN users u ON u.id = j.user_id"
 
@@ -82,6 +83,7 @@ static int job_row(sqlite3_stmt *st, store_job *j)
     j->master_node_id = sqlite3_column_int64(st, i++);
     j->master_port = sqlite3_column_int64(st, i++);
     j->placed_per_node = sqlite3_column_int64(st, i++);
+    store_col_copy(st, i++, j->image_digest, sizeof j->image_digest);
     if (!j->datasets_json || !j->args_json || !j->env_json) {
         store_job_clear(j);
         return STORE_NOMEM;

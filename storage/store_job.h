@@ -49,6 +49,7 @@ typedef struct store_job {
     int64_t created_at, updated_at, started_at, finished_at; /* 0: not yet */
     /* Placement of the current attempt (0: not placed). */
     int64_t master_node_id, master_port, placed_per_node;
+    char image_digest[80]; /* what the current attempt's image resolved to; "" */
 } store_job;
 
 typedef struct store_event {

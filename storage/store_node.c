@@ -218,7 +218,7 @@ int store_node_mark_down(store_tx *tx, int64_t cutoff_ms, void (*row)(void *arg,
     "id, job_id, attempt, rank, node_rank, local_rank, node_id, desired, state,"           \
     " coalesce(exit_code, -1), coalesce(signal, 0), coalesce(message, ''), created_at,"    \
     " coalesce(started_at, 0), coalesce(finished_at, 0), coalesce(cpu_us, -1),"            \
-    " coalesce(memory_peak, -1)"
+    " coalesce(memory_peak, -1), coalesce(image_digest, '')"
 
 static void worker_row(sqlite3_stmt *st, store_worker *w)
 {
@@ -239,6 +239,7 @@ static void worker_row(sqlite3_stmt *st, store_worker *w)
     w->finished_at = sqlite3_column_int64(st, 14);
     w->cpu_us = sqlite3_column_int64(st, 15);
     w->memory_peak = sqlite3_column_int64(st, 16);
+    store_col_copy(st, 17, w->image_digest, sizeof w->image_digest);
 }
 
 static int worker_each(sqlite3_stmt *st, void (*row)(void *arg, const store_worker *w),
@@ -338,6 +339,57 @@ int store_worker_get(store *s, int64_t id, store_worker *out)
 int store_worker_get_tx(store_tx *tx, int64_t id, store_worker *out)
 {
     return worker_one(store_stmt(store_tx_conn(tx), worker_get_sql), id, out);
+}
+
+int store_worker_phase(store_tx *tx, int64_t id, int64_t node_id, const char *message)
+{
+    static const char w_sql[] = "UPDATE workers SET message = ?3 WHERE id = ?1 AND node_id = ?2"
+                                " AND state = 'assigned' AND coalesce(message, '') != ?3";
+    static const char j_sql[] =
+        "UPDATE jobs SET reason = ?2 WHERE state = 'STARTING'"
+        " AND id = (SELECT job_id FROM workers WHERE id = ?1)"
+        " AND attempt = (SELECT attempt FROM workers WHERE id = ?1)";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, w_sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, node_id);
+    store_bind_text(st, 3, message);
+    int rc = store_step_change(c, st, NULL);
+    if (rc != STORE_OK)
+        return rc;
+    if (!(st = store_stmt(c, j_sql)))
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    store_bind_text(st, 2, message);
+    rc = store_step_change(c, st, NULL);
+    return rc == STORE_NOTFOUND ? STORE_OK : rc;
+}
+
+int store_worker_digest(store_tx *tx, int64_t id, int64_t node_id, const char *digest)
+{
+    static const char w_sql[] = "UPDATE workers SET image_digest = ?3 WHERE id = ?1"
+                                " AND node_id = ?2 AND image_digest IS NULL";
+    static const char j_sql[] =
+        "UPDATE jobs SET image_digest = ?2 WHERE id = (SELECT job_id FROM workers WHERE id = ?1)"
+        " AND attempt = (SELECT attempt FROM workers WHERE id = ?1)";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, w_sql);
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, node_id);
+    store_bind_text(st, 3, digest);
+    int rc = store_step_change(c, st, NULL);
+    if (rc != STORE_OK)
+        return rc;
+    if (!(st = store_stmt(c, j_sql)))
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, id);
+    store_bind_text(st, 2, digest);
+    rc = store_step_change(c, st, NULL);
+    return rc == STORE_NOTFOUND ? STORE_OK : rc;
 }
 
 int store_worker_report(store_tx *tx, int64_t id, int64_t node_id, const char *state,

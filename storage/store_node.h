@@ -39,6 +39,7 @@ typedef struct store_worker {
     char message[256];
     int64_t created_at, started_at, finished_at;
     int64_t cpu_us, memory_peak; /* what its cgroup counted; -1: not known */
+    char image_digest[80];       /* the image digest it ran; "" until known */
 } store_worker;
 
 typedef struct store_quota {
@@ -81,6 +82,12 @@ int store_worker_get_tx(store_tx *tx, int64_t id, store_worker *out);
 int store_worker_get(store *s, int64_t id, store_worker *out);
 /* Records what the agent reported; times are set when the state first
  * becomes running or final.  STORE_NOTFOUND when the worker is not on the node. */
+/* A worker still starting (pulling its image): its message, and the reason
+ * of its job while that is STARTING.  STORE_NOTFOUND when unchanged. */
+int store_worker_phase(store_tx *tx, int64_t id, int64_t node_id, const char *message);
+/* The image digest a worker runs, recorded once, and on its job for the
+ * attempt.  STORE_NOTFOUND when known already. */
+int store_worker_digest(store_tx *tx, int64_t id, int64_t node_id, const char *digest);
 int store_worker_report(store_tx *tx, int64_t id, int64_t node_id, const char *state,
                         int64_t exit_code, int64_t signal, const char *message, int64_t now_ms);
 /* The usage a worker's cgroup counted (cpu_us, memory_peak: -1 when not

@@ -57,6 +57,15 @@ int util_name_valid(const char *s);
  */
 int util_relpath_valid(const char *p, size_t len);
 
+#define UTIL_IMAGE_REF_MAX 511
+/*
+ * 1 when ref is an OCI image reference HOST[:PORT]/REPO[:TAG] or
+ * HOST[:PORT]/REPO@sha256:HEX (REPO: lower-case letters and digits joined by
+ * '.', '_', '-' and '/'), at most UTIL_IMAGE_REF_MAX bytes.  Nothing else
+ * passes, so a reference can never be read as an option or a path.
+ */
+int util_image_ref_valid(const char *ref);
+
 /* Growable byte buffer.  The owner frees buf with free(). */
 typedef struct util_buf {
     char *buf;

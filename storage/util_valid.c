@@ -46,3 +46,66 @@ int util_relpath_valid(const char *p, size_t len)
     }
     return 1;
 }
+
+static int is_lower_alnum(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+
+int util_image_ref_valid(const char *ref)
+{
+    size_t n = ref ? strlen(ref) : 0;
+    if (n == 0 || n > UTIL_IMAGE_REF_MAX)
+        return 0;
+    /* host[:port]: letters, digits, dots, dashes; then a port. */
+    const char *p = ref;
+    size_t h = strcspn(p, "/");
+    if (h == 0 || p[h] != '/' || !is_lower_alnum(p[0]))
+        return 0;
+    for (size_t i = 0; i < h; i++) {
+        char c = p[i];
+        if (!(is_lower_alnum(c) || c == '.' || c == '-' || c == ':' || (c >= 'A' && c <= 'Z')))
+            return 0;
+    }
+    p += h + 1;
+    /* repository: components of [a-z0-9]+ joined by . _ - (or __), split by / */
+    size_t r = strcspn(p, ":@");
+    if (r == 0)
+        return 0;
+    if (!is_lower_alnum(p[0]) || !is_lower_alnum(p[r - 1]))
+        return 0;
+    for (size_t i = 0; i < r; i++) {
+        char c = p[i];
+        if (!is_lower_alnum(c) && c != '.' && c != '_' && c != '-' && c != '/')
+            return 0;
+        /* a slash between two letters or digits; never ".." */
+        if (c == '/' && (!is_lower_alnum(p[i - 1]) || !is_lower_alnum(p[i + 1])))
+            return 0;
+        if (c == '.' && p[i + 1] == '.')
+            return 0;
+    }
+    p += r;
+    if (*p == ':') { /* tag */
+        p++;
+        size_t t = strcspn(p, "@");
+        if (t == 0 || t > 128 || p[t] == '@')
+            return 0;
+        for (size_t i = 0; i < t; i++) {
+            char c = p[i];
+            if (!(is_lower_alnum(c) || (c >= 'A' && c <= 'Z') || c == '_' ||
+                  (i > 0 && (c == '.' || c == '-'))))
+                return 0;
+        }
+        return 1;
+    }
+    if (*p == '@') { /* digest */
+        p++;
+        if (strncmp(p, "sha256:", 7) || strlen(p + 7) != 64)
+            return 0;
+        for (p += 7; *p; p++)
+            if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+                return 0;
+        return 1;
+    }
+    return *p == '\0';
+}

@@ -1,0 +1,648 @@
+/*
+ * image: pulls (skopeo), unpacks (umoci), locks and evicts the node's
+ * images.  See image.h for the layout of the cache.
+ */
+#include "agent/image.h"
+
+#include "storage/util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <openssl/evp.h>
+
+#define OUT_MAX (4 << 20) /* a manifest or an image config */
+#define ERR_MAX 4096
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- references ---- */
+
+int img_reference_valid(const char *ref)
+{
+    return ref && strlen(ref) < IMG_REF_MAX && util_image_ref_valid(ref);
+}
+
+void img_reference_host(const char *ref, char *out, size_t n)
+{
+    size_t h = strcspn(ref, "/");
+    snprintf(out, n, "%.*s", (int)h, ref);
+}
+
+/* The reference without its tag or digest ("host/repo"). */
+static void repository(const char *ref, char *out, size_t n)
+{
+    size_t h = strcspn(ref, "/");
+    size_t r = h + strcspn(ref + h, ":@");
+    snprintf(out, n, "%.*s", (int)r, ref);
+}
+
+/* ---- running skopeo and umoci ---- */
+
+struct run {
+    char *out;     /* stdout, NUL-terminated, owned (NULL when not captured) */
+    size_t out_len;
+    char err[ERR_MAX]; /* the end of stderr */
+    int status;    /* as waitpid gives it */
+};
+
+/*
+ * Runs argv with stdout captured when want_out, stderr always (its last
+ * ERR_MAX bytes).  every_ms > 0 calls tick(arg) that often while it runs.
+ * 0 when it ran (see r->status), -1 when it could not be started.
+ */
+static int run(char *const argv[], int want_out, int every_ms, void (*tick)(void *), void *arg,
+               struct run *r)
+{
+    int po[2] = {-1, -1}, pe[2] = {-1, -1};
+    memset(r, 0, sizeof *r);
+    if ((want_out && pipe2(po, O_CLOEXEC) != 0) || pipe2(pe, O_CLOEXEC) != 0) {
+        snprintf(r->err, sizeof r->err, "pipe: %s", strerror(errno));
+        goto fail;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(r->err, sizeof r->err, "fork: %s", strerror(errno));
+        goto fail;
+    }
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDWR);
+        dup2(null, 0);
+        dup2(want_out ? po[1] : null, 1);
+        dup2(pe[1], 2);
+        /* The tools speak English whatever the node's locale. */
+        setenv("LC_ALL", "C", 1);
+        execvp(argv[0], argv);
+        dprintf(2, "cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    if (want_out)
+        close(po[1]);
+    close(pe[1]);
+    size_t cap = 0, elen = 0;
+    int open_fds = want_out ? 2 : 1;
+    int64_t next = every_ms > 0 ? mono_ms() + every_ms : 0;
+    while (open_fds > 0) {
+        struct pollfd pf[2] = {{pe[0], POLLIN, 0}, {want_out ? po[0] : -1, POLLIN, 0}};
+        int got = poll(pf, 2, every_ms > 0 ? every_ms : -1);
+        if (got < 0 && errno != EINTR)
+            break;
+        if (every_ms > 0 && mono_ms() >= next) {
+            tick(arg);
+            next = mono_ms() + every_ms;
+        }
+        char buf[8192];
+        if (pf[0].revents) {
+            ssize_t n = read(pe[0], buf, sizeof buf);
+            if (n <= 0) {
+                pf[0].fd = -1;
+                close(pe[0]);
+                pe[0] = -1;
+                open_fds--;
+            } else {
+                /* keep the last ERR_MAX-1 bytes */
+                size_t add = (size_t)n;
+                if (add >= sizeof r->err - 1) {
+                    memcpy(r->err, buf + add - (sizeof r->err - 1), sizeof r->err - 1);
+                    elen = sizeof r->err - 1;
+                } else {
+                    if (elen + add >= sizeof r->err) {
+                        size_t drop = elen + add - (sizeof r->err - 1);
+                        memmove(r->err, r->err + drop, elen - drop);
+                        elen -= drop;
+                    }
+                    memcpy(r->err + elen, buf, add);
+                    elen += add;
+                }
+                r->err[elen] = '\0';
+            }
+        }
+        if (want_out && po[0] >= 0 && pf[1].revents) {
+            ssize_t n = read(po[0], buf, sizeof buf);
+            if (n <= 0) {
+                close(po[0]);
+                po[0] = -1;
+                open_fds--;
+            } else if (r->out_len + (size_t)n < OUT_MAX) {
+                if (r->out_len + (size_t)n + 1 > cap) {
+                    size_t nc = cap ? cap * 2 : 16384;
+                    while (nc < r->out_len + (size_t)n + 1)
+                        nc *= 2;
+                    char *nb = realloc(r->out, nc);
+                    if (!nb)
+                        continue;
+                    r->out = nb;
+                    cap = nc;
+                }
+                memcpy(r->out + r->out_len, buf, (size_t)n);
+                r->out_len += (size_t)n;
+                r->out[r->out_len] = '\0';
+            }
+        }
+    }
+    while (waitpid(pid, &r->status, 0) < 0 && errno == EINTR)
+        ;
+    if (po[0] >= 0)
+        close(po[0]);
+    if (pe[0] >= 0)
+        close(pe[0]);
+    return 0;
+fail:
+    for (int i = 0; i < 2; i++) {
+        if (po[i] >= 0)
+            close(po[i]);
+        if (pe[i] >= 0)
+            close(pe[i]);
+    }
+    return -1;
+}
+
+static int run_ok(const struct run *r)
+{
+    return WIFEXITED(r->status) && WEXITSTATUS(r->status) == 0;
+}
+
+/* The most telling line of a tool's stderr: its last non-empty line,
+ * without logrus' time="..." level=fatal msg= framing. */
+static void last_line(const char *text, char *out, size_t n)
+{
+    const char *end = text + strlen(text);
+    while (end > text && (end[-1] == '\n' || end[-1] == ' '))
+        end--;
+    const char *start = end;
+    while (start > text && start[-1] != '\n')
+        start--;
+    const char *msg = strstr(start, "msg=\"");
+    if (msg && msg < end) {
+        start = msg + 5;
+        if (end > start && end[-1] == '"')
+            end--;
+    }
+    snprintf(out, n, "%.*s", (int)(end - start), start);
+}
+
+/* A message for the job's reason from skopeo's failure. */
+static void pull_error(const char *ref, const char *what, const struct run *r, char *err,
+                       size_t errlen)
+{
+    char line[600], host[256];
+    const char *t = r->err;
+    last_line(t, line, sizeof line);
+    img_reference_host(ref, host, sizeof host);
+    if (strstr(t, "manifest unknown") || strstr(t, "name unknown") ||
+        strstr(t, "not found") || strstr(t, "NAME_UNKNOWN") || strstr(t, "MANIFEST_UNKNOWN"))
+        snprintf(err, errlen, "image %.300s: no such image or tag in the registry", ref);
+    else if (strstr(t, "unauthorized") || strstr(t, "authentication required") ||
+             strstr(t, "401") || strstr(t, "denied"))
+        snprintf(err, errlen, "image %.300s: the registry %.100s refused the credentials", ref,
+                 host);
+    else if (strstr(t, "connection refused") || strstr(t, "no such host") ||
+             strstr(t, "dial tcp") || strstr(t, "i/o timeout") || strstr(t, "unreachable") ||
+             strstr(t, "HTTP response to HTTPS client") || strstr(t, "connection reset"))
+        snprintf(err, errlen, "image %.300s: the registry %.100s is unreachable (%.200s)", ref,
+                 host, line);
+    else
+        snprintf(err, errlen, "image %.300s: %s failed: %.300s", ref, what, line);
+}
+
+/* ---- credentials ---- */
+
+/* A containers-auth.json with the source's credentials, mode 0600, in the
+ * worker's private directory: never on a command line. */
+static int write_authfile(const img_cache *c, const img_source *src, char *path, size_t n,
+                          char *err, size_t errlen)
+{
+    char host[256], plain[1024];
+    unsigned char b64[1400];
+    img_reference_host(src->reference, host, sizeof host);
+    int len = snprintf(plain, sizeof plain, "%s:%s", src->username, src->password ? src->password : "");
+    if (len < 0 || (size_t)len >= sizeof plain) {
+        snprintf(err, errlen, "image %.300s: the credentials are too long", src->reference);
+        return -1;
+    }
+    EVP_EncodeBlock(b64, (const unsigned char *)plain, len);
+    memset(plain, 0, sizeof plain);
+    snprintf(path, n, "%s/registry-auth.json", c->tmp_dir);
+    cJSON *o = cJSON_CreateObject(), *auths = cJSON_AddObjectToObject(o, "auths");
+    cJSON *h = cJSON_AddObjectToObject(auths, host);
+    cJSON_AddStringToObject(h, "auth", (const char *)b64);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    memset(b64, 0, sizeof b64);
+    int fd = text ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600) : -1;
+    int ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+    if (fd >= 0)
+        close(fd);
+    if (text) {
+        memset(text, 0, strlen(text));
+        free(text);
+    }
+    if (!ok) {
+        snprintf(err, errlen, "cannot write the registry credentials: %s", strerror(errno));
+        unlink(path);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the cache ---- */
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)ftw;
+    if (flag == FTW_DP)
+        rmdir(path);
+    else
+        unlink(path);
+    return 0;
+}
+
+static void rm_tree(const char *path)
+{
+    nftw(path, rm_entry, 32, FTW_DEPTH | FTW_PHYS);
+}
+
+static int64_t tree_bytes;
+static int count_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)path;
+    (void)ftw;
+    if (flag == FTW_F)
+        tree_bytes += (int64_t)sb->st_blocks * 512;
+    return 0;
+}
+
+static int64_t du(const char *path)
+{
+    tree_bytes = 0;
+    nftw(path, count_entry, 32, FTW_PHYS);
+    return tree_bytes;
+}
+
+struct pull_watch {
+    const img_source *src;
+    const char *layout;
+    int64_t total;
+    img_progress_fn progress;
+    void *arg;
+};
+
+/* While skopeo runs: what has landed in the layout so far. */
+static void pull_tick(void *arg)
+{
+    struct pull_watch *w = arg;
+    char line[700];
+    int64_t got = du(w->layout);
+    if (w->total > 0)
+        snprintf(line, sizeof line, "pulling image %.500s: %lld of %lld MB", w->src->reference,
+                 (long long)(got >> 20), (long long)((w->total + (1 << 20) - 1) >> 20));
+    else
+        snprintf(line, sizeof line, "pulling image %.500s: %lld MB", w->src->reference,
+                 (long long)(got >> 20));
+    if (w->progress)
+        w->progress(w->arg, line);
+}
+
+/* The bytes a manifest's layers and config add up to (0 for an index). */
+static int64_t manifest_bytes(const char *text)
+{
+    cJSON *m = cJSON_Parse(text);
+    int64_t total = 0;
+    const cJSON *l;
+    cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(m, "layers"))
+    {
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(l, "size");
+        if (cJSON_IsNumber(s))
+            total += (int64_t)s->valuedouble;
+    }
+    cJSON_Delete(m);
+    return total;
+}
+
+/* Mount points the containers need, made in the unpacked root file system
+ * by the agent (the rootfs is read-only to the containers). */
+static void add_mount_points(const char *rootfs)
+{
+    static const char *const dirs[] = {"proc", "sys", "dev", "tmp", "cohort", "etc", NULL};
+    static const char *const files[] = {"etc/hosts", "etc/resolv.conf", NULL};
+    char p[4400];
+    for (int i = 0; dirs[i]; i++) {
+        snprintf(p, sizeof p, "%s/%s", rootfs, dirs[i]);
+        if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            continue;
+    }
+    for (int i = 0; files[i]; i++) {
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/%s", rootfs, files[i]);
+        if (lstat(p, &sb) != 0) {
+            int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+            if (fd >= 0)
+                close(fd);
+        }
+    }
+}
+
+/* Pulls the image at digest and unpacks it into bundle (lock held). */
+static int pull_unpack(const img_cache *c, const img_source *src, const char *digest,
+                       const char *authfile, const char *manifest, img_progress_fn progress,
+                       void *arg, const char *bundle, char *err, size_t errlen)
+{
+    char repo[IMG_REF_MAX], from[IMG_REF_MAX + 100], layout[4200], dest[4300], tmp[4200],
+        rootfs[4300], path[4400];
+    struct run r = {0};
+    int rc = -1;
+    repository(src->reference, repo, sizeof repo);
+    snprintf(from, sizeof from, "docker://%s@%s", repo, digest);
+    snprintf(layout, sizeof layout, "%s.pull", bundle);
+    snprintf(dest, sizeof dest, "oci:%s:img", layout);
+    snprintf(tmp, sizeof tmp, "%s.tmp", bundle);
+    rm_tree(layout);
+    rm_tree(tmp);
+    int64_t t0 = mono_ms();
+    struct pull_watch w = {src, layout, manifest_bytes(manifest), progress, arg};
+    char *copy[16];
+    int n = 0;
+    copy[n++] = (char *)c->skopeo;
+    copy[n++] = "copy";
+    copy[n++] = "--quiet";
+    if (src->insecure)
+        copy[n++] = "--src-tls-verify=false";
+    if (authfile) {
+        copy[n++] = "--src-authfile";
+        copy[n++] = (char *)authfile;
+    }
+    copy[n++] = from;
+    copy[n++] = dest;
+    copy[n] = NULL;
+    pull_tick(&w);
+    if (run(copy, 0, 500, pull_tick, &w, &r) != 0 || !run_ok(&r)) {
+        pull_error(src->reference, "the pull", &r, err, errlen);
+        goto out;
+    }
+    int64_t pulled_bytes = du(layout);
+    fprintf(stderr, "cohort-shim: pulled %s (%s, %lld MB) in %.1f s\n", src->reference, digest,
+            (long long)(pulled_bytes >> 20), (double)(mono_ms() - t0) / 1000.0);
+    if (progress) {
+        snprintf(path, sizeof path, "unpacking image %.500s", src->reference);
+        progress(arg, path);
+    }
+    /* The image's configuration (Env, Entrypoint, WorkingDir), kept beside it. */
+    char *insp[] = {(char *)c->skopeo, "inspect", "--config", dest, NULL};
+    free(r.out);
+    if (run(insp, 1, 0, NULL, NULL, &r) != 0 || !run_ok(&r) || !r.out) {
+        pull_error(src->reference, "reading its configuration", &r, err, errlen);
+        goto out;
+    }
+    int64_t t1 = mono_ms();
+    char image_ref[4300];
+    snprintf(image_ref, sizeof image_ref, "%s:img", layout);
+    char *unpack[] = {(char *)c->umoci, "unpack", "--image", image_ref, tmp, NULL};
+    char *config = r.out;
+    size_t config_len = r.out_len;
+    r.out = NULL;
+    if (run(unpack, 0, 0, NULL, NULL, &r) != 0 || !run_ok(&r)) {
+        char line[600];
+        last_line(r.err, line, sizeof line);
+        snprintf(err, errlen, "image %.300s: cannot unpack it: %.300s", src->reference, line);
+        free(config);
+        goto out;
+    }
+    snprintf(rootfs, sizeof rootfs, "%s/rootfs", tmp);
+    add_mount_points(rootfs);
+    /* rootfs must be traversable by every worker's uid; its contents keep
+     * the image's own modes. */
+    chmod(tmp, 0711);
+    chmod(rootfs, 0755);
+    snprintf(path, sizeof path, "%s/image.json", tmp);
+    FILE *f = fopen(path, "we");
+    int ok = f && fwrite(config, 1, config_len, f) == config_len;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    free(config);
+    if (!ok) {
+        snprintf(err, errlen, "image %.300s: cannot keep its configuration: %s", src->reference,
+                 strerror(errno));
+        goto out;
+    }
+    if (rename(tmp, bundle) != 0) {
+        snprintf(err, errlen, "image %.300s: cannot put it in the cache: %s", src->reference,
+                 strerror(errno));
+        goto out;
+    }
+    snprintf(path, sizeof path, "%s/.ready", bundle);
+    f = fopen(path, "we");
+    if (f) {
+        fprintf(f, "%s\n%s\n", digest, src->reference);
+        fclose(f);
+    }
+    fprintf(stderr, "cohort-shim: unpacked %s (%s) in %.1f s\n", src->reference, digest,
+            (double)(mono_ms() - t1) / 1000.0);
+    rc = 0;
+out:
+    free(r.out);
+    rm_tree(layout);
+    if (rc != 0)
+        rm_tree(tmp);
+    return rc;
+}
+
+/* The digest src resolves to: its own, or the registry's for its tag (the
+ * SHA-256 of the manifest as served). */
+static int resolve(const img_cache *c, const img_source *src, const char *authfile, char *digest,
+                   size_t dn, char **manifest, char *err, size_t errlen)
+{
+    char from[IMG_REF_MAX + 16];
+    struct run r;
+    char *argv[10];
+    int n = 0;
+    snprintf(from, sizeof from, "docker://%s", src->reference);
+    argv[n++] = (char *)c->skopeo;
+    argv[n++] = "inspect";
+    argv[n++] = "--raw";
+    if (src->insecure)
+        argv[n++] = "--tls-verify=false";
+    if (authfile) {
+        argv[n++] = "--authfile";
+        argv[n++] = (char *)authfile;
+    }
+    argv[n++] = from;
+    argv[n] = NULL;
+    if (run(argv, 1, 0, NULL, NULL, &r) != 0 || !run_ok(&r) || !r.out || r.out_len == 0) {
+        pull_error(src->reference, "resolving it", &r, err, errlen);
+        free(r.out);
+        return -1;
+    }
+    const char *at = strstr(src->reference, "@sha256:");
+    if (at) {
+        snprintf(digest, dn, "%s", at + 1);
+    } else {
+        unsigned char md[32];
+        unsigned mdlen = 0;
+        EVP_Digest(r.out, r.out_len, md, &mdlen, EVP_sha256(), NULL);
+        size_t k = (size_t)snprintf(digest, dn, "sha256:");
+        for (unsigned i = 0; i < mdlen && k + 2 < dn; i++)
+            k += (size_t)snprintf(digest + k, dn - k, "%02x", md[i]);
+    }
+    *manifest = r.out;
+    return 0;
+}
+
+int img_acquire(const img_cache *c, const img_source *src, img_progress_fn progress, void *arg,
+                img_use *out, char *err, size_t errlen)
+{
+    char authfile[4200] = "", lockp[4300], ready[4300];
+    char *manifest = NULL;
+    int rc = -1;
+    memset(out, 0, sizeof *out);
+    out->lock_fd = -1;
+    if (!img_reference_valid(src->reference)) {
+        snprintf(err, errlen, "image reference %.300s is not valid", src->reference);
+        return -1;
+    }
+    if (src->username && write_authfile(c, src, authfile, sizeof authfile, err, errlen) != 0)
+        return -1;
+    if (progress) {
+        snprintf(lockp, sizeof lockp, "resolving image %.500s", src->reference);
+        progress(arg, lockp);
+    }
+    if (resolve(c, src, authfile[0] ? authfile : NULL, out->digest, sizeof out->digest,
+                &manifest, err, errlen) != 0)
+        goto out;
+    const char *hex = out->digest + 7;
+    snprintf(out->bundle, sizeof out->bundle, "%s/%s", c->dir, hex);
+    snprintf(lockp, sizeof lockp, "%s.lock", out->bundle);
+    snprintf(ready, sizeof ready, "%s/.ready", out->bundle);
+    out->lock_fd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (out->lock_fd < 0) {
+        snprintf(err, errlen, "cannot lock the image cache: %s", strerror(errno));
+        goto out;
+    }
+    for (;;) {
+        struct stat sb;
+        while (flock(out->lock_fd, LOCK_SH) != 0 && errno == EINTR)
+            ;
+        if (stat(ready, &sb) == 0)
+            break;
+        /* Not there: take it exclusively and pull, unless another worker
+         * did while we waited. */
+        flock(out->lock_fd, LOCK_UN);
+        while (flock(out->lock_fd, LOCK_EX) != 0 && errno == EINTR)
+            ;
+        if (stat(ready, &sb) != 0) {
+            rm_tree(out->bundle); /* a half-made one from a crash */
+            if (pull_unpack(c, src, out->digest, authfile[0] ? authfile : NULL, manifest,
+                            progress, arg, out->bundle, err, errlen) != 0)
+                goto out;
+            out->pulled = 1;
+        }
+        flock(out->lock_fd, LOCK_UN); /* back to shared, checked again */
+    }
+    /* Its last use, for eviction. */
+    utimensat(AT_FDCWD, ready, NULL, 0);
+    rc = 0;
+out:
+    free(manifest);
+    if (authfile[0])
+        unlink(authfile);
+    if (rc != 0 && out->lock_fd >= 0) {
+        close(out->lock_fd);
+        out->lock_fd = -1;
+    }
+    if (rc == 0 && out->pulled && c->max_bytes > 0)
+        img_evict(c);
+    return rc;
+}
+
+void img_release(img_use *u)
+{
+    if (u->lock_fd >= 0)
+        close(u->lock_fd);
+    u->lock_fd = -1;
+}
+
+struct cached {
+    char hex[72];
+    time_t used;
+    int64_t bytes;
+};
+
+static int by_use(const void *a, const void *b)
+{
+    const struct cached *x = a, *y = b;
+    return x->used < y->used ? -1 : x->used > y->used;
+}
+
+int img_evict(const img_cache *c)
+{
+    DIR *d = opendir(c->dir);
+    struct cached *all = NULL;
+    size_t n = 0, cap = 0;
+    int64_t total = 0;
+    int gone = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        char p[4400];
+        struct stat sb;
+        if (strlen(e->d_name) != 64 || strchr(e->d_name, '.'))
+            continue;
+        snprintf(p, sizeof p, "%s/%s/.ready", c->dir, e->d_name);
+        if (stat(p, &sb) != 0)
+            continue;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 16;
+            struct cached *na = realloc(all, nc * sizeof *na);
+            if (!na)
+                break;
+            all = na;
+            cap = nc;
+        }
+        snprintf(all[n].hex, sizeof all[n].hex, "%s", e->d_name);
+        all[n].used = sb.st_mtime;
+        snprintf(p, sizeof p, "%s/%s", c->dir, e->d_name);
+        all[n].bytes = du(p);
+        total += all[n].bytes;
+        n++;
+    }
+    if (d)
+        closedir(d);
+    qsort(all, n, sizeof *all, by_use);
+    for (size_t i = 0; i < n && total > c->max_bytes; i++) {
+        char p[4400], lp[4400];
+        snprintf(lp, sizeof lp, "%s/%s.lock", c->dir, all[i].hex);
+        int fd = open(lp, O_RDWR | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) { /* nobody runs it */
+            snprintf(p, sizeof p, "%s/%s/.ready", c->dir, all[i].hex);
+            unlink(p); /* first: a half-removed image is never taken for whole */
+            snprintf(p, sizeof p, "%s/%s", c->dir, all[i].hex);
+            rm_tree(p);
+            total -= all[i].bytes;
+            gone++;
+            fprintf(stderr, "cohort-shim: evicted image sha256:%s (%lld MB)\n", all[i].hex,
+                    (long long)(all[i].bytes >> 20));
+        }
+        close(fd);
+    }
+    free(all);
+    return gone;
+}

@@ -1,0 +1,165 @@
+/*
+ * runtime: finds the container tools and prepares the node (runtime.h).
+ */
+#include "agent/runtime.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include "agent/oci.h"
+
+#ifndef TMPFS_MAGIC
+#define TMPFS_MAGIC 0x01021994
+#endif
+
+/* prog on PATH, into out. */
+static int find_program(const char *prog, char *out, size_t n)
+{
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
+    while (*path) {
+        size_t len = strcspn(path, ":");
+        snprintf(out, n, "%.*s/%s", (int)len, path, prog);
+        if (access(out, X_OK) == 0)
+            return 0;
+        path += len + (path[len] == ':');
+    }
+    return -1;
+}
+
+/* Reads a one-line file into out; "" when unreadable. */
+static void read_line(const char *path, char *out, size_t n)
+{
+    FILE *f = fopen(path, "re");
+    out[0] = '\0';
+    if (f) {
+        if (!fgets(out, (int)n, f))
+            out[0] = '\0';
+        fclose(f);
+    }
+    out[strcspn(out, "\n")] = '\0';
+}
+
+int rt_fix_hybrid_cgroups(char *err, size_t errlen)
+{
+    struct statfs fs;
+    char ctl[512], on[512], dir[300];
+    /* Hybrid: a tmpfs at /sys/fs/cgroup with the v2 hierarchy under unified/. */
+    if (statfs("/sys/fs/cgroup", &fs) != 0 || fs.f_type != TMPFS_MAGIC)
+        return 0;
+    read_line("/sys/fs/cgroup/unified/cgroup.controllers", ctl, sizeof ctl);
+    read_line("/sys/fs/cgroup/unified/cgroup.subtree_control", on, sizeof on);
+    for (char *save = NULL, *c = strtok_r(ctl, " ", &save); c; c = strtok_r(NULL, " ", &save)) {
+        snprintf(dir, sizeof dir, "/sys/fs/cgroup/%s", c);
+        if ((mkdir(dir, 0755) != 0 && errno != EEXIST) ||
+            mount("cgroup", dir, "cgroup", MS_NOSUID | MS_NODEV | MS_NOEXEC, c) != 0) {
+            snprintf(err, errlen,
+                     "crun cannot run on this hybrid cgroup host while the %s controller is in "
+                     "the cgroup v2 hierarchy (enabled: '%s'), and it could not be moved to "
+                     "cgroup v1 at %s: %s",
+                     c, on, dir, strerror(errno));
+            return -1;
+        }
+        printf("cohort-agent: moved the %s controller from cgroup v2 to %s (crun needs cgroup "
+               "v2 without controllers on a hybrid host)\n",
+               c, dir);
+    }
+    read_line("/sys/fs/cgroup/unified/cgroup.controllers", ctl, sizeof ctl);
+    if (ctl[0]) {
+        snprintf(err, errlen, "controllers still in the cgroup v2 hierarchy: %s", ctl);
+        return -1;
+    }
+    return 0;
+}
+
+/* dir exists, owned by root, traversable by every uid (no listing). */
+static int traversable_dir(const char *dir, char *err, size_t errlen)
+{
+    if (mkdir(dir, 0711) != 0 && errno != EEXIST) {
+        snprintf(err, errlen, "%s: %s", dir, strerror(errno));
+        return -1;
+    }
+    if (chmod(dir, 0711) != 0) {
+        snprintf(err, errlen, "%s: %s", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+cJSON *rt_open(const rt_config *c, char *err, size_t errlen)
+{
+    char crun[PATH_MAX], skopeo[PATH_MAX], umoci[PATH_MAX], init[PATH_MAX + 32],
+        cache[PATH_MAX + 16], croot[PATH_MAX + 16];
+    if (find_program("crun", crun, sizeof crun) != 0 ||
+        find_program("skopeo", skopeo, sizeof skopeo) != 0 ||
+        find_program("umoci", umoci, sizeof umoci) != 0) {
+        snprintf(err, errlen, "crun, skopeo and umoci are needed to run containers "
+                              "(apt-get install crun skopeo umoci), or --runtime host on a "
+                              "trusted single-tenant node");
+        return NULL;
+    }
+    snprintf(init, sizeof init, "%s/cohort-init", c->self_dir);
+    if (access(init, X_OK) != 0) {
+        snprintf(err, errlen, "cannot run %s: %s", init, strerror(errno));
+        return NULL;
+    }
+    if (rt_fix_hybrid_cgroups(err, errlen) != 0)
+        return NULL;
+    /* Every directory on the way to an image's rootfs must be traversable
+     * by the tenants' uids; the agent's files keep their own 0600 modes. */
+    if (traversable_dir(c->data_dir, err, errlen) != 0)
+        return NULL;
+    if (c->image_cache)
+        snprintf(cache, sizeof cache, "%s", c->image_cache);
+    else
+        snprintf(cache, sizeof cache, "%s/images", c->data_dir);
+    snprintf(croot, sizeof croot, "%s/crun", c->data_dir);
+    if (traversable_dir(cache, err, errlen) != 0 ||
+        (mkdir(croot, 0700) != 0 && errno != EEXIST)) {
+        if (!err[0])
+            snprintf(err, errlen, "%s: %s", croot, strerror(errno));
+        return NULL;
+    }
+    char real_cache[PATH_MAX];
+    if (!realpath(cache, real_cache)) {
+        snprintf(err, errlen, "%s: %s", cache, strerror(errno));
+        return NULL;
+    }
+    int seccomp = c->seccomp && strcmp(c->seccomp, "off");
+    if (seccomp) {
+        cJSON *p = oci_seccomp_load(c->seccomp, err, errlen);
+        if (!p)
+            return NULL;
+        cJSON_Delete(p);
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "crun", crun);
+    cJSON_AddStringToObject(o, "crun_root", croot);
+    cJSON_AddStringToObject(o, "init", init);
+    cJSON_AddStringToObject(o, "skopeo", skopeo);
+    cJSON_AddStringToObject(o, "umoci", umoci);
+    cJSON_AddStringToObject(o, "image_cache", real_cache);
+    cJSON_AddNumberToObject(o, "image_cache_max", (double)c->image_cache_max);
+    cJSON_AddStringToObject(o, "registry", c->registry);
+    cJSON *ins = cJSON_AddArrayToObject(o, "insecure");
+    for (const char *p = c->insecure; p && *p;) {
+        size_t len = strcspn(p, ",");
+        char host[256];
+        if (len > 0 && len < sizeof host) {
+            snprintf(host, sizeof host, "%.*s", (int)len, p);
+            cJSON_AddItemToArray(ins, cJSON_CreateString(host));
+        }
+        p += len + (p[len] == ',');
+    }
+    if (seccomp)
+        cJSON_AddStringToObject(o, "seccomp", c->seccomp);
+    return o;
+}
