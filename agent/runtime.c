@@ -94,6 +94,30 @@ static int traversable_dir(const char *dir, char *err, size_t errlen)
     return 0;
 }
 
+/* Every directory from / to path must let other users through (o+x): the
+ * containers' uids walk it to reach an image's root file system. */
+static int walkable(const char *path, char *err, size_t errlen)
+{
+    char p[PATH_MAX + 16];
+    snprintf(p, sizeof p, "%s", path);
+    for (char *slash = strrchr(p, '/'); slash; slash = strrchr(p, '/')) {
+        struct stat sb;
+        *slash = '\0';
+        const char *dir = p[0] ? p : "/";
+        if (stat(dir, &sb) != 0 || !(sb.st_mode & S_IXOTH)) {
+            snprintf(err, errlen,
+                     "%s is not traversable by other users (mode %04o): the containers' uids "
+                     "could not reach their images under %s; chmod o+x it, or choose "
+                     "--image-cache elsewhere",
+                     dir, (unsigned)(sb.st_mode & 07777), path);
+            return -1;
+        }
+        if (!p[0])
+            break;
+    }
+    return 0;
+}
+
 cJSON *rt_open(const rt_config *c, char *err, size_t errlen)
 {
     char crun[PATH_MAX], skopeo[PATH_MAX], umoci[PATH_MAX], init[PATH_MAX + 32],
@@ -133,6 +157,10 @@ cJSON *rt_open(const rt_config *c, char *err, size_t errlen)
         snprintf(err, errlen, "%s: %s", cache, strerror(errno));
         return NULL;
     }
+    char probe[PATH_MAX + 8];
+    snprintf(probe, sizeof probe, "%s/x", real_cache);
+    if (walkable(probe, err, errlen) != 0)
+        return NULL;
     int seccomp = c->seccomp && strcmp(c->seccomp, "off");
     if (seccomp) {
         cJSON *p = oci_seccomp_load(c->seccomp, err, errlen);

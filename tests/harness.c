@@ -7,6 +7,8 @@
 #include <arpa/inet.h>
 #include <curl/curl.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -77,6 +79,7 @@ void th_start(th_daemon *d, const char *const *extra)
     memset(d, 0, sizeof *d);
     snprintf(d->dir, sizeof d->dir, "/tmp/cohort-test-XXXXXX");
     cr_assert(mkdtemp(d->dir) != NULL);
+    chmod(d->dir, 0711); /* agents' image caches inside: containers' uids walk through */
     snprintf(d->db, sizeof d->db, "%s/cohort.db", d->dir);
     launch(d, extra);
 }
@@ -87,6 +90,7 @@ void th_start_no_admin(th_daemon *d, const char *const *extra)
     d->no_admin_env = 1;
     snprintf(d->dir, sizeof d->dir, "/tmp/cohort-test-XXXXXX");
     cr_assert(mkdtemp(d->dir) != NULL);
+    chmod(d->dir, 0711); /* agents' image caches inside: containers' uids walk through */
     snprintf(d->db, sizeof d->db, "%s/cohort.db", d->dir);
     launch(d, extra);
 }
@@ -136,6 +140,7 @@ void th_cleanup(th_daemon *d)
 {
     if (d->pid > 0)
         th_kill9(d);
+    th_registry_stop();
     char cmd[300];
     if (d->dir[0] && !strncmp(d->dir, "/tmp/cohort-test-", 17)) {
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->dir);
@@ -355,6 +360,125 @@ int th_cohortd_once(const char *const *args, char *out, size_t n)
 
 /* ---- agents ---- */
 
+/* ---- the tests' registry ---- */
+
+static pid_t registry_pid;
+static char registry_addr[64], registry_dir[128];
+
+/* BUILD/test-registry: storage every test's registry serves, filled once per
+ * build (under a lock) with the test images; refilled when cohort-worker
+ * changes.  Blobs are only ever added, so registries may share it. */
+static void registry_template(const char *build, char *data, size_t n)
+{
+    char lockp[600], stamp[700], want[128] = "", have[128] = "", cmd[4096];
+    struct stat sb;
+    snprintf(data, n, "%s/test-registry", build);
+    snprintf(lockp, sizeof lockp, "%s/test-registry.lock", build);
+    snprintf(stamp, sizeof stamp, "%s/.ready", data);
+    if (stat(COHORT_WORKER_BIN, &sb) == 0)
+        snprintf(want, sizeof want, "%lld %lld\n", (long long)sb.st_mtime, (long long)sb.st_size);
+    int lk = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    cr_assert(lk >= 0 && flock(lk, LOCK_EX) == 0, "lock %s", lockp);
+    FILE *f = fopen(stamp, "r");
+    if (f) {
+        if (!fgets(have, sizeof have, f))
+            have[0] = '\0';
+        fclose(f);
+    }
+    if (strcmp(have, want)) {
+        int port = th_free_port();
+        char conf[700];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", data, data);
+        cr_assert_eq(system(cmd), 0);
+        snprintf(conf, sizeof conf, "%s/config.yml", data);
+        f = fopen(conf, "w");
+        cr_assert(f);
+        fprintf(f, "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
+                   "    rootdirectory: %s/data\nhttp:\n  addr: 127.0.0.1:%d\n",
+                data, port);
+        fclose(f);
+        snprintf(cmd, sizeof cmd,
+                 "docker-registry serve '%s' >'%s/log' 2>&1 & rp=$!; "
+                 "for i in $(seq 100); do curl -sf http://127.0.0.1:%d/v2/ >/dev/null && break; "
+                 "sleep 0.1; done; "
+                 "'%s/tests/make-test-image' 127.0.0.1:%d cohort/cohort:bookworm >/dev/null && "
+                 "'%s/tests/make-test-image' 127.0.0.1:%d cohort/worker:test --worker '%s' "
+                 ">/dev/null; rc=$?; kill $rp; wait $rp 2>/dev/null; exit $rc",
+                 conf, data, port, COHORT_SOURCE_DIR, port, COHORT_SOURCE_DIR, port, build);
+        cr_assert_eq(system(cmd), 0, "building the test images failed (see %s/log)", data);
+        f = fopen(stamp, "w");
+        cr_assert(f);
+        fputs(want, f);
+        fclose(f);
+    }
+    close(lk);
+}
+
+const char *th_registry(void)
+{
+    char build[512], data[600], conf[300], cmd[200];
+    if (registry_pid > 0)
+        return registry_addr;
+    snprintf(build, sizeof build, "%s", COHORT_AGENT_BIN);
+    *strrchr(build, '/') = '\0';
+    registry_template(build, data, sizeof data);
+    snprintf(registry_dir, sizeof registry_dir, "/tmp/cohort-test-reg-%d", (int)getpid());
+    mkdir(registry_dir, 0700);
+    int port = th_free_port();
+    snprintf(registry_addr, sizeof registry_addr, "127.0.0.1:%d", port);
+    snprintf(conf, sizeof conf, "%s/config.yml", registry_dir);
+    FILE *f = fopen(conf, "w");
+    cr_assert(f);
+    fprintf(f, "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
+               "    rootdirectory: %s/data\nhttp:\n  addr: %s\n",
+            data, registry_addr);
+    fclose(f);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        char logp[300];
+        snprintf(logp, sizeof logp, "%s/log", registry_dir);
+        FILE *lf = freopen(logp, "a", stdout);
+        (void)lf;
+        dup2(1, 2);
+        execlp("docker-registry", "docker-registry", "serve", conf, (char *)NULL);
+        _exit(127);
+    }
+    registry_pid = pid;
+    snprintf(cmd, sizeof cmd, "curl -sf http://%s/v2/ >/dev/null", registry_addr);
+    for (int i = 0; i < 200; i++) {
+        if (system(cmd) == 0)
+            return registry_addr;
+        sleep_ms(25);
+    }
+    cr_assert_fail("the test registry did not start (see %s/log)", registry_dir);
+    return NULL;
+}
+
+void th_registry_stop(void)
+{
+    char cmd[200];
+    if (registry_pid <= 0)
+        return;
+    kill(registry_pid, SIGTERM);
+    waitpid(registry_pid, NULL, 0);
+    registry_pid = 0;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", registry_dir);
+    int rc = system(cmd);
+    (void)rc;
+}
+
+int th_push_image(const char *repo_tag, const char *const *opts)
+{
+    char cmd[2048];
+    int n = snprintf(cmd, sizeof cmd, "'%s/tests/make-test-image' %s %s", COHORT_SOURCE_DIR,
+                     th_registry(), repo_tag);
+    for (int i = 0; opts && opts[i] && n < (int)sizeof cmd - 300; i++)
+        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " '%s'", opts[i]);
+    snprintf(cmd + n, sizeof cmd - (size_t)n, " >/dev/null");
+    return system(cmd);
+}
+
 int th_can_sandbox(void)
 {
     return geteuid() == 0;
@@ -365,7 +489,7 @@ static void agent_launch(th_agent *a, th_daemon *d, const char *const *extra)
     pid_t pid = fork();
     cr_assert(pid >= 0);
     if (pid == 0) {
-        const char *argv[44];
+        const char *argv[48];
         int n = 0;
         if (a->netns[0]) {
             argv[n++] = "/usr/sbin/ip";
@@ -378,8 +502,17 @@ static void agent_launch(th_agent *a, th_daemon *d, const char *const *extra)
                               "--stop-grace", "2", "--address", "127.0.0.1"};
         for (size_t i = 0; i < sizeof base / sizeof base[0]; i++)
             argv[n++] = base[i];
-        for (int i = 0; extra && extra[i] && n < 42; i++)
+        int host = 0;
+        for (int i = 0; extra && extra[i] && n < 38; i++) {
+            host |= !strcmp(extra[i], "--runtime");
             argv[n++] = extra[i];
+        }
+        if (!host) { /* containers, images from the tests' registry */
+            argv[n++] = "--registry";
+            argv[n++] = a->registry;
+            argv[n++] = "--insecure-registry";
+            argv[n++] = a->registry;
+        }
         argv[n] = NULL;
         char logp[420];
         snprintf(logp, sizeof logp, "%s.log", a->dir);
@@ -405,6 +538,7 @@ void th_agent_start_in(th_agent *a, th_daemon *d, const char *netns, const char 
         snprintf(a->netns, sizeof a->netns, "%s", netns);
     snprintf(a->name, sizeof a->name, "%s", name);
     snprintf(a->dir, sizeof a->dir, "%s/agent-%s", d->dir, name);
+    snprintf(a->registry, sizeof a->registry, "%s", th_registry());
     th_resp r = th_post(d, "/v1/nodes/join-tokens", TH_ADMIN, NULL);
     cr_assert_eq(r.status, 201, "join token: %s", r.body);
     snprintf(a->join, sizeof a->join, "%s", th_str(&r, "token"));
@@ -477,11 +611,17 @@ int th_wait_state(th_daemon *d, const char *tok, long job, const char *want, int
     for (int waited = 0; waited <= timeout_ms; waited += 50) {
         th_resp r = th_get(d, path, tok);
         snprintf(seen, 16, "%s", th_str(&r, "state"));
-        th_free(&r);
-        if (!strcmp(seen, want))
+        if (!strcmp(seen, want)) {
+            th_free(&r);
             return 1;
-        if (!strcmp(seen, "SUCCEEDED") || !strcmp(seen, "FAILED") || !strcmp(seen, "CANCELLED"))
+        }
+        if (!strcmp(seen, "SUCCEEDED") || !strcmp(seen, "FAILED") || !strcmp(seen, "CANCELLED")) {
+            /* Why, for whoever reads a failed test. */
+            cr_log_info("job %ld ended %s: %s", job, seen, th_str(&r, "reason"));
+            th_free(&r);
             return 0;
+        }
+        th_free(&r);
         sleep_ms(50);
     }
     return 0;

@@ -84,7 +84,23 @@ typedef struct th_agent {
     char dir[400];
     char name[64];
     char join[80];
+    char registry[64]; /* its default registry (th_registry) */
 } th_agent;
+
+/*
+ * The tests' OCI registry: docker-registry on a free loopback port, started
+ * on first use in a test (th_cleanup stops it), serving storage built once
+ * per build dir with the test images: cohort/cohort:bookworm (busybox: what
+ * the built-in "native" and "cohort" images name) and cohort/worker:test
+ * (busybox and cohort-worker with its libraries).  Returns "127.0.0.1:PORT".
+ * Agents started by th_agent_start take it as their default registry and
+ * run containers, unless their extra args name a --runtime.
+ */
+const char *th_registry(void);
+void th_registry_stop(void);
+/* Pushes a fresh busybox image as repo_tag to the tests' registry, with
+ * tests/make-test-image options (may be NULL); its exit status. */
+int th_push_image(const char *repo_tag, const char *const *opts);
 
 /* 1 when the tests may create namespaces (root); otherwise the caller skips. */
 int th_can_sandbox(void);

@@ -148,7 +148,7 @@ static void wait_workers_ended(long id)
     "echo \"CWD=$(pwd)\" >> \"$out.tmp\"\n"                                                    \
     "echo \"DATA=$(cat \"$DATASETS_PATH/ds/sub/a.txt\")\" >> \"$out.tmp\"\n"                   \
     "echo \"ROWRITE=$(touch \"$DATASETS_PATH/ds/sub/new\" 2>&1)\" >> \"$out.tmp\"\n"           \
-    "echo \"HIDDEN=$(ls -A \"$PROBE_HIDDEN\" 2>&1 | wc -l)\" >> \"$out.tmp\"\n"                \
+    "echo \"HIDDEN=$(ls -A \"$PROBE_HIDDEN\" 2>/dev/null | wc -l)\" >> \"$out.tmp\"\n"                \
     "echo \"PIDS=$(ls /proc | grep -c '^[0-9]')\" >> \"$out.tmp\"\n"                           \
     "echo \"NNP=$(grep NoNewPrivs /proc/self/status | tr -dc 0-9)\" >> \"$out.tmp\"\n"          \
     "echo \"FDS=$(ls /proc/self/fd | tr '\\n' ' ')\" >> \"$out.tmp\"\n"                       \
