@@ -48,10 +48,27 @@ static void read_line(const char *path, char *out, size_t n)
     out[strcspn(out, "\n")] = '\0';
 }
 
+#ifndef SYSFS_MAGIC
+#define SYSFS_MAGIC 0x62656572
+#endif
+
 int rt_fix_hybrid_cgroups(char *err, size_t errlen)
 {
     struct statfs fs;
     char ctl[512], on[512], dir[300];
+    /* Nothing mounted at /sys/fs/cgroup (an agent started by `ip netns
+     * exec`, which mounts a fresh sysfs): crun needs a cgroup file system
+     * there, so the cgroup v2 hierarchy goes there. */
+    if (statfs("/sys/fs/cgroup", &fs) == 0 && fs.f_type == SYSFS_MAGIC) {
+        if (mount("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                  NULL) != 0) {
+            snprintf(err, errlen, "nothing is mounted at /sys/fs/cgroup and cgroup2 could not "
+                                  "be: %s",
+                     strerror(errno));
+            return -1;
+        }
+        printf("cohort-agent: mounted the cgroup v2 hierarchy at /sys/fs/cgroup (nothing was)\n");
+    }
     /* Hybrid: a tmpfs at /sys/fs/cgroup with the v2 hierarchy under unified/. */
     if (statfs("/sys/fs/cgroup", &fs) != 0 || fs.f_type != TMPFS_MAGIC)
         return 0;

@@ -530,6 +530,88 @@ static void crun_reason(const char *crun_log, char *out, size_t n)
     free(text);
 }
 
+/* The binds of a container: owned copies of their paths. */
+struct binds {
+    oci_bind *v;
+    int n, cap, failed;
+};
+
+static void bind_add(struct binds *b, const char *src, const char *dst, int ro)
+{
+    if (b->n == b->cap) {
+        int nc = b->cap ? b->cap * 2 : 16;
+        oci_bind *nv = realloc(b->v, (size_t)nc * sizeof *nv);
+        if (!nv) {
+            b->failed = 1;
+            return;
+        }
+        b->v = nv;
+        b->cap = nc;
+    }
+    char *s = strdup(src), *d = strdup(dst);
+    if (!s || !d) {
+        free(s);
+        free(d);
+        b->failed = 1;
+        return;
+    }
+    b->v[b->n++] = (oci_bind){s, d, ro};
+}
+
+static void binds_free(struct binds *b)
+{
+    for (int i = 0; i < b->n; i++) {
+        free((char *)b->v[i].src);
+        free((char *)b->v[i].dst);
+    }
+    free(b->v);
+}
+
+/* mountinfo's octal escapes (\040 for a space) undone in place. */
+static void unescape(char *p)
+{
+    char *o = p;
+    for (; *p; p++) {
+        if (p[0] == '\\' && p[1] >= '0' && p[1] <= '3' && p[2] >= '0' && p[2] <= '7' &&
+            p[3] >= '0' && p[3] <= '7') {
+            *o++ = (char)((p[1] - '0') * 64 + (p[2] - '0') * 8 + (p[3] - '0'));
+            p += 3;
+        } else {
+            *o++ = *p;
+        }
+    }
+    *o = '\0';
+}
+
+/*
+ * A volume: src at dst, then every mount below src on the host at the same
+ * place below dst.  crun's idmapped binds are not recursive, and storage
+ * is often mounted inside a dataset's directory; listing the submounts
+ * keeps them visible (and read-only with a read-only volume).
+ */
+static void add_volume(struct binds *b, const char *src, const char *dst, int ro)
+{
+    char line[8192], path[4200];
+    bind_add(b, src, dst, ro);
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    size_t n = strlen(src);
+    while (f && fgets(line, sizeof line, f)) {
+        /* id parent major:minor root MOUNT-POINT ... */
+        char *save = NULL, *mp = NULL, *tok = strtok_r(line, " ", &save);
+        for (int i = 0; tok && i < 4; i++)
+            mp = tok = strtok_r(NULL, " ", &save);
+        if (!mp)
+            continue;
+        unescape(mp);
+        if (strncmp(mp, src, n) || mp[n] != '/')
+            continue;
+        snprintf(path, sizeof path, "%s%s", dst, mp + n);
+        bind_add(b, mp, path, ro);
+    }
+    if (f)
+        fclose(f);
+}
+
 /*
  * The container flavour of the shim: the image, the bundle, crun run in the
  * worker's cgroup, the lease, and the status.  cg/cgfd: the worker's cgroup
@@ -561,26 +643,28 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
     char **env = container_env(sp, cJSON_GetObjectItemCaseSensitive(icfg, "Env"));
     char **argv = container_argv(sp, cJSON_GetObjectItemCaseSensitive(icfg, "Entrypoint"), prog);
 
-    oci_bind binds[SHIM_MAX_DATASETS + 1];
-    char ds_dst[SHIM_MAX_DATASETS][512];
-    int nb = 0;
-    binds[nb++] = (oci_bind){sp->workspace, ws, 0};
+    struct binds b = {0};
+    char ds_dst[4200];
+    add_volume(&b, sp->workspace, ws, 0);
     for (int i = 0; i < sp->ndatasets; i++) {
-        snprintf(ds_dst[i], sizeof ds_dst[i], "%s/datasets/%s", sp->mount_root, sp->ds_name[i]);
-        binds[nb++] = (oci_bind){sp->ds_path[i], ds_dst[i], 1};
+        snprintf(ds_dst, sizeof ds_dst, "%s/datasets/%s", sp->mount_root, sp->ds_name[i]);
+        add_volume(&b, sp->ds_path[i], ds_dst, 1);
     }
+    if (b.failed)
+        give_up(dfd, "out of memory listing the volumes' mounts");
     char rootfs[4300], init_at[4200];
     snprintf(rootfs, sizeof rootfs, "%s/rootfs", use.bundle);
     path_join(init_at, sizeof init_at, sp->mount_root, ".init");
     gethostname(host, sizeof host - 1);
     oci_spec os = {.rootfs = rootfs, .init = sp->init, .init_at = init_at,
                    .mount_root = sp->mount_root, .argv = argv, .env = env, .cwd = ws,
-                   .hostname = host, .uid_base = sp->uid_base, .binds = binds, .nbinds = nb,
+                   .hostname = host, .uid_base = sp->uid_base, .binds = b.v, .nbinds = b.n,
                    .devices = sp->devices, .shm_mb = sp->shm_mb, .seccomp = sp->seccomp};
     char *config = env && argv ? oci_config(&os, err, sizeof err) : NULL;
     cJSON_Delete(img);
     free(env);
     free(argv);
+    binds_free(&b);
     path_join(bundle, sizeof bundle, state_dir, "bundle");
     path_join(config_path, sizeof config_path, bundle, "config.json");
     path_join(pidfile, sizeof pidfile, bundle, "init.pid");

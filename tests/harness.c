@@ -414,28 +414,28 @@ static void registry_template(const char *build, char *data, size_t n)
     close(lk);
 }
 
-const char *th_registry(void)
+/* Starts a registry over the tests' storage at ip on a free port; its pid
+ * goes to *pid, "ip:port" to addr. */
+static void registry_start(const char *ip, pid_t *pid, char *addr, size_t an)
 {
     char build[512], data[600], conf[300], cmd[200];
-    if (registry_pid > 0)
-        return registry_addr;
     snprintf(build, sizeof build, "%s", COHORT_AGENT_BIN);
     *strrchr(build, '/') = '\0';
     registry_template(build, data, sizeof data);
     snprintf(registry_dir, sizeof registry_dir, "/tmp/cohort-test-reg-%d", (int)getpid());
     mkdir(registry_dir, 0700);
     int port = th_free_port();
-    snprintf(registry_addr, sizeof registry_addr, "127.0.0.1:%d", port);
-    snprintf(conf, sizeof conf, "%s/config.yml", registry_dir);
+    snprintf(addr, an, "%s:%d", ip, port);
+    snprintf(conf, sizeof conf, "%s/config-%d.yml", registry_dir, port);
     FILE *f = fopen(conf, "w");
     cr_assert(f);
     fprintf(f, "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
                "    rootdirectory: %s/data\nhttp:\n  addr: %s\n",
-            data, registry_addr);
+            data, addr);
     fclose(f);
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
+    pid_t p = fork();
+    cr_assert(p >= 0);
+    if (p == 0) {
         char logp[300];
         snprintf(logp, sizeof logp, "%s/log", registry_dir);
         FILE *lf = freopen(logp, "a", stdout);
@@ -444,15 +444,33 @@ const char *th_registry(void)
         execlp("docker-registry", "docker-registry", "serve", conf, (char *)NULL);
         _exit(127);
     }
-    registry_pid = pid;
-    snprintf(cmd, sizeof cmd, "curl -sf http://%s/v2/ >/dev/null", registry_addr);
+    *pid = p;
+    snprintf(cmd, sizeof cmd, "curl -sf http://%s/v2/ >/dev/null", addr);
     for (int i = 0; i < 200; i++) {
         if (system(cmd) == 0)
-            return registry_addr;
+            return;
         sleep_ms(25);
     }
     cr_assert_fail("the test registry did not start (see %s/log)", registry_dir);
-    return NULL;
+}
+
+static pid_t extra_pid[4];
+static int nextra;
+
+const char *th_registry(void)
+{
+    if (registry_pid <= 0)
+        registry_start("127.0.0.1", &registry_pid, registry_addr, sizeof registry_addr);
+    return registry_addr;
+}
+
+const char *th_registry_on(const char *ip)
+{
+    static char addr[4][64];
+    cr_assert_lt(nextra, 4);
+    th_registry();
+    registry_start(ip, &extra_pid[nextra], addr[nextra], sizeof addr[nextra]);
+    return addr[nextra++];
 }
 
 void th_registry_stop(void)
@@ -463,6 +481,11 @@ void th_registry_stop(void)
     kill(registry_pid, SIGTERM);
     waitpid(registry_pid, NULL, 0);
     registry_pid = 0;
+    for (int i = 0; i < nextra; i++) {
+        kill(extra_pid[i], SIGTERM);
+        waitpid(extra_pid[i], NULL, 0);
+    }
+    nextra = 0;
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", registry_dir);
     int rc = system(cmd);
     (void)rc;
@@ -504,7 +527,7 @@ static void agent_launch(th_agent *a, th_daemon *d, const char *const *extra)
             argv[n++] = base[i];
         int host = 0;
         for (int i = 0; extra && extra[i] && n < 38; i++) {
-            host |= !strcmp(extra[i], "--runtime");
+            host |= !strcmp(extra[i], "--runtime") || !strcmp(extra[i], "--registry");
             argv[n++] = extra[i];
         }
         if (!host) { /* containers, images from the tests' registry */

@@ -98,6 +98,10 @@ typedef struct th_agent {
  */
 const char *th_registry(void);
 void th_registry_stop(void);
+/* Another registry over the same storage, listening at ip (a test network's
+ * address); "ip:port".  Agents given "--registry" in their extra args take
+ * that one and no other. */
+const char *th_registry_on(const char *ip);
 /* Pushes a fresh busybox image as repo_tag to the tests' registry, with
  * tests/make-test-image options (may be NULL); its exit status. */
 int th_push_image(const char *repo_tag, const char *const *opts);

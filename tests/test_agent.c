@@ -548,12 +548,34 @@ Test(agent, each_worker_runs_in_a_cgroup_of_its_own)
         }
         cr_assert_not_null(t, "rank %d wrote no %s", r, file);
         t[strcspn(t, "\n")] = '\0';
-        /* 0::/cohort/n1-<hash>/w<worker id> */
-        cr_expect(!strncmp(t, "0::/cohort/n1-", 14) && strstr(t, "/w") != NULL,
-                  "rank %d is in %s", r, t);
-        snprintf(rel[r], sizeof rel[r], "%s", t + 3);
+        /* Inside, a cgroup namespace of its own: its cgroup is its root. */
+        cr_expect_str_eq(t, "0::/", "rank %d sees its cgroup as %s", r, t);
         free(t);
     }
+    /* On the host: 0::/cohort/n1-<hash>/w<worker id>, from each worker's
+     * container init (its pid file in the agent's state). */
+    snprintf(path, sizeof path, "/v1/jobs/%ld/workers", id);
+    th_resp wr = th_get(&d, path, tok);
+    const cJSON *w;
+    int nw = 0;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItem(wr.json, "items"))
+    {
+        char pidf[600];
+        long wid = (long)cJSON_GetObjectItem(w, "id")->valuedouble;
+        snprintf(pidf, sizeof pidf, "%s/workers/%ld/pid", ag[0].dir, wid);
+        cr_assert_eq(read_text(pidf, buf, sizeof buf), 0, "%s is missing", pidf);
+        snprintf(path, sizeof path, "/proc/%ld/cgroup", atol(buf));
+        cr_assert_eq(read_text(path, buf, sizeof buf), 0, "%s", path);
+        char *line = strstr(buf, "0::");
+        cr_assert_not_null(line, "%s: %s", path, buf);
+        line[strcspn(line, "\n")] = '\0';
+        cr_expect(!strncmp(line, "0::/cohort/n1-", 14) && strstr(line, "/w") != NULL,
+                  "worker %ld is in %s", wid, line);
+        cr_assert_lt(nw, 2);
+        snprintf(rel[nw++], sizeof rel[0], "%s", line + 3);
+    }
+    th_free(&wr);
+    cr_assert_eq(nw, 2, "two workers");
     cr_expect_str_neq(rel[0], rel[1], "two ranks share a cgroup");
     for (int r = 0; r < 2; r++) {
         /* The shell, its background sleep and the namespace's init. */
@@ -1365,11 +1387,16 @@ static void two_hosts(const char *cpus)
     snprintf(listen, sizeof listen, "10.211.%d.1:0", net);
     const char *args[] = {"--listen", listen, NULL};
     platform(args);
+    /* Their images from a registry on the bridge, as a cluster's would be. */
+    char bridge[32];
+    snprintf(bridge, sizeof bridge, "10.211.%d.1", net);
+    const char *reg = th_registry_on(bridge);
     for (int i = 0; i < 2; i++) {
         snprintf(ns[i], sizeof ns[i], "%s-%d", net_tag, i + 1);
         snprintf(addr[i], sizeof addr[i], "10.211.%d.%d", net, i + 2);
         const char *extra[] = {"--cpus",       cpus,          "--address", addr[i],
-                               "--port-range", "32000-32099", NULL};
+                               "--port-range", "32000-32099", "--registry", reg,
+                               "--insecure-registry", reg, NULL};
         th_agent_start_in(&ag[i], &d, ns[i], i ? "n2" : "n1", extra);
     }
     nagents = 2;
@@ -1585,10 +1612,16 @@ Test(agent, cohort_worker_trains_as_a_two_rank_job, .timeout = 180)
         cr_assert_eq(r.status, 201, "%s: %s", files[i], r.body);
         th_free(&r);
     }
-    snprintf(cmd, sizeof cmd, "#!/bin/sh\nexec %s train --log-every 10 \"$@\"\n",
-             COHORT_WORKER_BIN);
-    th_put_text(&d, tok, "ws", "train.sh", cmd, "755");
-    long id = submit("{\"name\":\"cw\",\"image\":\"native\",\"datasets\":[\"synth\"],"
+    /* cohort-worker from an image that holds it (and its libraries), not
+     * from the host */
+    r = th_post(&d, "/v1/images", TH_ADMIN,
+                "{\"name\":\"trainer\",\"reference\":\"cohort/worker:test\","
+                "\"framework\":\"native\"}");
+    cr_assert_eq(r.status, 201, "%s", r.body);
+    th_free(&r);
+    th_put_text(&d, tok, "ws", "train.sh",
+                "#!/bin/sh\nexec cohort-worker train --log-every 10 \"$@\"\n", "755");
+    long id = submit("{\"name\":\"cw\",\"image\":\"trainer\",\"datasets\":[\"synth\"],"
                      "\"workspace\":\"ws\",\"code_path\":\"train.sh\",\"epochs\":4,"
                      "\"lr\":0.05,\"batch_size\":32,\"worker_spec\":\"cpu-small\","
                      "\"worker_count\":2}");
