@@ -196,6 +196,61 @@ static int rule_applies(const cJSON *rule)
     return 1;
 }
 
+/* names without clone, clone3 and unshare, which no_new_userns rules. */
+static cJSON *names_but_clone(const cJSON *names)
+{
+    cJSON *out = cJSON_CreateArray();
+    const cJSON *n;
+    cJSON_ArrayForEach(n, names)
+    {
+        if (cJSON_IsString(n) && strcmp(n->valuestring, "clone") &&
+            strcmp(n->valuestring, "clone3") && strcmp(n->valuestring, "unshare"))
+            cJSON_AddItemToArray(out, cJSON_CreateString(n->valuestring));
+    }
+    return out;
+}
+
+/* A rule on one syscall whose first argument, masked with CLONE_NEWUSER,
+ * equals value. */
+static void add_newuser_rule(cJSON *rules, const char *name, const char *action, int value,
+                             int errno_ret)
+{
+    cJSON *r = cJSON_CreateObject(), *names = cJSON_AddArrayToObject(r, "names");
+    cJSON_AddItemToArray(names, cJSON_CreateString(name));
+    cJSON_AddStringToObject(r, "action", action);
+    if (errno_ret)
+        cJSON_AddNumberToObject(r, "errnoRet", errno_ret);
+    cJSON *args = cJSON_AddArrayToObject(r, "args"), *a = cJSON_CreateObject();
+    cJSON_AddNumberToObject(a, "index", 0);
+    /* MASKED_EQ: (arg & value) == valueTwo */
+    cJSON_AddNumberToObject(a, "value", 0x10000000); /* CLONE_NEWUSER */
+    cJSON_AddNumberToObject(a, "valueTwo", value);
+    cJSON_AddStringToObject(a, "op", "SCMP_CMP_MASKED_EQ");
+    cJSON_AddItemToArray(args, a);
+    cJSON_AddItemToArray(rules, r);
+}
+
+/*
+ * Cohort's own rules on top of the profile: no user namespace inside a
+ * container (a nested one would give the tenant capabilities over new
+ * namespaces of its own: mounts, netfilter, all the kernel surface behind
+ * them), as Docker's profile does.  clone and unshare are allowed without
+ * CLONE_NEWUSER and refused (EPERM) with it; clone3, whose flags seccomp
+ * cannot read, answers ENOSYS so that libc falls back to clone.
+ */
+static void no_new_userns(cJSON *rules)
+{
+    add_newuser_rule(rules, "clone", "SCMP_ACT_ALLOW", 0, 0);
+    add_newuser_rule(rules, "clone", "SCMP_ACT_ERRNO", 0x10000000, 1);
+    add_newuser_rule(rules, "unshare", "SCMP_ACT_ALLOW", 0, 0);
+    add_newuser_rule(rules, "unshare", "SCMP_ACT_ERRNO", 0x10000000, 1);
+    cJSON *r = cJSON_CreateObject(), *names = cJSON_AddArrayToObject(r, "names");
+    cJSON_AddItemToArray(names, cJSON_CreateString("clone3"));
+    cJSON_AddStringToObject(r, "action", "SCMP_ACT_ERRNO");
+    cJSON_AddNumberToObject(r, "errnoRet", 38); /* ENOSYS */
+    cJSON_AddItemToArray(rules, r);
+}
+
 cJSON *oci_seccomp_convert(const cJSON *profile, char *err, size_t errlen)
 {
     const cJSON *def = cJSON_GetObjectItemCaseSensitive(profile, "defaultAction");
@@ -234,8 +289,13 @@ cJSON *oci_seccomp_convert(const cJSON *profile, char *err, size_t errlen)
         const cJSON *action = cJSON_GetObjectItemCaseSensitive(r, "action");
         if (!cJSON_IsArray(names) || !cJSON_IsString(action) || !rule_applies(r))
             continue;
+        cJSON *only = names_but_clone(names);
+        if (cJSON_GetArraySize(only) == 0) {
+            cJSON_Delete(only);
+            continue;
+        }
         cJSON *e = cJSON_CreateObject();
-        cJSON_AddItemToObject(e, "names", cJSON_Duplicate(names, 1));
+        cJSON_AddItemToObject(e, "names", only);
         cJSON_AddStringToObject(e, "action", action->valuestring);
         const cJSON *args = cJSON_GetObjectItemCaseSensitive(r, "args");
         if (cJSON_IsArray(args) && cJSON_GetArraySize(args) > 0)
@@ -245,6 +305,7 @@ cJSON *oci_seccomp_convert(const cJSON *profile, char *err, size_t errlen)
             cJSON_AddNumberToObject(e, "errnoRet", er->valuedouble);
         cJSON_AddItemToArray(out, e);
     }
+    no_new_userns(out);
     return o;
 }
 

@@ -57,7 +57,10 @@ char *oci_config(const oci_spec *s, char *err, size_t errlen);
  * Turns a seccomp profile in the containers-common format (Debian's
  * /usr/share/containers/seccomp.json: rules with includes and excludes by
  * capability and architecture) into the OCI form for this machine's
- * architecture and the capabilities oci_config gives.  NULL with err set
+ * architecture and the capabilities oci_config gives, with Cohort's own
+ * rules on top: no user namespace may be made inside a container (clone and
+ * unshare with CLONE_NEWUSER fail with EPERM, clone3 with ENOSYS so that
+ * libc falls back to clone).  NULL with err set
  * when the profile is not of that form.  The caller deletes the result.
  */
 cJSON *oci_seccomp_convert(const cJSON *profile, char *err, size_t errlen);

@@ -1,0 +1,489 @@
+/*
+ * Containers from the attacker's side: a tenant's job, run by a real agent
+ * in a crun container from an image in a real registry, tries to reach what
+ * it must not (the control plane's files, the agent's, the host's, another
+ * tenant's, other workers) and to gain what it must not (mounts, devices,
+ * modules, the clock); each attempt must fail, and the host's view must
+ * agree.  Then images: private ones per tenant, clear failures for a missing
+ * tag or a stopped registry, one pull per image and node, and a stop that
+ * leaves nothing behind.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+
+static th_daemon d;
+static th_agent ag;
+static char tok[80], tok_b[80];
+
+static void teardown(void)
+{
+    th_agent_cleanup(&ag);
+    th_stop(&d);
+    th_cleanup(&d);
+}
+
+TestSuite(containers, .fini = teardown, .timeout = 120);
+
+/* cohortd, one agent running containers, tenant acme (member alice, "ws",
+ * dataset "ds") and tenant globex (member bob, "ws"). */
+static void platform(const char *const *agent_args)
+{
+    if (!th_can_sandbox())
+        cr_skip_test("needs root to run containers");
+    th_start(&d, NULL);
+    th_user(&d, "acme", "alice", "member", tok);
+    th_user(&d, "globex", "bob", "member", tok_b);
+    const char *toks[] = {tok, tok_b};
+    for (int i = 0; i < 2; i++) {
+        th_resp r = th_post(&d, "/v1/workspaces", toks[i], "{\"name\":\"ws\"}");
+        cr_assert_eq(r.status, 201);
+        th_free(&r);
+    }
+    th_resp r = th_post(&d, "/v1/datasets", tok, "{\"name\":\"ds\"}");
+    cr_assert_eq(r.status, 201);
+    th_free(&r);
+    r = th_put_file(&d, "/v1/datasets/ds/files/a.txt", tok, "hello", 5);
+    cr_assert_eq(r.status, 201);
+    th_free(&r);
+    const char *base[] = {"--cpus", "8", "--memory-mb", "65536", NULL};
+    th_agent_start(&ag, &d, "n1", agent_args ? agent_args : base);
+}
+
+static long submit_as(const char *t, const char *prog, const char *image, const char *extra)
+{
+    char body[1024];
+    snprintf(body, sizeof body,
+             "{\"name\":\"probe\",\"image\":\"%s\",\"workspace\":\"ws\",\"code_path\":\"%s\","
+             "\"epochs\":1,\"lr\":0.1,\"batch_size\":1,\"worker_spec\":\"cpu-small\","
+             "\"worker_count\":1%s}",
+             image, prog, extra ? extra : "");
+    th_resp r = th_post(&d, "/v1/jobs", t, body);
+    cr_assert_eq(r.status, 201, "submit: %s", r.body);
+    long id = (long)th_num(&r, "id");
+    th_free(&r);
+    return id;
+}
+
+static char *fetch_as(const char *t, const char *path)
+{
+    char p[256];
+    snprintf(p, sizeof p, "/v1/workspaces/ws/files/%s", path);
+    th_resp r = th_get(&d, p, t);
+    cr_assert_eq(r.status, 200, "%s: %ld %s", path, r.status, r.body);
+    char *body = r.body;
+    r.body = NULL;
+    th_free(&r);
+    return body;
+}
+
+/* The value of KEY in KEY=VALUE lines ("" when absent). */
+static void value_of(const char *text, const char *key, char *out, size_t n)
+{
+    size_t kl = strlen(key);
+    out[0] = '\0';
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+        if (!strncmp(p, key, kl) && p[kl] == '=') {
+            snprintf(out, n, "%.*s", (int)strcspn(p + kl + 1, "\n"), p + kl + 1);
+            return;
+        }
+    }
+}
+
+static int read_text(const char *path, char *buf, size_t n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t got = fread(buf, 1, n - 1, f);
+    fclose(f);
+    buf[got] = '\0';
+    return 0;
+}
+
+/* The host pid of a running job's only worker (its container's init). */
+static long worker_pid(long job)
+{
+    char p[128], path[700], buf[64];
+    snprintf(p, sizeof p, "/v1/jobs/%ld/workers", job);
+    th_resp r = th_get(&d, p, TH_ADMIN);
+    const cJSON *w = cJSON_GetArrayItem(cJSON_GetObjectItem(r.json, "items"), 0);
+    cr_assert_not_null(w, "%s", r.body);
+    long wid = (long)cJSON_GetObjectItem(w, "id")->valuedouble;
+    th_free(&r);
+    snprintf(path, sizeof path, "%s/workers/%ld/pid", ag.dir, wid);
+    for (int i = 0; i < 100; i++) {
+        if (read_text(path, buf, sizeof buf) == 0 && atol(buf) > 0)
+            return atol(buf);
+        usleep(50000);
+    }
+    cr_assert_fail("no pid file at %s", path);
+    return 0;
+}
+
+/* What a worker must not reach, one line each: KEY=what it got. */
+#define ESCAPE_PROG                                                                            \
+    "#!/bin/sh\n"                                                                              \
+    "o=\"$WORKSPACE/escape.tmp\"\n"                                                            \
+    "try() { k=$1; shift; r=$(\"$@\" 2>&1); s=$?; "                                           \
+    "echo \"$k=$s $(echo \"$r\" | head -c 300 | tr '\\n' ' ')\" >> \"$o\"; }\n"               \
+    ": > \"$o\"\n"                                                                             \
+    "echo \"ID=$(id -u):$(id -g)\" >> \"$o\"\n"                                                \
+    "try DATADIR ls \"$COHORTD_DIR\"\n"                                                        \
+    "try SECRET cat \"$COHORTD_DIR/secret\"\n"                                                 \
+    "try DB cat \"$COHORTD_DIR/cohort.db\"\n"                                                  \
+    "try SHADOW cat /etc/shadow\n"                                                             \
+    "try AGENTDIR ls \"$AGENT_DIR\"\n"                                                         \
+    "try NODETOKEN cat \"$AGENT_DIR/node.json\"\n"                                             \
+    "try AGENTENV cat \"/proc/$AGENT_PID/environ\"\n"                                          \
+    "try OTHERWS ls \"$OTHER_WS\"\n"                                                           \
+    "try OTHERPID kill -0 \"$OTHER_PID\"\n"                                                    \
+    "echo \"PROCS=$(ls /proc | grep -c '^[0-9]')\" >> \"$o\"\n"                                \
+    "try MOUNT mount -t tmpfs none /tmp\n"                                                     \
+    "try UMOUNT umount /proc\n"                                                                \
+    "try MKNOD mknod /tmp/sda b 8 0\n"                                                         \
+    "echo x > /tmp/m.ko\n"                                                                     \
+    "try INSMOD insmod /tmp/m.ko\n"                                                            \
+    "try CLOCK date -s 2001-01-01\n"                                                           \
+    "try UNSHARE unshare -U -r -m true\n"                                                      \
+    "try DSWRITE touch \"$DATASETS_PATH/ds/new\"\n"                                            \
+    "try ROOTWRITE touch /bin/new\n"                                                           \
+    "mv \"$o\" \"$WORKSPACE/escape.txt\"\n"                                                    \
+    "sleep 3\n"
+
+/* The status code and message of one attempt: must have failed (status not
+ * 0), and the message may be required to hold want. */
+static void expect_failed(const char *text, const char *key, const char *want)
+{
+    char v[512];
+    value_of(text, key, v, sizeof v);
+    cr_expect(v[0] && strncmp(v, "0 ", 2) && strcmp(v, "0"), "%s succeeded: '%s'", key, v);
+    if (want)
+        cr_expect(strstr(v, want) != NULL, "%s: '%s' does not say '%s'", key, v, want);
+}
+
+/* One member's job tries every way out it can think of; each fails, and the
+ * host sees it as the tenant's unprivileged uid in a user namespace of its
+ * own, while another tenant's worker runs on beside it untouched. */
+Test(containers, a_job_cannot_reach_the_host_the_platform_or_another_tenant, .timeout = 90)
+{
+    char seen[16], env[2048], p[128], path[700], buf[4096];
+    platform(NULL);
+    /* A secret of cohortd's, beside its database. */
+    snprintf(path, sizeof path, "%s/secret", d.dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs("do-not-leak\n", f);
+    fclose(f);
+    /* globex's worker: a target to signal */
+    th_put_text(&d, tok_b, "ws", "idle.sh", "#!/bin/sh\nexec sleep 60\n", "755");
+    long other = submit_as(tok_b, "idle.sh", "native", NULL);
+    cr_assert(th_wait_state(&d, tok_b, other, "RUNNING", 30000, seen), "%s", seen);
+    long other_pid = worker_pid(other);
+    th_resp r = th_get(&d, "/v1/workspaces/ws", tok_b);
+    long other_ws = (long)th_num(&r, "id");
+    th_free(&r);
+    r = th_get(&d, "/v1/tenants/globex", TH_ADMIN);
+    long globex = (long)th_num(&r, "id");
+    th_free(&r);
+    snprintf(env, sizeof env,
+             ",\"datasets\":[\"ds\"],\"env\":{\"COHORTD_DIR\":\"%s\",\"AGENT_DIR\":\"%s\","
+             "\"AGENT_PID\":\"%d\",\"OTHER_WS\":\"%s/volumes/%ld/workspaces/%ld\","
+             "\"OTHER_PID\":\"%ld\"}",
+             d.dir, ag.dir, (int)ag.pid, d.dir, globex, other_ws, other_pid);
+    th_put_text(&d, tok, "ws", "escape.sh", ESCAPE_PROG, "755");
+    long id = submit_as(tok, "escape.sh", "native", env);
+    cr_assert(th_wait_state(&d, tok, id, "RUNNING", 30000, seen), "%s", seen);
+
+    /* The host's view of the running worker. */
+    long pid = worker_pid(id);
+    snprintf(path, sizeof path, "/proc/%ld/status", pid);
+    cr_assert_eq(read_text(path, buf, sizeof buf), 0);
+    char *uid = strstr(buf, "\nUid:");
+    cr_assert_not_null(uid);
+    r = th_get(&d, "/v1/tenants/acme", TH_ADMIN);
+    long acme = (long)th_num(&r, "id");
+    th_free(&r);
+    long base = (1L << 28) + acme * 65536;
+    cr_expect_eq(strtol(uid + 5, NULL, 10), base, "on the host it runs as uid %ld, not %ld",
+                 strtol(uid + 5, NULL, 10), base);
+    char ns_worker[128] = "", ns_host[128] = "";
+    snprintf(path, sizeof path, "/proc/%ld/ns/user", pid);
+    cr_assert_gt(readlink(path, ns_worker, sizeof ns_worker - 1), 0);
+    cr_assert_gt(readlink("/proc/self/ns/user", ns_host, sizeof ns_host - 1), 0);
+    cr_expect_str_neq(ns_worker, ns_host, "the worker is in the host's user namespace");
+
+    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 30000, seen), "%s", seen);
+    char *t = fetch_as(tok, "escape.txt");
+    char v[512];
+    value_of(t, "ID", v, sizeof v);
+    cr_expect_str_eq(v, "0:0", "inside it is root");
+    expect_failed(t, "DATADIR", "No such file");
+    expect_failed(t, "SECRET", "No such file");
+    expect_failed(t, "DB", "No such file");
+    expect_failed(t, "AGENTDIR", "No such file");
+    expect_failed(t, "NODETOKEN", "No such file");
+    expect_failed(t, "AGENTENV", NULL);
+    expect_failed(t, "OTHERWS", "No such file");
+    expect_failed(t, "OTHERPID", NULL);
+    expect_failed(t, "MOUNT", NULL);
+    expect_failed(t, "UMOUNT", NULL);
+    expect_failed(t, "MKNOD", NULL);
+    expect_failed(t, "INSMOD", NULL);
+    value_of(t, "CLOCK", v, sizeof v); /* busybox's date exits 0 all the same */
+    cr_expect(strstr(v, "not permitted") != NULL, "CLOCK: %s", v);
+    expect_failed(t, "UNSHARE", "not permitted");
+    expect_failed(t, "DSWRITE", "Read-only file system");
+    expect_failed(t, "ROOTWRITE", "Read-only file system");
+    value_of(t, "PROCS", v, sizeof v);
+    cr_expect_lt(atoi(v), 8, "it sees %s processes", v);
+    /* The host's /etc/shadow never reached it. */
+    char shadow[4096] = "";
+    if (read_text("/etc/shadow", shadow, sizeof shadow) == 0 && shadow[0]) {
+        shadow[strcspn(shadow, "\n")] = '\0';
+        value_of(t, "SHADOW", v, sizeof v);
+        cr_expect(strstr(v, shadow) == NULL, "it read the host's /etc/shadow: %s", v);
+    }
+    cr_expect(strstr(t, "do-not-leak") == NULL, "cohortd's secret leaked: %s", t);
+    free(t);
+    /* The other tenant's worker ran on. */
+    snprintf(p, sizeof p, "/v1/jobs/%ld", other);
+    r = th_get(&d, p, tok_b);
+    cr_expect_str_eq(th_str(&r, "state"), "RUNNING");
+    th_free(&r);
+}
+
+/* Files a worker writes are the tenant's through the API, and files the
+ * API wrote the worker can read and overwrite: on the host they stay
+ * owned by uid 0 (idmapped mounts). */
+Test(containers, workspace_files_cross_between_the_api_and_the_container)
+{
+    char seen[16], path[700];
+    platform(NULL);
+    th_put_text(&d, tok, "ws", "data.txt", "from the api\n", NULL);
+    th_put_text(&d, tok, "ws", "rw.sh",
+                "#!/bin/sh\n"
+                "cat data.txt > copy.txt && echo 'from the worker' > data.txt && "
+                "mkdir -p out && echo made > out/new.txt\n",
+                "755");
+    long id = submit_as(tok, "rw.sh", "native", NULL);
+    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 30000, seen), "%s", seen);
+    char *t = fetch_as(tok, "copy.txt");
+    cr_expect_str_eq(t, "from the api\n");
+    free(t);
+    t = fetch_as(tok, "data.txt");
+    cr_expect_str_eq(t, "from the worker\n");
+    free(t);
+    t = fetch_as(tok, "out/new.txt");
+    cr_expect_str_eq(t, "made\n");
+    free(t);
+    th_resp r = th_get(&d, "/v1/workspaces/ws", tok);
+    long ws = (long)th_num(&r, "id");
+    th_free(&r);
+    r = th_get(&d, "/v1/tenants/acme", TH_ADMIN);
+    long acme = (long)th_num(&r, "id");
+    th_free(&r);
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/volumes/%ld/workspaces/%ld/out/new.txt", d.dir, acme, ws);
+    cr_assert_eq(stat(path, &sb), 0, "%s", path);
+    cr_expect_eq(sb.st_uid, 0, "the worker's file is owned by host uid %d", (int)sb.st_uid);
+}
+
+/* Processes of the test's job still alive on the host (by marker). */
+static int marked(const char *marker)
+{
+    DIR *dp = opendir("/proc");
+    struct dirent *e;
+    int n = 0;
+    while (dp && (e = readdir(dp)) != NULL) {
+        char path[300], cmd[4096];
+        if (!strspn(e->d_name, "0123456789"))
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t got = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < got; i++)
+            if (!cmd[i])
+                cmd[i] = ' ';
+        cmd[got] = '\0';
+        n += strstr(cmd, marker) != NULL;
+    }
+    if (dp)
+        closedir(dp);
+    return n;
+}
+
+/* A program that ignores SIGTERM and leaves a grandchild that ignores it
+ * too: cancelled, it is killed after the grace period, and nothing of it
+ * stays: no process, no crun state, no bundle. */
+Test(containers, cancel_of_a_stubborn_container_leaves_nothing)
+{
+    char seen[16], p[128], prog[512], marker[64], path[700];
+    platform(NULL);
+    snprintf(marker, sizeof marker, "stubborn-%d", (int)getpid());
+    snprintf(prog, sizeof prog,
+             "#!/bin/sh\ntrap '' TERM\n"
+             "sh -c \"trap '' TERM; while :; do sleep 1; done\" %s &\n"
+             "exec sh -c \"trap '' TERM; while :; do sleep 1; done\" %s\n",
+             marker, marker);
+    th_put_text(&d, tok, "ws", "stub.sh", prog, "755");
+    long id = submit_as(tok, "stub.sh", "native", NULL);
+    cr_assert(th_wait_state(&d, tok, id, "RUNNING", 30000, seen), "%s", seen);
+    for (int i = 0; i < 50 && marked(marker) < 2; i++)
+        usleep(100000);
+    cr_assert_geq(marked(marker), 2, "the program and its grandchild run");
+    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", id);
+    th_resp r = th_post(&d, p, tok, NULL);
+    cr_assert_eq(r.status, 200);
+    th_free(&r);
+    int left = 1;
+    for (int i = 0; i < 100 && left; i++, usleep(100000))
+        left = marked(marker);
+    cr_expect_eq(left, 0, "%d processes outlived the cancel", left);
+    /* crun knows no container of this agent's, and no bundle is left. */
+    snprintf(path, sizeof path, "crun --root '%s/crun' list -q | grep -c . | grep -qx 0", ag.dir);
+    int none = 0;
+    for (int i = 0; i < 50 && !none; i++, usleep(100000))
+        none = system(path) == 0;
+    cr_expect(none, "crun still lists a container");
+    snprintf(path, sizeof path, "ls -d '%s'/workers/*/bundle 2>/dev/null | grep -q .", ag.dir);
+    cr_expect_neq(system(path), 0, "a bundle directory is left");
+}
+
+/* Lines of the agent's log that hold text. */
+static int log_count(const char *text)
+{
+    char path[600], line[2048];
+    snprintf(path, sizeof path, "%s.log", ag.dir);
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    while (f && fgets(line, sizeof line, f))
+        n += strstr(line, text) != NULL;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* Two jobs of one image, started together on one node: one pull, one
+ * unpack; both run from it, and both record its digest. */
+Test(containers, two_jobs_of_one_image_pull_and_unpack_it_once)
+{
+    char seen[16], p[128];
+    platform(NULL);
+    th_put_text(&d, tok, "ws", "ok.sh", "#!/bin/sh\nsleep 1\n", "755");
+    long a = submit_as(tok, "ok.sh", "native", NULL);
+    long b = submit_as(tok, "ok.sh", "native", NULL);
+    cr_assert(th_wait_state(&d, tok, a, "SUCCEEDED", 30000, seen), "%s", seen);
+    cr_assert(th_wait_state(&d, tok, b, "SUCCEEDED", 30000, seen), "%s", seen);
+    cr_expect_eq(log_count("cohort-shim: pulled "), 1, "pulls");
+    cr_expect_eq(log_count("cohort-shim: unpacked "), 1, "unpacks");
+    char digest[2][80];
+    long ids[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "/v1/jobs/%ld", ids[i]);
+        th_resp r = th_get(&d, p, tok);
+        snprintf(digest[i], sizeof digest[i], "%s", th_str(&r, "image_digest"));
+        th_free(&r);
+        cr_expect(!strncmp(digest[i], "sha256:", 7) && strlen(digest[i]) == 71,
+                  "job %ld: image_digest '%s'", ids[i], digest[i]);
+    }
+    cr_expect_str_eq(digest[0], digest[1]);
+}
+
+/* A tenant admin's private image: its tenant's jobs run it; for another
+ * tenant it does not exist (404, and a job naming it is refused). */
+Test(containers, a_private_image_is_its_tenants_alone)
+{
+    char seen[16], admin[80];
+    platform(NULL);
+    th_user(&d, "acme", "root", "tenant_admin", admin);
+    const char *opts[] = {"--env", "FLAVOUR=acme-private", NULL};
+    cr_assert_eq(th_push_image("acme/tools:1", opts), 0);
+    th_resp r = th_post(&d, "/v1/images", tok,
+                        "{\"name\":\"tools\",\"reference\":\"acme/tools:1\",\"framework\":\"native\"}");
+    cr_expect_eq(r.status, 403, "a member registered an image: %s", r.body);
+    th_free(&r);
+    r = th_post(&d, "/v1/images", admin,
+                "{\"name\":\"tools\",\"reference\":\"acme/tools:1\",\"framework\":\"native\","
+                "\"username\":\"u\",\"password\":\"s3cret-pw\"}");
+    cr_assert_eq(r.status, 201, "%s", r.body);
+    cr_expect_str_eq(th_str(&r, "visibility"), "private");
+    cr_expect(strstr(r.body, "s3cret-pw") == NULL, "the password came back: %s", r.body);
+    th_free(&r);
+    r = th_get(&d, "/v1/images/tools", tok);
+    cr_expect_eq(r.status, 200);
+    cr_expect(strstr(r.body, "s3cret-pw") == NULL && strstr(r.body, "\"has_credentials\":true"),
+              "%s", r.body);
+    th_free(&r);
+    /* globex sees nothing of it */
+    r = th_get(&d, "/v1/images/tools", tok_b);
+    cr_expect_eq(r.status, 404, "%s", r.body);
+    th_free(&r);
+    r = th_get(&d, "/v1/images", tok_b);
+    cr_expect(strstr(r.body, "tools") == NULL, "%s", r.body);
+    th_free(&r);
+    th_put_text(&d, tok_b, "ws", "x.sh", "#!/bin/sh\nexit 0\n", "755");
+    r = th_post(&d, "/v1/jobs", tok_b,
+                "{\"name\":\"x\",\"image\":\"tools\",\"workspace\":\"ws\",\"code_path\":\"x.sh\","
+                "\"epochs\":1,\"lr\":0.1,\"batch_size\":1,\"worker_spec\":\"cpu-small\","
+                "\"worker_count\":1}");
+    cr_expect_eq(r.status, 422, "%s", r.body);
+    th_free(&r);
+    /* acme runs it: its Env is there (the registry ignores the credentials) */
+    th_put_text(&d, tok, "ws", "flavour.sh", "#!/bin/sh\necho \"$FLAVOUR\" > flavour.txt\n", "755");
+    long id = submit_as(tok, "flavour.sh", "tools", NULL);
+    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 30000, seen), "%s", seen);
+    char *t = fetch_as(tok, "flavour.txt");
+    cr_expect_str_eq(t, "acme-private\n");
+    free(t);
+    /* the password was given to the agent, and it kept it nowhere */
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "grep -rqs s3cret-pw '%s' '%s.log'", ag.dir, ag.dir);
+    cr_expect_neq(system(cmd), 0, "the password lies in the agent's files");
+}
+
+/* An attempt whose image cannot be had fails with a reason that says why. */
+static void expect_reason(const char *reference, const char *want)
+{
+    char seen[16], body[512], p[64], admin[80];
+    th_user(&d, "acme", "root", "tenant_admin", admin);
+    snprintf(body, sizeof body,
+             "{\"name\":\"img\",\"reference\":\"%s\",\"framework\":\"native\"}", reference);
+    th_resp r = th_post(&d, "/v1/images", admin, body);
+    cr_assert_eq(r.status, 201, "%s", r.body);
+    th_free(&r);
+    th_put_text(&d, tok, "ws", "x.sh", "#!/bin/sh\nexit 0\n", "755");
+    long id = submit_as(tok, "x.sh", "img", NULL);
+    cr_assert(th_wait_state(&d, tok, id, "FAILED", 60000, seen), "%s", seen);
+    snprintf(p, sizeof p, "/v1/jobs/%ld", id);
+    r = th_get(&d, p, tok);
+    cr_expect(strstr(th_str(&r, "reason"), want) != NULL, "reason: %s", th_str(&r, "reason"));
+    th_free(&r);
+    /* and the agent runs on */
+    cr_expect_eq(kill(ag.pid, 0), 0, "the agent died");
+}
+
+Test(containers, a_missing_tag_fails_the_attempt_and_says_so)
+{
+    platform(NULL);
+    expect_reason("cohort/cohort:no-such-tag", "no such image or tag");
+}
+
+Test(containers, a_stopped_registry_fails_the_attempt_and_says_so)
+{
+    char ref[128];
+    platform(NULL);
+    snprintf(ref, sizeof ref, "127.0.0.1:%d/cohort/cohort:bookworm", th_free_port());
+    expect_reason(ref, "is unreachable");
+}
