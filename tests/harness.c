@@ -414,6 +414,43 @@ static void registry_template(const char *build, char *data, size_t n)
     close(lk);
 }
 
+void th_registry_add_pytorch(void)
+{
+    char build[512], data[600], lockp[600], stamp[700], cmd[4096];
+    struct stat sb;
+    snprintf(build, sizeof build, "%s", COHORT_AGENT_BIN);
+    *strrchr(build, '/') = '\0';
+    registry_template(build, data, sizeof data);
+    snprintf(lockp, sizeof lockp, "%s/test-registry.lock", build);
+    snprintf(stamp, sizeof stamp, "%s/.pytorch", data);
+    int lk = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    cr_assert(lk >= 0 && flock(lk, LOCK_EX) == 0, "lock %s", lockp);
+    if (stat(stamp, &sb) != 0) {
+        int port = th_free_port();
+        char conf[700];
+        snprintf(conf, sizeof conf, "%s/config-pytorch.yml", data);
+        FILE *f = fopen(conf, "w");
+        cr_assert(f);
+        fprintf(f, "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
+                   "    rootdirectory: %s/data\nhttp:\n  addr: 127.0.0.1:%d\n",
+                data, port);
+        fclose(f);
+        /* The real image, from Debian's packages (cached outside the build). */
+        snprintf(cmd, sizeof cmd,
+                 "docker-registry serve '%s' >>'%s/log' 2>&1 & rp=$!; "
+                 "for i in $(seq 100); do curl -sf http://127.0.0.1:%d/v2/ >/dev/null && break; "
+                 "sleep 0.1; done; "
+                 "'%s/scripts/build-images' --registry 127.0.0.1:%d --build '%s' pytorch "
+                 ">>'%s/log' 2>&1; rc=$?; kill $rp; wait $rp 2>/dev/null; exit $rc",
+                 conf, data, port, COHORT_SOURCE_DIR, port, build, data);
+        cr_assert_eq(system(cmd), 0, "building the pytorch image failed (see %s/log)", data);
+        f = fopen(stamp, "w");
+        cr_assert(f);
+        fclose(f);
+    }
+    close(lk);
+}
+
 /* Starts a registry over the tests' storage at ip on a free port; its pid
  * goes to *pid, "ip:port" to addr. */
 static void registry_start(const char *ip, pid_t *pid, char *addr, size_t an)

@@ -102,6 +102,10 @@ void th_registry_stop(void);
  * address); "ip:port".  Agents given "--registry" in their extra args take
  * that one and no other. */
 const char *th_registry_on(const char *ip);
+/* Adds the real built-in image cohort/pytorch:bookworm (scripts/build-images:
+ * Debian's python3-torch; minutes the first time on a machine, cached in
+ * /var/cache/cohort/images after that) to the tests' registry storage. */
+void th_registry_add_pytorch(void);
 /* Pushes a fresh busybox image as repo_tag to the tests' registry, with
  * tests/make-test-image options (may be NULL); its exit status. */
 int th_push_image(const char *repo_tag, const char *const *opts);
