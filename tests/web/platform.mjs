@@ -2,10 +2,23 @@
 // port with its own data dir, agents joined with join tokens, and the
 // API calls a test makes to set the scene (tenants, users, tokens).
 
-import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, openSync } from 'node:fs';
+import { spawn, execFileSync } from 'node:child_process';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync, openSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const SOURCE_DIR = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+// A loopback port free now.
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => resolve(port)); });
+  });
+}
 import { setTimeout as sleep } from 'node:timers/promises';
 
 export const ADMIN = 'coh_console_test_admin_token_0001';
@@ -15,7 +28,9 @@ export class Platform {
     this.bins = { cohortd, agent };
     this.webDir = webDir;
     this.dir = mkdtempSync(join(tmpdir(), 'cohort-web-'));
+    chmodSync(this.dir, 0o711); // the agent's image cache inside: containers' uids walk through
     this.procs = [];
+    this.registryAddr = null;
     this.base = null;
   }
 
@@ -65,7 +80,35 @@ export class Platform {
     return k.token;
   }
 
+  // An OCI registry for the agents' images: docker-registry over the C
+  // tests' storage of the build (BUILD/test-registry, see tests/harness.c),
+  // or, when that is not there, storage of its own with the busybox image
+  // the built-in images name (tests/make-test-image).
+  async registry() {
+    if (this.registryAddr) return this.registryAddr;
+    const shared = join(dirname(this.bins.agent), 'test-registry');
+    const own = !existsSync(join(shared, '.ready'));
+    const root = own ? join(this.dir, 'registry') : join(shared, 'data');
+    const port = await freePort();
+    const addr = `127.0.0.1:${port}`;
+    const conf = join(this.dir, 'registry.yml');
+    writeFileSync(conf, `version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: ${root}\nhttp:\n  addr: ${addr}\n`);
+    const log = openSync(join(this.dir, 'registry.log'), 'a');
+    const p = spawn('docker-registry', ['serve', conf], { stdio: ['ignore', log, log] });
+    this.registryProc = p; // stopped after the others
+    for (let i = 0; i < 200; i++) {
+      try { if ((await fetch(`http://${addr}/v2/`)).ok) break; } catch (_) { /* not yet */ }
+      if (p.exitCode !== null) throw new Error(`docker-registry exited; see ${this.dir}/registry.log`);
+      await sleep(25);
+    }
+    if (own) execFileSync(join(SOURCE_DIR, 'tests', 'make-test-image'), [addr, 'cohort/cohort:bookworm'], { stdio: 'ignore' });
+    this.registryAddr = addr;
+    return addr;
+  }
+
   async agent(name, extra = []) {
+    const reg = await this.registry();
+    extra = [...extra, '--registry', reg, '--insecure-registry', reg];
     const { token } = await this.must('POST', '/v1/nodes/join-tokens', ADMIN, {}, 201);
     const log = openSync(join(this.dir, `agent-${name}.log`), 'a');
     const p = spawn(this.bins.agent, ['--server', this.base, '--name', name, '--data-dir', join(this.dir, `agent-${name}`),
@@ -101,6 +144,11 @@ export class Platform {
       if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
     }
     const codes = this.procs.map((p) => p.exitCode);
+    if (this.registryProc && this.registryProc.exitCode === null) {
+      const done = new Promise((r) => this.registryProc.once('exit', r));
+      this.registryProc.kill('SIGTERM');
+      await Promise.race([done, sleep(5000)]);
+    }
     if (!process.env.COHORT_KEEP_TEST_DIRS) rmSync(this.dir, { recursive: true, force: true });
     return codes;
   }
