@@ -26,7 +26,7 @@ build-asan: deps
 
 run: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	@cmake --build $(BUILD) -j$(JOBS) --target cohortd cohort-agent
+	@cmake --build $(BUILD) -j$(JOBS) --target cohortd cohort-agent cohort-worker
 	@BUILD=$(BUILD) scripts/run
 
 # The whole suite, in the normal build and again under ASan+UBSan.

@@ -4,6 +4,7 @@
 #include "agent/runtime.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,6 +136,43 @@ static int walkable(const char *path, char *err, size_t errlen)
     return 0;
 }
 
+/* Copies the program at src to dst (mode 0755, atomically): 0 or -1. */
+static int copy_program(const char *src, const char *dst, char *err, size_t errlen)
+{
+    char tmp[PATH_MAX + 64], buf[65536];
+    int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, rc = -1;
+    snprintf(tmp, sizeof tmp, "%s.tmp", dst);
+    if (in < 0 || (out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755)) < 0)
+        goto out;
+    for (;;) {
+        ssize_t n = read(in, buf, sizeof buf);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            goto out;
+        if (n == 0)
+            break;
+        if (write(out, buf, (size_t)n) != n)
+            goto out;
+    }
+    if (fchmod(out, 0755) != 0 || close(out) != 0) {
+        out = -1;
+        goto out;
+    }
+    out = -1;
+    rc = rename(tmp, dst);
+out:
+    if (rc != 0)
+        snprintf(err, errlen, "cannot copy %s to %s: %s", src, dst, strerror(errno));
+    if (in >= 0)
+        close(in);
+    if (out >= 0)
+        close(out);
+    if (rc != 0)
+        unlink(tmp);
+    return rc;
+}
+
 cJSON *rt_open(const rt_config *c, char *err, size_t errlen)
 {
     char crun[PATH_MAX], skopeo[PATH_MAX], umoci[PATH_MAX], init[PATH_MAX + 32],
@@ -178,6 +216,12 @@ cJSON *rt_open(const rt_config *c, char *err, size_t errlen)
     snprintf(probe, sizeof probe, "%s/x", real_cache);
     if (walkable(probe, err, errlen) != 0)
         return NULL;
+    /* cohort-init where the containers' uids can reach it, whatever the
+     * modes of the directories the agent was installed in. */
+    char init_copy[PATH_MAX + 32];
+    snprintf(init_copy, sizeof init_copy, "%s/.cohort-init", real_cache);
+    if (copy_program(init, init_copy, err, errlen) != 0)
+        return NULL;
     int seccomp = c->seccomp && strcmp(c->seccomp, "off");
     if (seccomp) {
         cJSON *p = oci_seccomp_load(c->seccomp, err, errlen);
@@ -188,7 +232,7 @@ cJSON *rt_open(const rt_config *c, char *err, size_t errlen)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "crun", crun);
     cJSON_AddStringToObject(o, "crun_root", croot);
-    cJSON_AddStringToObject(o, "init", init);
+    cJSON_AddStringToObject(o, "init", init_copy);
     cJSON_AddStringToObject(o, "skopeo", skopeo);
     cJSON_AddStringToObject(o, "umoci", umoci);
     cJSON_AddStringToObject(o, "image_cache", real_cache);

@@ -349,8 +349,14 @@ Test(api_flow, catalog_and_health)
     cr_assert_eq(r.status, 200);
     cr_expect_geq(th_items(&r), 4);
     th_free(&r);
+    /* The built-in images, each a reference served by the node's default
+     * registry, none with credentials. */
     r = th_get(&d, "/v1/images", tok);
-    cr_expect_eq(th_items(&r), 3);
+    cr_expect_eq(th_items(&r), 4, "%s", r.body);
+    cr_expect(strstr(r.body, "\"name\":\"pytorch\",\"reference\":\"cohort/pytorch:bookworm\"") &&
+                  strstr(r.body, "\"name\":\"cohort\",\"reference\":\"cohort/cohort:bookworm\"") &&
+                  !strstr(r.body, "\"has_credentials\":true"),
+              "%s", r.body);
     th_free(&r);
     r = th_post(&d, "/v1/worker-specs", TH_ADMIN,
                 "{\"name\":\"a100\",\"cpus\":12,\"memory_mb\":98304,\"gpus\":1,"
@@ -363,8 +369,12 @@ Test(api_flow, catalog_and_health)
     cr_expect_eq(th_num(&r, "price_per_hour"), 290);
     cr_expect_eq(th_num(&r, "cpus"), 12);
     th_free(&r);
-    r = th_post(&d, "/v1/images", TH_ADMIN, "{\"name\":\"jax\",\"framework\":\"native\"}");
+    r = th_post(&d, "/v1/images", TH_ADMIN,
+                "{\"name\":\"jax\",\"reference\":\"registry.example.com:5000/ml/jax:0.4\","
+                "\"framework\":\"native\"}");
     cr_expect_eq(r.status, 201, "%s", r.body);
+    cr_expect_str_eq(th_str(&r, "visibility"), "public");
+    cr_expect_str_eq(th_str(&r, "reference"), "registry.example.com:5000/ml/jax:0.4");
     th_free(&r);
     r = th_get(&d, "/metrics", NULL);
     cr_expect_eq(r.status, 200);

@@ -308,9 +308,36 @@ Test(bad_input, bad_names_and_catalog_values)
                 "\"currency\":\"dollars\"}");
     cr_expect_eq(r.status, 422);
     th_free(&r);
-    r = th_post(&d, "/v1/images", TH_ADMIN, "{\"name\":\"x\",\"framework\":\"caffe\"}");
+    r = th_post(&d, "/v1/images", TH_ADMIN,
+                "{\"name\":\"x\",\"reference\":\"cohort/x:1\",\"framework\":\"caffe\"}");
     cr_expect_eq(r.status, 422);
     th_free(&r);
+    /* References that are not one: an option, a path, upper case, a broken
+     * digest, a tag and nothing else, a space; each refused, nothing stored. */
+    static const char *const refs[] = {"-o/x:1",       "../x:1",          "cohort/X:1",
+                                       "h:5000/x@sha256:abc", "h/x:",     "h/x:1@sha256:0",
+                                       "h/x y:1",      "h//x:1",          "h/x/:1",
+                                       "/x:1",         ""};
+    char db0[65], db1[65];
+    th_db_digest(&d, db0);
+    for (size_t i = 0; i < sizeof refs / sizeof refs[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body,
+                 "{\"name\":\"bad%zu\",\"reference\":\"%s\",\"framework\":\"native\"}", i,
+                 refs[i]);
+        r = th_post(&d, "/v1/images", TH_ADMIN, body);
+        cr_expect_eq(r.status, 422, "reference '%s': %ld %s", refs[i], r.status, r.body);
+        cr_expect_str_eq(th_err_field(&r), "reference", "reference '%s'", refs[i]);
+        th_free(&r);
+    }
+    /* credentials come in pairs */
+    r = th_post(&d, "/v1/images", TH_ADMIN,
+                "{\"name\":\"y\",\"reference\":\"cohort/y:1\",\"framework\":\"native\","
+                "\"username\":\"u\"}");
+    cr_expect_eq(r.status, 422, "%s", r.body);
+    th_free(&r);
+    th_db_digest(&d, db1);
+    cr_expect_str_eq(db0, db1, "a refused image changed the database");
     r = th_get(&d, "/v1/jobs/abc", tok);
     cr_expect_eq(r.status, 404);
     th_free(&r);
