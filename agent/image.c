@@ -615,7 +615,7 @@ int img_evict(const img_cache *c)
             all = na;
             cap = nc;
         }
-        snprintf(all[n].hex, sizeof all[n].hex, "%s", e->d_name);
+        memcpy(all[n].hex, e->d_name, 65); /* 64 hex digits and the NUL, checked above */
         all[n].used = sb.st_mtime;
         snprintf(p, sizeof p, "%s/%s", c->dir, e->d_name);
         all[n].bytes = du(p);

@@ -487,3 +487,63 @@ Test(containers, a_stopped_registry_fails_the_attempt_and_says_so)
     snprintf(ref, sizeof ref, "127.0.0.1:%d/cohort/cohort:bookworm", th_free_port());
     expect_reason(ref, "is unreachable");
 }
+
+/* Unpacked images in the agent's cache (directories named by a digest). */
+static int cached_images(void)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/images", ag.dir);
+    DIR *dp = opendir(path);
+    struct dirent *e;
+    int n = 0;
+    while (dp && (e = readdir(dp)) != NULL)
+        n += strlen(e->d_name) == 64 && !strchr(e->d_name, '.');
+    if (dp)
+        closedir(dp);
+    return n;
+}
+
+/* Past --image-cache-max, images no worker uses are evicted, least recently
+ * used first; an image a running worker uses stays. */
+Test(containers, unused_images_are_evicted_past_the_bound_and_used_ones_stay, .timeout = 180)
+{
+    char seen[16], admin[80], body[256];
+    const char *args[] = {"--cpus", "8", "--memory-mb", "65536", "--image-cache-max", "1", NULL};
+    platform(args);
+    th_user(&d, "acme", "root", "tenant_admin", admin);
+    static const char *const names[] = {"one", "two", "three"};
+    for (int i = 0; i < 3; i++) {
+        char repo[64], envv[64];
+        snprintf(repo, sizeof repo, "acme/%s:1", names[i]);
+        snprintf(envv, sizeof envv, "WHICH=%s", names[i]);
+        const char *opts[] = {"--env", envv, NULL}; /* a different digest each */
+        cr_assert_eq(th_push_image(repo, opts), 0);
+        snprintf(body, sizeof body,
+                 "{\"name\":\"%s\",\"reference\":\"%s\",\"framework\":\"native\"}", names[i], repo);
+        th_resp r = th_post(&d, "/v1/images", admin, body);
+        cr_assert_eq(r.status, 201, "%s", r.body);
+        th_free(&r);
+    }
+    th_put_text(&d, tok, "ws", "long.sh", "#!/bin/sh\nsleep 30\n", "755");
+    th_put_text(&d, tok, "ws", "short.sh", "#!/bin/sh\nexit 0\n", "755");
+    /* "one" runs on while "two" is pulled: both images stay, over the bound. */
+    long a = submit_as(tok, "long.sh", "one", NULL);
+    cr_assert(th_wait_state(&d, tok, a, "RUNNING", 30000, seen), "%s", seen);
+    long b = submit_as(tok, "short.sh", "two", NULL);
+    cr_assert(th_wait_state(&d, tok, b, "SUCCEEDED", 30000, seen), "%s", seen);
+    cr_expect_eq(cached_images(), 2, "an image in use was evicted");
+    cr_expect_eq(log_count("cohort-shim: evicted "), 0);
+    /* "one" ends; "three" comes: "one" and "two" are unused and go. */
+    char p[64];
+    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", a);
+    th_resp r = th_post(&d, p, tok, NULL);
+    th_free(&r);
+    cr_assert(th_wait_state(&d, tok, a, "CANCELLED", 30000, seen), "%s", seen);
+    long c = submit_as(tok, "short.sh", "three", NULL);
+    cr_assert(th_wait_state(&d, tok, c, "SUCCEEDED", 30000, seen), "%s", seen);
+    cr_expect_eq(log_count("cohort-shim: evicted "), 2);
+    cr_expect_eq(cached_images(), 1, "the unused images stayed");
+    /* and an evicted image is pulled again when wanted */
+    long again = submit_as(tok, "short.sh", "one", NULL);
+    cr_assert(th_wait_state(&d, tok, again, "SUCCEEDED", 30000, seen), "%s", seen);
+}

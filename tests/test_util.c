@@ -189,3 +189,148 @@ Test(alog, every_line_arrives_whole_and_in_order)
     unlink(path);
     cr_expect_eq(lines, 80000);
 }
+
+/* ---- image references and container configs (agent/oci.c) ---- */
+
+#include <cjson/cJSON.h>
+
+#include "agent/oci.h"
+
+Test(util, image_references_are_strict)
+{
+    static const char *const good[] = {
+        "127.0.0.1:5000/cohort/pytorch:bookworm", "registry.example.com/a/b/c:1.2-rc_3",
+        "localhost:5000/x", "h/x@sha256:" "0123456789abcdef0123456789abcdef"
+                            "0123456789abcdef0123456789abcdef",
+        "h/a.b-c__d:Tag_1", NULL};
+    static const char *const bad[] = {
+        "", "x", "-h/x", "h/-x", "h/X:1", "h/x:", "h/x:-1", "h//x", "h/x/", "h/../x", "h/x y",
+        "h/x:1@sha256:00", "h/x@sha256:" "0123456789ABCDEF0123456789abcdef"
+                           "0123456789abcdef0123456789abcdef",
+        "h/x;rm -rf /", "h/x\n", NULL};
+    for (int i = 0; good[i]; i++)
+        cr_expect(util_image_ref_valid(good[i]), "refused %s", good[i]);
+    for (int i = 0; bad[i]; i++)
+        cr_expect(!util_image_ref_valid(bad[i]), "accepted '%s'", bad[i]);
+    char longref[600];
+    memset(longref, 'a', sizeof longref);
+    memcpy(longref, "h/", 2);
+    longref[sizeof longref - 1] = '\0';
+    cr_expect(!util_image_ref_valid(longref), "no bound on the length");
+}
+
+/* The first rule in rules naming syscall, or NULL. */
+static const cJSON *rule_for(const cJSON *rules, const char *syscall, const char *action)
+{
+    const cJSON *r, *n;
+    cJSON_ArrayForEach(r, rules)
+    {
+        cJSON_ArrayForEach(n, cJSON_GetObjectItem(r, "names"))
+        {
+            if (!strcmp(n->valuestring, syscall) &&
+                (!action || !strcmp(cJSON_GetObjectItem(r, "action")->valuestring, action)))
+                return r;
+        }
+    }
+    return NULL;
+}
+
+Test(oci, seccomp_rules_follow_the_capabilities_and_arch_and_forbid_user_namespaces)
+{
+    const char *profile =
+        "{\"defaultAction\":\"SCMP_ACT_ERRNO\",\"defaultErrnoRet\":38,"
+        "\"archMap\":[{\"architecture\":\"SCMP_ARCH_X86_64\",\"subArchitectures\":[\"SCMP_ARCH_X86\"]},"
+        "{\"architecture\":\"SCMP_ARCH_AARCH64\",\"subArchitectures\":[]}],"
+        "\"syscalls\":["
+        "{\"names\":[\"read\",\"clone\",\"unshare\"],\"action\":\"SCMP_ACT_ALLOW\"},"
+        "{\"names\":[\"mount\"],\"action\":\"SCMP_ACT_ALLOW\",\"includes\":{\"caps\":[\"CAP_SYS_ADMIN\"]}},"
+        "{\"names\":[\"umount2\"],\"action\":\"SCMP_ACT_ERRNO\",\"errnoRet\":1,"
+        "\"excludes\":{\"caps\":[\"CAP_SYS_ADMIN\"]}},"
+        "{\"names\":[\"arch_prctl\"],\"action\":\"SCMP_ACT_ALLOW\",\"includes\":{\"arches\":[\"amd64\"]}},"
+        "{\"names\":[\"arm_only\"],\"action\":\"SCMP_ACT_ALLOW\",\"includes\":{\"arches\":[\"arm64\"]}},"
+        "{\"names\":[\"kill\"],\"action\":\"SCMP_ACT_ALLOW\",\"includes\":{\"caps\":[\"CAP_KILL\"]}}]}";
+    char err[256];
+    cJSON *in = cJSON_Parse(profile);
+    cJSON *out = oci_seccomp_convert(in, err, sizeof err);
+    cr_assert_not_null(out, "%s", err);
+    const cJSON *rules = cJSON_GetObjectItem(out, "syscalls");
+    cr_expect_not_null(rule_for(rules, "read", "SCMP_ACT_ALLOW"));
+    cr_expect_null(rule_for(rules, "mount", NULL), "a CAP_SYS_ADMIN rule was kept");
+    cr_expect_not_null(rule_for(rules, "umount2", "SCMP_ACT_ERRNO"));
+    cr_expect_not_null(rule_for(rules, "kill", "SCMP_ACT_ALLOW"), "CAP_KILL is given");
+#if defined(__x86_64__)
+    cr_expect_not_null(rule_for(rules, "arch_prctl", NULL));
+    cr_expect_null(rule_for(rules, "arm_only", NULL));
+    cr_expect_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(out, "architectures"), 0)->valuestring,
+                     "SCMP_ARCH_X86_64");
+#endif
+    /* clone and unshare: allowed only without CLONE_NEWUSER, EPERM with it */
+    for (const char *const *sc = (const char *const[]){"clone", "unshare", NULL}; *sc; sc++) {
+        const cJSON *allow = rule_for(rules, *sc, "SCMP_ACT_ALLOW");
+        const cJSON *deny = rule_for(rules, *sc, "SCMP_ACT_ERRNO");
+        cr_assert_not_null(allow, "%s", *sc);
+        cr_assert_not_null(deny, "%s", *sc);
+        const cJSON *a = cJSON_GetArrayItem(cJSON_GetObjectItem(allow, "args"), 0);
+        const cJSON *b = cJSON_GetArrayItem(cJSON_GetObjectItem(deny, "args"), 0);
+        cr_assert_not_null(a, "%s: the allow rule has no condition", *sc);
+        cr_expect_eq(cJSON_GetObjectItem(a, "value")->valuedouble, 0x10000000);
+        cr_expect_eq(cJSON_GetObjectItem(a, "valueTwo")->valuedouble, 0);
+        cr_expect_eq(cJSON_GetObjectItem(b, "valueTwo")->valuedouble, 0x10000000);
+        cr_expect_eq(cJSON_GetObjectItem(deny, "errnoRet")->valuedouble, 1);
+    }
+    cr_expect_not_null(rule_for(rules, "clone3", "SCMP_ACT_ERRNO"));
+    cJSON_Delete(in);
+    cJSON_Delete(out);
+    cr_expect_null(oci_seccomp_convert(cJSON_Parse("{\"x\":1}"), err, sizeof err));
+}
+
+Test(oci, a_container_config_maps_root_away_and_keeps_what_it_must_read_only)
+{
+    char *argv[] = {"/cohort/workspace/train.sh", "--local_rank=0", NULL};
+    char *env[] = {"RANK=0", NULL};
+    oci_bind binds[] = {{"/data/ws", "/cohort/workspace", 0}, {"/data/ds", "/cohort/datasets/d", 1}};
+    oci_spec s = {.rootfs = "/cache/abc/rootfs", .init = "/cache/.cohort-init",
+                  .init_at = "/cohort/.init", .mount_root = "/cohort", .argv = argv, .env = env,
+                  .cwd = "/cohort/workspace", .hostname = "node1", .uid_base = 268500992,
+                  .binds = binds, .nbinds = 2, .shm_mb = 1024};
+    char err[128];
+    char *text = oci_config(&s, err, sizeof err);
+    cr_assert_not_null(text, "%s", err);
+    cJSON *c = cJSON_Parse(text);
+    free(text);
+    cr_assert_not_null(c);
+    const cJSON *l = cJSON_GetObjectItem(c, "linux"), *p = cJSON_GetObjectItem(c, "process");
+    const cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(l, "uidMappings"), 0);
+    cr_expect_eq(cJSON_GetObjectItem(m, "containerID")->valuedouble, 0);
+    cr_expect_eq(cJSON_GetObjectItem(m, "hostID")->valuedouble, 268500992);
+    cr_expect_eq(cJSON_GetObjectItem(m, "size")->valuedouble, 65536);
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "root"), "readonly")));
+    cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(p, "noNewPrivileges")));
+    char *caps = cJSON_PrintUnformatted(cJSON_GetObjectItem(p, "capabilities"));
+    cr_expect_null(strstr(caps, "SYS_ADMIN"), "%s", caps);
+    cr_expect_null(strstr(caps, "NET_ADMIN"), "%s", caps);
+    cr_expect_null(strstr(caps, "SYS_PTRACE"), "%s", caps);
+    free(caps);
+    char *ns = cJSON_PrintUnformatted(cJSON_GetObjectItem(l, "namespaces"));
+    for (const char *const *k = (const char *const[]){"pid", "ipc", "uts", "mount", "user", NULL};
+         *k; k++) {
+        char want[32];
+        snprintf(want, sizeof want, "\"%s\"", *k);
+        cr_expect_not_null(strstr(ns, want), "no %s namespace: %s", *k, ns);
+    }
+    cr_expect_null(strstr(ns, "network"), "the host network is meant: %s", ns);
+    free(ns);
+    /* init first, the program after it; the dataset read-only, both idmapped */
+    cr_expect_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(p, "args"), 0)->valuestring,
+                     "/cohort/.init");
+    char *mounts = cJSON_PrintUnformatted(cJSON_GetObjectItem(c, "mounts"));
+    cr_expect_not_null(strstr(mounts, "\"destination\":\"/cohort/datasets/d\",\"type\":\"bind\","
+                                      "\"source\":\"/data/ds\",\"options\":[\"rbind\",\"ro\""),
+                       "%s", mounts);
+    cr_expect_not_null(strstr(mounts, "\"source\":\"/data/ws\",\"options\":[\"rbind\",\"rw\",\"nosuid\","
+                                      "\"nodev\",\"idmap\"]"),
+                       "%s", mounts);
+    cr_expect_not_null(strstr(mounts, "size=1024m"), "%s", mounts);
+    free(mounts);
+    cJSON_Delete(c);
+}

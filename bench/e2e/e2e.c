@@ -8,14 +8,21 @@
  *          submitted on its slot: submit-to-start latency of the platform
  *          itself, and at higher RATEs how it holds under a steady load.
  * The job's program records when it started.  Needs root (namespaces).
+ * Workers run in containers (crun) from a busybox image in a registry of
+ * the bench's own, cached on the node by a warm-up job before anything is
+ * timed; COHORT_E2E_RUNTIME=host runs them as host processes instead (the
+ * agent's --runtime host), to compare.
  * usage: bench_e2e BUILD_DIR [JOBS] [PACED] [RATE]
  */
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -104,6 +111,45 @@ static pid_t spawn(char *const argv[], const char *log)
     return p;
 }
 
+/* A loopback port free now. */
+static int free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0), port = 0;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+/* The bench's registry on a free port, holding the busybox image that the
+ * built-in "native" image names; its pid, or -1. */
+static pid_t start_registry(char *addr, size_t n)
+{
+    char conf[128], log[128], cmd[1024];
+    snprintf(addr, n, "127.0.0.1:%d", free_port());
+    snprintf(conf, sizeof conf, "%s/registry.yml", dir);
+    snprintf(log, sizeof log, "%s/registry.log", dir);
+    FILE *f = fopen(conf, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
+               "    rootdirectory: %s/registry\nhttp:\n  addr: %s\n",
+            dir, addr);
+    fclose(f);
+    char *argv[] = {"/usr/bin/docker-registry", "serve", conf, NULL};
+    pid_t p = spawn(argv, log);
+    snprintf(cmd, sizeof cmd, "curl -sf http://%s/v2/ >/dev/null", addr);
+    for (int i = 0; i < 100 && system(cmd) != 0; i++)
+        usleep(50000);
+    snprintf(cmd, sizeof cmd, "'%s/tests/make-test-image' %s cohort/cohort:bookworm >/dev/null",
+             COHORT_SOURCE_DIR, addr);
+    return system(cmd) == 0 ? p : -1;
+}
+
 struct submitter {
     int first, step, jobs;
     long long *submitted;
@@ -172,6 +218,14 @@ int main(int argc, char **argv)
     snprintf(dir, sizeof dir, "/tmp/cohort-e2e-XXXXXX");
     if (!mkdtemp(dir))
         return 1;
+    chmod(dir, 0711); /* the agent's image cache inside: containers' uids walk through */
+    const char *runtime = getenv("COHORT_E2E_RUNTIME") ? getenv("COHORT_E2E_RUNTIME") : "crun";
+    char reg[64] = "";
+    pid_t rpid = -1;
+    if (strcmp(runtime, "host") && (rpid = start_registry(reg, sizeof reg)) < 0) {
+        fprintf(stderr, "bench/e2e: the registry or its image failed (see %s)\n", dir);
+        return 1;
+    }
     curl_global_init(CURL_GLOBAL_DEFAULT);
     curl = curl_easy_init();
     snprintf(path, sizeof path, "%s/cohortd.log", dir);
@@ -203,11 +257,21 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, "%s/agent.log", dir);
     char *aargs[] = {agent, "--server", base, "--join-token", join, "--name", "bench",
                      "--data-dir", adir, "--cpus", "64", "--memory-mb", "262144",
-                     "--address", "127.0.0.1", NULL, NULL, NULL};
+                     "--address", "127.0.0.1", NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    int na = 15;
     /* COHORT_E2E_CGROUP=off|DIR: the agent's --cgroup, to see what cgroups cost */
     if (getenv("COHORT_E2E_CGROUP")) {
-        aargs[15] = "--cgroup";
-        aargs[16] = getenv("COHORT_E2E_CGROUP");
+        aargs[na++] = "--cgroup";
+        aargs[na++] = getenv("COHORT_E2E_CGROUP");
+    }
+    if (!strcmp(runtime, "host")) {
+        aargs[na++] = "--runtime";
+        aargs[na++] = "host";
+    } else {
+        aargs[na++] = "--registry";
+        aargs[na++] = reg;
+        aargs[na++] = "--insecure-registry";
+        aargs[na++] = reg;
     }
     pid_t apid = spawn(aargs, path);
     for (int i = 0; i < 100; i++) {
@@ -232,6 +296,26 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    /* One job first, untimed: the node pulls and unpacks the image once. */
+    const char warm_job[] = "{\"name\":\"warm-up\",\"image\":\"native\",\"workspace\":\"ws\","
+                            "\"code_path\":\"stamp\",\"epochs\":1,\"lr\":0.1,\"batch_size\":1,"
+                            "\"worker_spec\":\"cpu-small\",\"worker_count\":1,"
+                            "\"env\":{\"BENCH_I\":\"warm\"}}";
+    long long tw = now_ns();
+    call("POST", "/v1/jobs", "application/json", warm_job, sizeof warm_job - 1, &out);
+    const long warm = 1;
+    for (int i = 0; i < 3000; i++) {
+        call("GET", "/metrics", NULL, NULL, 0, &out);
+        if (count_state(out.buf, "SUCCEEDED") + count_state(out.buf, "FAILED") >= warm)
+            break;
+        usleep(20000);
+    }
+    if (count_state(out.buf, "SUCCEEDED") != warm) {
+        fprintf(stderr, "bench/e2e: the warm-up job failed (see %s)\n", dir);
+        return 1;
+    }
+    printf("RESULT op=warm_up runtime=%s seconds=%.2f\n", runtime, (double)(now_ns() - tw) / 1e9);
+
     long long *submitted = calloc((size_t)(jobs + paced), sizeof *submitted);
     long long t0 = now_ns();
     pthread_t th[SUBMITTERS];
@@ -251,7 +335,7 @@ int main(int argc, char **argv)
     long done = 0, failed = 0;
     for (int i = 0; i < 6000 && done + failed < jobs; i++) {
         call("GET", "/metrics", NULL, NULL, 0, &out);
-        done = count_state(out.buf, "SUCCEEDED");
+        done = count_state(out.buf, "SUCCEEDED") - warm;
         failed = count_state(out.buf, "FAILED");
         usleep(10000);
     }
@@ -281,7 +365,7 @@ int main(int argc, char **argv)
     long paced_done = 0;
     for (int i = 0; i < 6000; i++) {
         call("GET", "/metrics", NULL, NULL, 0, &out);
-        paced_done = count_state(out.buf, "SUCCEEDED") - done;
+        paced_done = count_state(out.buf, "SUCCEEDED") - warm - done;
         if (paced_done + count_state(out.buf, "FAILED") - failed >= paced)
             break;
         usleep(10000);
@@ -291,11 +375,13 @@ int main(int argc, char **argv)
     /* Where the workspace is on disk: tenant 1 (platform), workspace 1. */
     long long *lat = calloc((size_t)(jobs + paced), sizeof *lat);
     double secs = (double)(t_done - t0) / 1e9;
-    printf("RESULT op=e2e jobs=%d succeeded=%ld failed=%ld seconds=%.2f jobs_per_s=%.0f "
-           "submit_per_s=%.0f\n",
-           jobs, done, failed, secs, done / secs, jobs / ((double)(t_submitted - t0) / 1e9));
-    printf("RESULT op=e2e phase=paced jobs=%d succeeded=%ld seconds=%.2f jobs_per_s=%.0f\n", paced,
-           paced_done, paced_all, paced_done / paced_all);
+    printf("RESULT op=e2e runtime=%s jobs=%d succeeded=%ld failed=%ld seconds=%.2f "
+           "jobs_per_s=%.0f submit_per_s=%.0f\n",
+           runtime, jobs, done, failed, secs, done / secs,
+           jobs / ((double)(t_submitted - t0) / 1e9));
+    printf("RESULT op=e2e runtime=%s phase=paced jobs=%d succeeded=%ld seconds=%.2f "
+           "jobs_per_s=%.0f\n",
+           runtime, paced, paced_done, paced_all, paced_done / paced_all);
     for (int phase = 0; phase < 2; phase++) {
         int lo = phase ? jobs : 0, hi = phase ? jobs + paced : jobs, nl = 0;
         for (int i = lo; i < hi; i++) {
@@ -309,19 +395,23 @@ int main(int argc, char **argv)
         }
         qsort(lat, (size_t)nl, sizeof *lat, cmp);
         if (nl > 0 && phase)
-            printf("RESULT op=submit_to_start phase=paced rate=%d submitted_per_s=%.0f "
+            printf("RESULT op=submit_to_start runtime=%s phase=paced rate=%d submitted_per_s=%.0f "
                    "samples=%d p50_ms=%.1f p99_ms=%.1f max_ms=%.1f\n",
-                   rate, paced / paced_secs, nl, lat[nl / 2] / 1e6, lat[nl * 99 / 100] / 1e6,
+                   runtime, rate, paced / paced_secs, nl, lat[nl / 2] / 1e6, lat[nl * 99 / 100] / 1e6,
                    lat[nl - 1] / 1e6);
         else if (nl > 0)
-            printf("RESULT op=submit_to_start phase=burst samples=%d p50_ms=%.1f p99_ms=%.1f "
-                   "max_ms=%.1f\n",
-                   nl, lat[nl / 2] / 1e6, lat[nl * 99 / 100] / 1e6, lat[nl - 1] / 1e6);
+            printf("RESULT op=submit_to_start runtime=%s phase=burst samples=%d p50_ms=%.1f "
+                   "p99_ms=%.1f max_ms=%.1f\n",
+                   runtime, nl, lat[nl / 2] / 1e6, lat[nl * 99 / 100] / 1e6, lat[nl - 1] / 1e6);
     }
     kill(apid, SIGTERM);
     waitpid(apid, NULL, 0);
     kill(cpid, SIGTERM);
     waitpid(cpid, NULL, 0);
+    if (rpid > 0) {
+        kill(rpid, SIGTERM);
+        waitpid(rpid, NULL, 0);
+    }
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (getenv("COHORT_BENCH_KEEP"))
