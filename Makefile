@@ -44,6 +44,10 @@ bench: test-deps build
 	@$(BUILD)/bench_sched
 	@$(BUILD)/bench_e2e $(BUILD) 1000 200
 	@$(BUILD)/bench_e2e $(BUILD) 200 1000 250
+	@$(BUILD)/bench_e2e $(BUILD) 200 1000 100
+	@COHORT_E2E_RUNTIME=host $(BUILD)/bench_e2e $(BUILD) 1000 200
+	@COHORT_E2E_RUNTIME=host $(BUILD)/bench_e2e $(BUILD) 200 1000 100
+	@bench/images/run $(BUILD)
 	@$(BUILD)/bench_allreduce 2
 	@bench/train/run $(BUILD)
 	@node bench/console/console.bench.mjs $(BUILD) 1000 15

@@ -1440,6 +1440,61 @@ Test(agent, ranks_meet_across_two_network_namespaces, .timeout = 90)
     th_free(&r);
 }
 
+/* cohort-worker from its image, one rank on each of two hosts (network
+ * namespaces), trains over Gloo across them. */
+Test(agent, cohort_worker_trains_across_two_hosts_from_its_image, .timeout = 240)
+{
+    char dir[] = "/tmp/cohort-agent-worker-XXXXXX", cmd[600], path[700], p[160], seen[16];
+    static const char *const files[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                        "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "%s mkdata %s --train 1000 --test 200 >/dev/null",
+             COHORT_WORKER_BIN, dir);
+    cr_assert_eq(system(cmd), 0);
+    two_hosts("2");
+    th_resp r = th_post(&d, "/v1/datasets", tok, "{\"name\":\"synth\"}");
+    th_free(&r);
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        FILE *f = fopen(path, "rb");
+        cr_assert_not_null(f);
+        static unsigned char buf[1000 * 784 + 64];
+        size_t n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        snprintf(p, sizeof p, "/v1/datasets/synth/files/%s", files[i]);
+        r = th_put_file(&d, p, tok, buf, n);
+        cr_assert_eq(r.status, 201, "%s: %s", files[i], r.body);
+        th_free(&r);
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
+    r = th_post(&d, "/v1/images", TH_ADMIN,
+                "{\"name\":\"trainer\",\"reference\":\"cohort/worker:test\","
+                "\"framework\":\"native\"}");
+    cr_assert_eq(r.status, 201, "%s", r.body);
+    th_free(&r);
+    th_put_text(&d, tok, "ws", "train.sh",
+                "#!/bin/sh\nexec cohort-worker train --log-every 10 \"$@\"\n", "755");
+    long id = submit("{\"name\":\"cw2\",\"image\":\"trainer\",\"datasets\":[\"synth\"],"
+                     "\"workspace\":\"ws\",\"code_path\":\"train.sh\",\"epochs\":3,"
+                     "\"lr\":0.05,\"batch_size\":32,\"worker_spec\":\"cpu-small\","
+                     "\"worker_count\":2,\"workers_per_node\":1}");
+    int ok = th_wait_state(&d, tok, id, "SUCCEEDED", 180000, seen);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=0", id);
+    r = th_get(&d, p, tok);
+    cr_assert(ok, "job ended %s; rank 0 printed:\n%s", seen, r.body);
+    cr_expect_not_null(strstr(r.body, "2 ranks over gloo"), "%s", r.body);
+    cr_expect_not_null(strstr(r.body, "epoch 3 done"), "%s", r.body);
+    th_free(&r);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/workers", id);
+    r = th_get(&d, p, tok);
+    const cJSON *items = cJSON_GetObjectItem(r.json, "items");
+    cr_expect_neq(cJSON_GetObjectItem(cJSON_GetArrayItem(items, 0), "node_id")->valuedouble,
+                  cJSON_GetObjectItem(cJSON_GetArrayItem(items, 1), "node_id")->valuedouble,
+                  "both ranks on one host");
+    th_free(&r);
+}
+
 /* A tensorflow job of 4 workers, 2 on each host: TF_CONFIG lists every
  * worker at its own node's address and a port reserved for it there, no
  * two entries alike, and each worker reaches every other. */

@@ -15,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tests/harness.h"
@@ -24,8 +26,21 @@ static th_daemon d;
 static th_agent ag;
 static char tok[80], tok_b[80];
 
+/* A registry that wants a password: robot / right-pw (htpasswd, bcrypt). */
+static pid_t auth_pid;
+
+static void auth_registry_stop(void)
+{
+    if (auth_pid > 0) {
+        kill(auth_pid, SIGTERM);
+        waitpid(auth_pid, NULL, 0);
+        auth_pid = 0;
+    }
+}
+
 static void teardown(void)
 {
+    auth_registry_stop();
     th_agent_cleanup(&ag);
     th_stop(&d);
     th_cleanup(&d);
@@ -35,7 +50,7 @@ TestSuite(containers, .fini = teardown, .timeout = 120);
 
 /* cohortd, one agent running containers, tenant acme (member alice, "ws",
  * dataset "ds") and tenant globex (member bob, "ws"). */
-static void platform(const char *const *agent_args)
+static void platform_base(void)
 {
     if (!th_can_sandbox())
         cr_skip_test("needs root to run containers");
@@ -54,6 +69,11 @@ static void platform(const char *const *agent_args)
     r = th_put_file(&d, "/v1/datasets/ds/files/a.txt", tok, "hello", 5);
     cr_assert_eq(r.status, 201);
     th_free(&r);
+}
+
+static void platform(const char *const *agent_args)
+{
+    platform_base();
     const char *base[] = {"--cpus", "8", "--memory-mb", "65536", NULL};
     th_agent_start(&ag, &d, "n1", agent_args ? agent_args : base);
 }
@@ -546,4 +566,83 @@ Test(containers, unused_images_are_evicted_past_the_bound_and_used_ones_stay, .t
     /* and an evicted image is pulled again when wanted */
     long again = submit_as(tok, "short.sh", "one", NULL);
     cr_assert(th_wait_state(&d, tok, again, "SUCCEEDED", 30000, seen), "%s", seen);
+}
+
+static void auth_registry(char *addr, size_t n)
+{
+    char conf[600], cmd[1200];
+    snprintf(addr, n, "127.0.0.1:%d", th_free_port());
+    snprintf(cmd, sizeof cmd, "htpasswd -Bbn robot right-pw > '%s/htpasswd'", d.dir);
+    cr_assert_eq(system(cmd), 0, "htpasswd (apache2-utils) is needed");
+    snprintf(conf, sizeof conf, "%s/auth-registry.yml", d.dir);
+    FILE *f = fopen(conf, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
+               "    rootdirectory: %s/auth-registry\nhttp:\n  addr: %s\nauth:\n  htpasswd:\n"
+               "    realm: cohort-test\n    path: %s/htpasswd\n",
+            d.dir, addr, d.dir);
+    fclose(f);
+    auth_pid = fork();
+    cr_assert_geq(auth_pid, 0);
+    if (auth_pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        dup2(null, 2);
+        execlp("docker-registry", "docker-registry", "serve", conf, (char *)NULL);
+        _exit(127);
+    }
+    snprintf(cmd, sizeof cmd, "curl -s -o /dev/null -w '%%{http_code}' http://%s/v2/ | grep -q 401",
+             addr);
+    for (int i = 0; i < 100 && system(cmd) != 0; i++)
+        usleep(50000);
+    snprintf(cmd, sizeof cmd,
+             "'%s/tests/make-test-image' %s acme/secret:1 --creds robot:right-pw >/dev/null",
+             COHORT_SOURCE_DIR, addr);
+    cr_assert_eq(system(cmd), 0, "pushing to the registry with a password");
+}
+
+/* A private image behind a password: with the right one its jobs run; a
+ * wrong one, or none, fails the attempt with a reason that says the
+ * registry refused the credentials. */
+Test(containers, refused_credentials_fail_the_attempt_and_say_so)
+{
+    char addr[64], seen[16], admin[80], body[512], p[64], insecure[160];
+    platform_base();
+    auth_registry(addr, sizeof addr);
+    /* the agent speaks plain HTTP to it too */
+    snprintf(insecure, sizeof insecure, "%s,%s", th_registry(), addr);
+    const char *args[] = {"--cpus", "8", "--registry", th_registry(), "--insecure-registry",
+                          insecure, NULL};
+    th_agent_start(&ag, &d, "n1", args);
+    th_user(&d, "acme", "root", "tenant_admin", admin);
+    static const struct {
+        const char *name, *creds, *want;
+    } cases[] = {
+        {"right", ",\"username\":\"robot\",\"password\":\"right-pw\"", NULL},
+        {"wrong", ",\"username\":\"robot\",\"password\":\"wrong-pw\"", "refused the credentials"},
+        {"none", "", "refused the credentials"},
+    };
+    th_put_text(&d, tok, "ws", "x.sh", "#!/bin/sh\nexit 0\n", "755");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(body, sizeof body,
+                 "{\"name\":\"%s\",\"reference\":\"%s/acme/secret:1\",\"framework\":\"native\"%s}",
+                 cases[i].name, addr, cases[i].creds);
+        th_resp r = th_post(&d, "/v1/images", admin, body);
+        cr_assert_eq(r.status, 201, "%s", r.body);
+        th_free(&r);
+        long id = submit_as(tok, "x.sh", cases[i].name, NULL);
+        const char *want = cases[i].want ? "FAILED" : "SUCCEEDED";
+        cr_expect(th_wait_state(&d, tok, id, want, 60000, seen), "%s: %s", cases[i].name, seen);
+        snprintf(p, sizeof p, "/v1/jobs/%ld", id);
+        r = th_get(&d, p, tok);
+        if (cases[i].want)
+            cr_expect(strstr(th_str(&r, "reason"), cases[i].want) != NULL, "%s: %s",
+                      cases[i].name, th_str(&r, "reason"));
+        cr_expect(strstr(r.body, "right-pw") == NULL && strstr(r.body, "wrong-pw") == NULL,
+                  "a password in the job: %s", r.body);
+        th_free(&r);
+    }
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "grep -rqs -e right-pw -e wrong-pw '%s' '%s.log'", ag.dir, ag.dir);
+    cr_expect_neq(system(cmd), 0, "a password lies in the agent's files or log");
 }

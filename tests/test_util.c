@@ -281,7 +281,9 @@ Test(oci, seccomp_rules_follow_the_capabilities_and_arch_and_forbid_user_namespa
     cr_expect_not_null(rule_for(rules, "clone3", "SCMP_ACT_ERRNO"));
     cJSON_Delete(in);
     cJSON_Delete(out);
-    cr_expect_null(oci_seccomp_convert(cJSON_Parse("{\"x\":1}"), err, sizeof err));
+    cJSON *not_a_profile = cJSON_Parse("{\"x\":1}");
+    cr_expect_null(oci_seccomp_convert(not_a_profile, err, sizeof err));
+    cJSON_Delete(not_a_profile);
 }
 
 Test(oci, a_container_config_maps_root_away_and_keeps_what_it_must_read_only)
