@@ -506,6 +506,92 @@ static int resolve(const img_cache *c, const img_source *src, const char *authfi
     return 0;
 }
 
+/* <cache>/refs/<sha256 of reference, username and password>: where the
+ * digest the reference resolved to is remembered. */
+static void ref_memo_path(const img_cache *c, const img_source *src, char *path, size_t n)
+{
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    unsigned char md[32];
+    unsigned mdlen = 0;
+    const char *parts[] = {src->reference, src->username ? src->username : "",
+                           src->password ? src->password : ""};
+    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    for (int i = 0; i < 3; i++)
+        EVP_DigestUpdate(ctx, parts[i], strlen(parts[i]) + 1); /* with the NUL: unambiguous */
+    EVP_DigestFinal_ex(ctx, md, &mdlen);
+    EVP_MD_CTX_free(ctx);
+    size_t k = (size_t)snprintf(path, n, "%s/refs/", c->dir);
+    for (unsigned i = 0; i < mdlen && k + 3 < n; i++)
+        k += (size_t)snprintf(path + k, n - k, "%02x", md[i]);
+}
+
+/* The remembered digest of src, if younger than the TTL: 1 and digest set. */
+static int ref_memo_get(const img_cache *c, const img_source *src, char *digest, size_t dn)
+{
+    char path[4400], text[96] = "";
+    struct stat sb;
+    if (c->resolve_ttl_s <= 0)
+        return 0;
+    ref_memo_path(c, src, path, sizeof path);
+    if (stat(path, &sb) != 0 || time(NULL) - sb.st_mtime >= c->resolve_ttl_s)
+        return 0;
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return 0;
+    int ok = fgets(text, sizeof text, f) != NULL;
+    fclose(f);
+    text[strcspn(text, "\n")] = '\0';
+    if (!ok || strncmp(text, "sha256:", 7) || strlen(text) != 71 ||
+        strspn(text + 7, "0123456789abcdef") != 64)
+        return 0;
+    snprintf(digest, dn, "%s", text);
+    return 1;
+}
+
+static void ref_memo_put(const img_cache *c, const img_source *src, const char *digest)
+{
+    char path[4400], tmp[4500], dir[4300];
+    if (c->resolve_ttl_s <= 0)
+        return;
+    snprintf(dir, sizeof dir, "%s/refs", c->dir);
+    mkdir(dir, 0700);
+    ref_memo_path(c, src, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "we");
+    if (!f)
+        return;
+    int ok = fprintf(f, "%s\n", digest) > 0;
+    if (fclose(f) == 0 && ok)
+        rename(tmp, path);
+    else
+        unlink(tmp);
+}
+
+/* The fast path: src resolved a moment ago and its image is unpacked here:
+ * a shared lock on it, without asking the registry.  1 when taken. */
+static int acquire_known(const img_cache *c, const img_source *src, img_use *out)
+{
+    char lockp[4300], ready[4300];
+    struct stat sb;
+    if (!ref_memo_get(c, src, out->digest, sizeof out->digest))
+        return 0;
+    snprintf(out->bundle, sizeof out->bundle, "%s/%s", c->dir, out->digest + 7);
+    snprintf(lockp, sizeof lockp, "%s.lock", out->bundle);
+    snprintf(ready, sizeof ready, "%s/.ready", out->bundle);
+    out->lock_fd = open(lockp, O_RDWR | O_CLOEXEC);
+    if (out->lock_fd < 0)
+        return 0;
+    while (flock(out->lock_fd, LOCK_SH) != 0 && errno == EINTR)
+        ;
+    if (stat(ready, &sb) != 0) { /* evicted meanwhile */
+        close(out->lock_fd);
+        out->lock_fd = -1;
+        return 0;
+    }
+    utimensat(AT_FDCWD, ready, NULL, 0);
+    return 1;
+}
+
 int img_acquire(const img_cache *c, const img_source *src, img_progress_fn progress, void *arg,
                 img_use *out, char *err, size_t errlen)
 {
@@ -518,6 +604,8 @@ int img_acquire(const img_cache *c, const img_source *src, img_progress_fn progr
         snprintf(err, errlen, "image reference %.300s is not valid", src->reference);
         return -1;
     }
+    if (acquire_known(c, src, out))
+        return 0;
     if (src->username && write_authfile(c, src, authfile, sizeof authfile, err, errlen) != 0)
         return -1;
     if (progress) {
@@ -558,6 +646,7 @@ int img_acquire(const img_cache *c, const img_source *src, img_progress_fn progr
     }
     /* Its last use, for eviction. */
     utimensat(AT_FDCWD, ready, NULL, 0);
+    ref_memo_put(c, src, out->digest);
     rc = 0;
 out:
     free(manifest);

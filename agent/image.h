@@ -12,6 +12,10 @@
  * pulls and unpacks (exclusive), the others wait and then share it; a worker
  * keeps a shared lock for as long as its container runs, so eviction (which
  * takes the lock exclusively, without waiting) never removes an image in use.
+ * What a tag resolved to is remembered for resolve_ttl_s seconds under
+ * <cache>/refs/, keyed by the reference and the credentials together, so
+ * a burst of workers asks the registry once, and nobody skips the registry's
+ * authentication on the strength of another's credentials.
  * Everything here runs in a worker's shim, never in the agent's loop.
  */
 #ifndef COHORT_AGENT_IMAGE_H
@@ -34,6 +38,8 @@ typedef struct img_cache {
     const char *skopeo;    /* program paths */
     const char *umoci;
     int64_t max_bytes;     /* evict unused images past this (0: never) */
+    int64_t resolve_ttl_s; /* a tag's digest is asked of the registry again after
+                            * this many seconds (0: every time) */
     const char *tmp_dir;   /* private scratch (credentials file), e.g. the worker's dir */
 } img_cache;
 

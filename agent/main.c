@@ -37,7 +37,7 @@
 struct config {
     const char *server, *join_token, *name, *address, *data_dir, *mount_root, *shim, *cgroup;
     const char *runtime, *registry, *insecure, *image_cache, *seccomp;
-    long long image_cache_max_mb;
+    long long image_cache_max_mb, resolve_ttl_s;
     char gpu_type[64];
     long long cpus, memory_mb, gpus, port_lo, port_hi, grace_s, keep_s;
     int nlaunchers;
@@ -89,6 +89,8 @@ static void usage(FILE *f)
             "                        127.0.0.1:5000,localhost:5000)\n"
             "  --image-cache DIR     unpacked images (default DATA_DIR/images)\n"
             "  --image-cache-max MB  evict unused images past this size (default 51200)\n"
+            "  --image-resolve-ttl S a tag's digest is asked of the registry again after S\n"
+            "                        seconds (default 10; 0: for every worker)\n"
             "  --seccomp FILE|off    seccomp profile in the containers-common format\n"
             "                        (default /usr/share/containers/seccomp.json)\n"
             "  --help\n");
@@ -183,6 +185,7 @@ static int parse_args(int argc, char **argv, struct config *c)
         {"image-cache", required_argument, NULL, 'i'},
         {"image-cache-max", required_argument, NULL, 'M'},
         {"seccomp", required_argument, NULL, 'P'},
+        {"image-resolve-ttl", required_argument, NULL, 'L'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     c->data_dir = "/var/lib/cohort-agent";
@@ -199,6 +202,7 @@ static int parse_args(int argc, char **argv, struct config *c)
     c->insecure = "127.0.0.1:5000,localhost:5000";
     c->seccomp = "/usr/share/containers/seccomp.json";
     c->image_cache_max_mb = 51200;
+    c->resolve_ttl_s = 10;
     int o;
     char *end;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -220,6 +224,11 @@ static int parse_args(int argc, char **argv, struct config *c)
         case 'I': c->insecure = optarg; break;
         case 'i': c->image_cache = optarg; break;
         case 'P': c->seccomp = optarg; break;
+        case 'L':
+            c->resolve_ttl_s = strtoll(optarg, &end, 10);
+            if (*end || c->resolve_ttl_s < 0 || c->resolve_ttl_s > 86400)
+                goto bad;
+            break;
         case 'M':
             c->image_cache_max_mb = strtoll(optarg, &end, 10);
             if (*end || c->image_cache_max_mb < 0)
@@ -265,6 +274,7 @@ bad:
             o == 'p'   ? "port-range"
             : o == 'R' ? "runtime"
             : o == 'M' ? "image-cache-max"
+            : o == 'L' ? "image-resolve-ttl"
             : o == 'l' ? "launcher"
             : o == 'T' ? "gpu-type"
             : o == 'K' ? "keep-finished"
@@ -564,8 +574,9 @@ int main(int argc, char **argv)
         char *slash = strrchr(self_dir, '/');
         if (slash)
             *slash = '\0';
-        rt_config rtc = {cfg.data_dir, cfg.image_cache, cfg.image_cache_max_mb << 20,
-                         cfg.registry, cfg.insecure, cfg.seccomp, slash ? self_dir : "."};
+        rt_config rtc = {cfg.data_dir,    cfg.image_cache, cfg.image_cache_max_mb << 20,
+                         cfg.resolve_ttl_s, cfg.registry, cfg.insecure, cfg.seccomp,
+                         slash ? self_dir : "."};
         err[0] = '\0';
         if (!(container = rt_open(&rtc, err, sizeof err))) {
             fprintf(stderr, "cohort-agent: cannot run containers: %s\n", err);

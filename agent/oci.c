@@ -264,23 +264,12 @@ cJSON *oci_seccomp_convert(const cJSON *profile, char *err, size_t errlen)
     const cJSON *dr = cJSON_GetObjectItemCaseSensitive(profile, "defaultErrnoRet");
     if (cJSON_IsNumber(dr))
         cJSON_AddNumberToObject(o, "defaultErrnoRet", dr->valuedouble);
+    /* The native architecture only, not the profile's sub-architectures
+     * (x86, x32): a 32-bit system call from a container kills it.  Workers
+     * are 64-bit programs, and the filter compiles in half the time (crun
+     * compiles it for every container: 17 against 33 ms here). */
     cJSON *arches = cJSON_AddArrayToObject(o, "architectures");
-    const cJSON *m;
-    cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(profile, "archMap"))
-    {
-        const cJSON *arch = cJSON_GetObjectItemCaseSensitive(m, "architecture");
-        if (!cJSON_IsString(arch) || strcmp(arch->valuestring, ARCH_SCMP))
-            continue;
-        cJSON_AddItemToArray(arches, cJSON_CreateString(arch->valuestring));
-        const cJSON *sub;
-        cJSON_ArrayForEach(sub, cJSON_GetObjectItemCaseSensitive(m, "subArchitectures"))
-        {
-            if (cJSON_IsString(sub))
-                cJSON_AddItemToArray(arches, cJSON_CreateString(sub->valuestring));
-        }
-    }
-    if (cJSON_GetArraySize(arches) == 0)
-        cJSON_AddItemToArray(arches, cJSON_CreateString(ARCH_SCMP));
+    cJSON_AddItemToArray(arches, cJSON_CreateString(ARCH_SCMP));
     cJSON *out = cJSON_AddArrayToObject(o, "syscalls");
     const cJSON *r;
     cJSON_ArrayForEach(r, rules)

@@ -223,12 +223,9 @@ cJSON *rt_open(const rt_config *c, char *err, size_t errlen)
     if (copy_program(init, init_copy, err, errlen) != 0)
         return NULL;
     int seccomp = c->seccomp && strcmp(c->seccomp, "off");
-    if (seccomp) {
-        cJSON *p = oci_seccomp_load(c->seccomp, err, errlen);
-        if (!p)
-            return NULL;
-        cJSON_Delete(p);
-    }
+    cJSON *profile = NULL;
+    if (seccomp && !(profile = oci_seccomp_load(c->seccomp, err, errlen)))
+        return NULL;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "crun", crun);
     cJSON_AddStringToObject(o, "crun_root", croot);
@@ -237,6 +234,7 @@ cJSON *rt_open(const rt_config *c, char *err, size_t errlen)
     cJSON_AddStringToObject(o, "umoci", umoci);
     cJSON_AddStringToObject(o, "image_cache", real_cache);
     cJSON_AddNumberToObject(o, "image_cache_max", (double)c->image_cache_max);
+    cJSON_AddNumberToObject(o, "resolve_ttl", (double)c->resolve_ttl_s);
     cJSON_AddStringToObject(o, "registry", c->registry);
     cJSON *ins = cJSON_AddArrayToObject(o, "insecure");
     for (const char *p = c->insecure; p && *p;) {
@@ -248,7 +246,7 @@ cJSON *rt_open(const rt_config *c, char *err, size_t errlen)
         }
         p += len + (p[len] == ',');
     }
-    if (seccomp)
-        cJSON_AddStringToObject(o, "seccomp", c->seccomp);
+    if (profile) /* converted once here, not by every worker's shim */
+        cJSON_AddItemToObject(o, "seccomp", profile);
     return o;
 }

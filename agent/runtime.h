@@ -21,6 +21,7 @@ typedef struct rt_config {
     const char *data_dir;    /* the agent's */
     const char *image_cache; /* NULL: data_dir/images */
     int64_t image_cache_max; /* bytes, 0: no bound */
+    int64_t resolve_ttl_s;   /* seconds a tag's digest is remembered */
     const char *registry;    /* for references without a host */
     const char *insecure;    /* comma-separated hosts */
     const char *seccomp;     /* profile path, or "off" */

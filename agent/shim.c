@@ -479,6 +479,17 @@ static int crun_once(const shim_spec *sp, const char *a1, const char *a2, const 
     return st;
 }
 
+/* crun delete -f for a container whose state crun still keeps (it keeps
+ * none once `crun run` has ended normally: no process to start then). */
+static void crun_leftover(const shim_spec *sp, const char *id)
+{
+    char state[4400];
+    struct stat sb;
+    snprintf(state, sizeof state, "%s/%s", sp->crun_root, id);
+    if (stat(state, &sb) == 0)
+        crun_once(sp, "delete", "-f", id);
+}
+
 /* The forked child that becomes crun: into the worker's cgroup, the
  * result pipe at descriptor 3 (crun hands it to cohort-init), output to
  * the log. */
@@ -505,6 +516,12 @@ static void __attribute__((noreturn)) exec_crun(const shim_spec *sp, int cgfd, i
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     snprintf(logopt, sizeof logopt, "--log=file:%s", crun_log);
+    /* crun copies itself into a sealed memfd and runs that copy, so that a
+     * container's root cannot overwrite the runtime through /proc/self/exe
+     * (CVE-2019-5736).  Here the container's root is an unprivileged host
+     * uid that cannot open crun for writing anyway, and the copy and second
+     * exec cost every container a few ms: the variable says it is done. */
+    setenv("_LIBCONTAINER_CLONED_BINARY", "1", 1);
     execl(sp->crun, sp->crun, "--root", sp->crun_root, logopt, "--cgroup-manager=disabled",
           "run", "--bundle", bundle, "--pid-file", pidfile, "--preserve-fds", "1", id,
           (char *)NULL);
@@ -676,7 +693,7 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
         give_up(dfd, "cannot write the container's configuration: %s", strerror(errno));
     free(config);
     unlink(pidfile);
-    crun_once(sp, "delete", "-f", id); /* state left by a shim that died */
+    crun_leftover(sp, id); /* state left by a shim that died */
 
     int rp[2];
     if (pipe2(rp, O_CLOEXEC) != 0)
@@ -750,7 +767,7 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
         snprintf(line, sizeof line, "error the container did not start: %.500s\n",
                  reason[0] ? reason : "crun failed without a word");
     }
-    crun_once(sp, "delete", "-f", id);
+    crun_leftover(sp, id); /* crun run removes its state itself, but for a crash */
     unlink(config_path);
     unlink(pidfile);
     unlink(crun_log);

@@ -5,9 +5,9 @@
  *    "agent_lock", "lease_ms", "grace_ms", "cgroup" ({"path", "cpu", "memory",
  *    "pids"}: the agent's cgroup subtree, absent for none), "container" (absent
  *    on a trusted node that runs host processes: {"crun", "crun_root", "init",
- *    "skopeo", "umoci", "image_cache", "image_cache_max", "registry" (for
+ *    "skopeo", "umoci", "image_cache", "image_cache_max", "resolve_ttl", "registry" (for
  *    references without a host), "insecure" (hosts spoken to over plain HTTP),
- *    "seccomp" (a profile path, or absent)})}
+ *    "seccomp" (the OCI seccomp object, or absent)})}
  * The launch spec of a container worker carries "image_ref", "uid_base" and,
  * for a private image with credentials, "registry_auth" {"username", "password"}.
  * It creates the worker's state directory, turns the launch spec into the
@@ -153,6 +153,7 @@ static int container_setup(const cJSON *ct, const cJSON *spec, shim_spec *sp, co
     sp->cache.skopeo = jstr(ct, "skopeo");
     sp->cache.umoci = jstr(ct, "umoci");
     sp->cache.max_bytes = jint(ct, "image_cache_max", 0);
+    sp->cache.resolve_ttl_s = jint(ct, "resolve_ttl", 10);
     sp->cache.tmp_dir = dir;
     if (!sp->crun || !sp->crun_root || !sp->init || !sp->cache.dir || !sp->cache.skopeo ||
         !sp->cache.umoci) {
@@ -195,17 +196,13 @@ static int container_setup(const cJSON *ct, const cJSON *spec, shim_spec *sp, co
     if (sp->shm_mb < 64)
         sp->shm_mb = 64;
     sp->devices = gpu_devices(spec);
-    const char *sc = jstr(ct, "seccomp");
-    if (sc) {
-        char err[300];
-        cJSON *prof = oci_seccomp_load(sc, err, sizeof err);
-        if (!prof) {
-            snprintf(msg, sizeof msg, "the seccomp profile: %s", err);
-            fail(dir, msg);
-            return -1;
-        }
-        sp->seccomp = prof; /* lives as long as the shim */
+    /* The OCI seccomp object the agent converted once (runtime.c). */
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(ct, "seccomp");
+    if (sc && !cJSON_IsObject(sc)) {
+        fail(dir, "the agent's seccomp profile is not an object");
+        return -1;
     }
+    sp->seccomp = sc;
     return 0;
 }
 

@@ -263,6 +263,8 @@ Test(oci, seccomp_rules_follow_the_capabilities_and_arch_and_forbid_user_namespa
     cr_expect_null(rule_for(rules, "arm_only", NULL));
     cr_expect_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(out, "architectures"), 0)->valuestring,
                      "SCMP_ARCH_X86_64");
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(out, "architectures")), 1,
+                 "32-bit system calls are allowed");
 #endif
     /* clone and unshare: allowed only without CLONE_NEWUSER, EPERM with it */
     for (const char *const *sc = (const char *const[]){"clone", "unshare", NULL}; *sc; sc++) {
