@@ -284,22 +284,6 @@ bad:
     return -1;
 }
 
-/* Finds prog on PATH, into out. */
-static int which(const char *prog, char *out, size_t n)
-{
-    const char *path = getenv("PATH");
-    if (!path)
-        path = "/usr/bin:/bin";
-    while (*path) {
-        size_t len = strcspn(path, ":");
-        snprintf(out, n, "%.*s/%s", (int)len, path, prog);
-        if (access(out, X_OK) == 0)
-            return 0;
-        path += len + (path[len] == ':');
-    }
-    return -1;
-}
-
 /* Loads the node identity, or registers and saves it. */
 static int identity(struct config *c, client *cl, char *token, size_t tn, long long *node_id)
 {
@@ -602,7 +586,7 @@ int main(int argc, char **argv)
         sc.launcher_image[sc.nlaunchers] = cfg.launcher[i][0];
         sc.launcher_path[sc.nlaunchers++] = cfg.launcher[i][1];
     }
-    if (which("python3", python, sizeof python) == 0 && sc.nlaunchers < SUP_MAX_LAUNCHERS - 2) {
+    if (rt_find_program("python3", python, sizeof python) == 0 && sc.nlaunchers < SUP_MAX_LAUNCHERS - 2) {
         sc.launcher_image[sc.nlaunchers] = "pytorch";
         sc.launcher_path[sc.nlaunchers++] = python;
         sc.launcher_image[sc.nlaunchers] = "tensorflow";

@@ -20,8 +20,7 @@
 #define TMPFS_MAGIC 0x01021994
 #endif
 
-/* prog on PATH, into out. */
-static int find_program(const char *prog, char *out, size_t n)
+int rt_find_program(const char *prog, char *out, size_t n)
 {
     const char *path = getenv("PATH");
     if (!path || !*path)
@@ -177,9 +176,9 @@ cJSON *rt_open(const rt_config *c, char *err, size_t errlen)
 {
     char crun[PATH_MAX], skopeo[PATH_MAX], umoci[PATH_MAX], init[PATH_MAX + 32],
         cache[PATH_MAX + 16], croot[PATH_MAX + 16];
-    if (find_program("crun", crun, sizeof crun) != 0 ||
-        find_program("skopeo", skopeo, sizeof skopeo) != 0 ||
-        find_program("umoci", umoci, sizeof umoci) != 0) {
+    if (rt_find_program("crun", crun, sizeof crun) != 0 ||
+        rt_find_program("skopeo", skopeo, sizeof skopeo) != 0 ||
+        rt_find_program("umoci", umoci, sizeof umoci) != 0) {
         snprintf(err, errlen, "crun, skopeo and umoci are needed to run containers "
                               "(apt-get install crun skopeo umoci), or --runtime host on a "
                               "trusted single-tenant node");

@@ -28,6 +28,9 @@ typedef struct rt_config {
     const char *self_dir;    /* where cohort-init lies (beside the agent) */
 } rt_config;
 
+/* prog on PATH (a default PATH when none is set), into out: 0, or -1. */
+int rt_find_program(const char *prog, char *out, size_t n);
+
 /* The container object, or NULL with err set (the agent cannot run
  * containers: what is missing and what to do). */
 cJSON *rt_open(const rt_config *c, char *err, size_t errlen);

@@ -341,55 +341,48 @@ int store_worker_get_tx(store_tx *tx, int64_t id, store_worker *out)
     return worker_one(store_stmt(store_tx_conn(tx), worker_get_sql), id, out);
 }
 
-int store_worker_phase(store_tx *tx, int64_t id, int64_t node_id, const char *message)
+/* Sets text on worker id of node_id (w_sql: ?1 id, ?2 node, ?3 text) and,
+ * when that changed a row, on its job (j_sql: ?1 worker id, ?2 text).
+ * STORE_NOTFOUND when the worker's row did not change. */
+static int worker_then_job(store_tx *tx, int64_t id, int64_t node_id, const char *text,
+                           const char *w_sql, const char *j_sql)
 {
-    static const char w_sql[] = "UPDATE workers SET message = ?3 WHERE id = ?1 AND node_id = ?2"
-                                " AND state = 'assigned' AND coalesce(message, '') != ?3";
-    static const char j_sql[] =
-        "UPDATE jobs SET reason = ?2 WHERE state = 'STARTING'"
-        " AND id = (SELECT job_id FROM workers WHERE id = ?1)"
-        " AND attempt = (SELECT attempt FROM workers WHERE id = ?1)";
     store_conn *c = store_tx_conn(tx);
     sqlite3_stmt *st = store_stmt(c, w_sql);
     if (!st)
         return STORE_EIO;
     sqlite3_bind_int64(st, 1, id);
     sqlite3_bind_int64(st, 2, node_id);
-    store_bind_text(st, 3, message);
+    store_bind_text(st, 3, text);
     int rc = store_step_change(c, st, NULL);
     if (rc != STORE_OK)
         return rc;
     if (!(st = store_stmt(c, j_sql)))
         return STORE_EIO;
     sqlite3_bind_int64(st, 1, id);
-    store_bind_text(st, 2, message);
+    store_bind_text(st, 2, text);
     rc = store_step_change(c, st, NULL);
     return rc == STORE_NOTFOUND ? STORE_OK : rc;
 }
 
+int store_worker_phase(store_tx *tx, int64_t id, int64_t node_id, const char *message)
+{
+    return worker_then_job(tx, id, node_id, message,
+                           "UPDATE workers SET message = ?3 WHERE id = ?1 AND node_id = ?2"
+                           " AND state = 'assigned' AND coalesce(message, '') != ?3",
+                           "UPDATE jobs SET reason = ?2 WHERE state = 'STARTING'"
+                           " AND id = (SELECT job_id FROM workers WHERE id = ?1)"
+                           " AND attempt = (SELECT attempt FROM workers WHERE id = ?1)");
+}
+
 int store_worker_digest(store_tx *tx, int64_t id, int64_t node_id, const char *digest)
 {
-    static const char w_sql[] = "UPDATE workers SET image_digest = ?3 WHERE id = ?1"
-                                " AND node_id = ?2 AND image_digest IS NULL";
-    static const char j_sql[] =
-        "UPDATE jobs SET image_digest = ?2 WHERE id = (SELECT job_id FROM workers WHERE id = ?1)"
-        " AND attempt = (SELECT attempt FROM workers WHERE id = ?1)";
-    store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, w_sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_int64(st, 2, node_id);
-    store_bind_text(st, 3, digest);
-    int rc = store_step_change(c, st, NULL);
-    if (rc != STORE_OK)
-        return rc;
-    if (!(st = store_stmt(c, j_sql)))
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, id);
-    store_bind_text(st, 2, digest);
-    rc = store_step_change(c, st, NULL);
-    return rc == STORE_NOTFOUND ? STORE_OK : rc;
+    return worker_then_job(tx, id, node_id, digest,
+                           "UPDATE workers SET image_digest = ?3 WHERE id = ?1 AND node_id = ?2"
+                           " AND image_digest IS NULL",
+                           "UPDATE jobs SET image_digest = ?2"
+                           " WHERE id = (SELECT job_id FROM workers WHERE id = ?1)"
+                           " AND attempt = (SELECT attempt FROM workers WHERE id = ?1)");
 }
 
 int store_worker_report(store_tx *tx, int64_t id, int64_t node_id, const char *state,

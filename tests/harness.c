@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
 #include <curl/curl.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -696,4 +697,30 @@ void th_put_text(th_daemon *d, const char *tok, const char *ws, const char *path
     th_resp r = th_put_file(d, p, tok, text, strlen(text));
     cr_assert_eq(r.status, 201, "upload %s: %s", path, r.body);
     th_free(&r);
+}
+
+int th_count_marked(const char *marker)
+{
+    DIR *dp = opendir("/proc");
+    struct dirent *e;
+    int n = 0;
+    while (dp && (e = readdir(dp)) != NULL) {
+        char path[300], buf[4096];
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t got = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < got; i++)
+            if (!buf[i])
+                buf[i] = ' ';
+        buf[got] = '\0';
+        n += strstr(buf, marker) != NULL;
+    }
+    if (dp)
+        closedir(dp);
+    return n;
 }

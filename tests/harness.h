@@ -125,6 +125,10 @@ int th_agent_stop(th_agent *a);
 void th_agent_kill9(th_agent *a);
 void th_agent_cleanup(th_agent *a);
 
+/* Processes on this machine whose command line holds marker (a job's
+ * processes, seen from the host whatever namespaces they are in). */
+int th_count_marked(const char *marker);
+
 /* Polls the job until its state is want (or a final state), at most timeout_ms;
  * returns 1 when it reached want.  The last state seen goes to seen[16]. */
 int th_wait_state(th_daemon *d, const char *tok, long job, const char *want, int timeout_ms,

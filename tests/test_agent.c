@@ -124,6 +124,28 @@ static char *fetch(const char *path)
     return body;
 }
 
+/* Dataset "synth" from the MNIST-format files cohort-worker mkdata wrote in dir. */
+static void synth_dataset(const char *dir)
+{
+    static const char *const files[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                        "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+    static unsigned char buf[2000 * 784 + 64];
+    char path[700], p[160];
+    th_resp r = th_post(&d, "/v1/datasets", tok, "{\"name\":\"synth\"}");
+    th_free(&r);
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        FILE *f = fopen(path, "rb");
+        cr_assert_not_null(f, "%s", path);
+        size_t n = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        snprintf(p, sizeof p, "/v1/datasets/synth/files/%s", files[i]);
+        r = th_put_file(&d, p, tok, buf, n);
+        cr_assert_eq(r.status, 201, "%s: %s", files[i], r.body);
+        th_free(&r);
+    }
+}
+
 /* Polls until no worker of the job reads running or assigned (at most 10 s). */
 static void wait_workers_ended(long id)
 {
@@ -387,42 +409,15 @@ Test(agent, a_failed_rank_stops_the_gang_retries_then_fails)
     th_free(&r);
 }
 
-/* Processes whose command line holds marker. */
-static int count_marked(const char *marker)
-{
-    DIR *dp = opendir("/proc");
-    struct dirent *e;
-    int n = 0;
-    while (dp && (e = readdir(dp)) != NULL) {
-        char path[300], buf[4096];
-        if (e->d_name[0] < '0' || e->d_name[0] > '9')
-            continue;
-        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        size_t got = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        for (size_t i = 0; i < got; i++)
-            if (!buf[i])
-                buf[i] = ' ';
-        buf[got] = '\0';
-        n += strstr(buf, marker) != NULL;
-    }
-    if (dp)
-        closedir(dp);
-    return n;
-}
-
 /* Waits up to 5 s for exactly n processes carrying the marker and returns the
  * last count: a shell's fork is briefly counted twice (child and parent share
  * the command line until the child execs), so one look can see one too many. */
 static int wait_marked(const char *marker, int n)
 {
-    int got = count_marked(marker);
+    int got = th_count_marked(marker);
     for (int i = 0; i < 100 && got != n; i++) {
         usleep(50000);
-        got = count_marked(marker);
+        got = th_count_marked(marker);
     }
     return got;
 }
@@ -453,7 +448,7 @@ Test(agent, cancel_leaves_no_process_behind)
     cr_expect_str_eq(th_str(&r, "state"), "CANCELLED");
     th_free(&r);
     int left = -1;
-    for (int i = 0; i < 200 && (left = count_marked(marker)) > 0; i++)
+    for (int i = 0; i < 200 && (left = th_count_marked(marker)) > 0; i++)
         usleep(50000); /* the agent's grace period is 2 s here */
     cr_expect_eq(left, 0, "%d processes of the job outlived its cancel", left);
     snprintf(p, sizeof p, "/v1/jobs/%ld/workers", id);
@@ -1230,7 +1225,7 @@ Test(agent, a_lost_node_fails_its_ranks_and_the_gang_reruns_elsewhere, .timeout 
     th_free(&r);
     /* The rank left on the dead agent's node stops once its lease runs out. */
     int left = -1;
-    for (int i = 0; i < 300 && (left = count_marked(marker)) > 0; i++)
+    for (int i = 0; i < 300 && (left = th_count_marked(marker)) > 0; i++)
         usleep(50000);
     cr_expect_eq(left, 0, "%d processes outlived their agent's lease", left);
 }
@@ -1301,7 +1296,7 @@ Test(agent, an_agent_cut_off_past_its_lease_stops_its_workers)
     cr_assert_eq(wait_marked(marker, 1), 1);
     kill(d.pid, SIGSTOP); /* cohortd stops answering */
     int left = -1;
-    for (int i = 0; i < 300 && (left = count_marked(marker)) > 0; i++)
+    for (int i = 0; i < 300 && (left = th_count_marked(marker)) > 0; i++)
         usleep(50000);
     kill(d.pid, SIGCONT);
     cr_expect_eq(left, 0, "the worker kept running with its agent cut off past the lease");
@@ -1444,28 +1439,14 @@ Test(agent, ranks_meet_across_two_network_namespaces, .timeout = 90)
  * namespaces), trains over Gloo across them. */
 Test(agent, cohort_worker_trains_across_two_hosts_from_its_image, .timeout = 240)
 {
-    char dir[] = "/tmp/cohort-agent-worker-XXXXXX", cmd[600], path[700], p[160], seen[16];
-    static const char *const files[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                                        "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+    char dir[] = "/tmp/cohort-agent-worker-XXXXXX", cmd[600], p[160], seen[16];
     cr_assert_not_null(mkdtemp(dir));
     snprintf(cmd, sizeof cmd, "%s mkdata %s --train 1000 --test 200 >/dev/null",
              COHORT_WORKER_BIN, dir);
     cr_assert_eq(system(cmd), 0);
     two_hosts("2");
-    th_resp r = th_post(&d, "/v1/datasets", tok, "{\"name\":\"synth\"}");
-    th_free(&r);
-    for (int i = 0; i < 4; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        FILE *f = fopen(path, "rb");
-        cr_assert_not_null(f);
-        static unsigned char buf[1000 * 784 + 64];
-        size_t n = fread(buf, 1, sizeof buf, f);
-        fclose(f);
-        snprintf(p, sizeof p, "/v1/datasets/synth/files/%s", files[i]);
-        r = th_put_file(&d, p, tok, buf, n);
-        cr_assert_eq(r.status, 201, "%s: %s", files[i], r.body);
-        th_free(&r);
-    }
+    synth_dataset(dir);
+    th_resp r;
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_expect_eq(system(cmd), 0);
     r = th_post(&d, "/v1/images", TH_ADMIN,
@@ -1681,29 +1662,15 @@ Test(agent, an_unmodified_torch_distributed_script_trains, .timeout = 600)
  * needs (a native job whose program execs it). */
 Test(agent, cohort_worker_trains_as_a_two_rank_job, .timeout = 180)
 {
-    char dir[] = "/tmp/cohort-agent-worker-XXXXXX", cmd[600], path[700], p[160], seen[16];
-    static const char *const files[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                                        "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+    char dir[] = "/tmp/cohort-agent-worker-XXXXXX", cmd[600], p[160], seen[16];
     cr_assert_not_null(mkdtemp(dir));
     snprintf(cmd, sizeof cmd, "%s mkdata %s --train 2000 --test 500 >/dev/null",
              COHORT_WORKER_BIN, dir);
     cr_assert_eq(system(cmd), 0);
     platform(NULL);
     agents(1, "8");
-    th_resp r = th_post(&d, "/v1/datasets", tok, "{\"name\":\"synth\"}");
-    th_free(&r);
-    for (int i = 0; i < 4; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        FILE *f = fopen(path, "rb");
-        cr_assert_not_null(f);
-        static unsigned char buf[2000 * 784 + 64];
-        size_t n = fread(buf, 1, sizeof buf, f);
-        fclose(f);
-        snprintf(p, sizeof p, "/v1/datasets/synth/files/%s", files[i]);
-        r = th_put_file(&d, p, tok, buf, n);
-        cr_assert_eq(r.status, 201, "%s: %s", files[i], r.body);
-        th_free(&r);
-    }
+    synth_dataset(dir);
+    th_resp r;
     /* cohort-worker from an image that holds it (and its libraries), not
      * from the host */
     r = th_post(&d, "/v1/images", TH_ADMIN,

@@ -317,33 +317,6 @@ Test(containers, workspace_files_cross_between_the_api_and_the_container)
     cr_expect_eq(sb.st_uid, 0, "the worker's file is owned by host uid %d", (int)sb.st_uid);
 }
 
-/* Processes of the test's job still alive on the host (by marker). */
-static int marked(const char *marker)
-{
-    DIR *dp = opendir("/proc");
-    struct dirent *e;
-    int n = 0;
-    while (dp && (e = readdir(dp)) != NULL) {
-        char path[300], cmd[4096];
-        if (!strspn(e->d_name, "0123456789"))
-            continue;
-        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        size_t got = fread(cmd, 1, sizeof cmd - 1, f);
-        fclose(f);
-        for (size_t i = 0; i < got; i++)
-            if (!cmd[i])
-                cmd[i] = ' ';
-        cmd[got] = '\0';
-        n += strstr(cmd, marker) != NULL;
-    }
-    if (dp)
-        closedir(dp);
-    return n;
-}
-
 /* A program that ignores SIGTERM and leaves a grandchild that ignores it
  * too: cancelled, it is killed after the grace period, and nothing of it
  * stays: no process, no crun state, no bundle. */
@@ -360,16 +333,16 @@ Test(containers, cancel_of_a_stubborn_container_leaves_nothing)
     th_put_text(&d, tok, "ws", "stub.sh", prog, "755");
     long id = submit_as(tok, "stub.sh", "native", NULL);
     cr_assert(th_wait_state(&d, tok, id, "RUNNING", 30000, seen), "%s", seen);
-    for (int i = 0; i < 50 && marked(marker) < 2; i++)
+    for (int i = 0; i < 50 && th_count_marked(marker) < 2; i++)
         usleep(100000);
-    cr_assert_geq(marked(marker), 2, "the program and its grandchild run");
+    cr_assert_geq(th_count_marked(marker), 2, "the program and its grandchild run");
     snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", id);
     th_resp r = th_post(&d, p, tok, NULL);
     cr_assert_eq(r.status, 200);
     th_free(&r);
     int left = 1;
     for (int i = 0; i < 100 && left; i++, usleep(100000))
-        left = marked(marker);
+        left = th_count_marked(marker);
     cr_expect_eq(left, 0, "%d processes outlived the cancel", left);
     /* crun knows no container of this agent's, and no bundle is left. */
     snprintf(path, sizeof path, "crun --root '%s/crun' list -q | grep -c . | grep -qx 0", ag.dir);
