@@ -237,12 +237,34 @@ static int agent_alive(int lockfd)
     return 1;
 }
 
+/* Whether the agent is there, and what follows when it is not. */
+struct lease {
+    int64_t gone_since, term_at; /* monotonic ms; 0: not so */
+};
+
+/* One look at the agent's lock: no agent for the lease stops the worker
+ * (target): SIGTERM, then SIGKILL after the grace period. */
+static void lease_step(struct lease *l, int lockfd, const shim_spec *sp, pid_t target)
+{
+    int64_t now = mono_ms();
+    if (agent_alive(lockfd)) {
+        l->gone_since = 0;
+    } else if (!l->gone_since) {
+        l->gone_since = now;
+    } else if (!l->term_at && now - l->gone_since > sp->lease_ms) {
+        kill(target, SIGTERM);
+        l->term_at = now;
+    } else if (l->term_at && now - l->term_at > sp->grace_ms) {
+        kill(target, SIGKILL);
+    }
+}
+
 /* Waits for init (woken at once by SIGCHLD); stops the worker when no agent
  * has been alive for the lease. */
 static int wait_init(pid_t init, int lockfd, const shim_spec *sp)
 {
     int st = 0;
-    int64_t gone_since = 0, term_at = 0;
+    struct lease l = {0, 0};
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
@@ -250,17 +272,7 @@ static int wait_init(pid_t init, int lockfd, const shim_spec *sp)
         pid_t r = waitpid(init, &st, WNOHANG);
         if (r == init || (r < 0 && errno != EINTR))
             return st;
-        int64_t now = mono_ms();
-        if (agent_alive(lockfd)) {
-            gone_since = 0;
-        } else if (!gone_since) {
-            gone_since = now;
-        } else if (!term_at && now - gone_since > sp->lease_ms) {
-            kill(init, SIGTERM);
-            term_at = now;
-        } else if (term_at && now - term_at > sp->grace_ms) {
-            kill(init, SIGKILL);
-        }
+        lease_step(&l, lockfd, sp, init);
         struct timespec ts = {0, 500 * 1000000L};
         sigtimedwait(&chld, NULL, &ts);
     }
@@ -717,7 +729,7 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
     /* Until crun ends: the container's init as the worker's pid, the lease. */
     int st = 0;
     pid_t init = 0;
-    int64_t gone_since = 0, term_at = 0;
+    struct lease l = {0, 0};
     for (;;) {
         pid_t r = waitpid(crun, &st, WNOHANG);
         if (r == crun || (r < 0 && errno != EINTR))
@@ -731,18 +743,7 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
                 put_file(dfd, "pid", line);
             }
         }
-        int64_t now = mono_ms();
-        pid_t target = init > 0 ? init : crun;
-        if (agent_alive(lockfd)) {
-            gone_since = 0;
-        } else if (!gone_since) {
-            gone_since = now;
-        } else if (!term_at && now - gone_since > sp->lease_ms) {
-            kill(target, SIGTERM);
-            term_at = now;
-        } else if (term_at && now - term_at > sp->grace_ms) {
-            kill(target, SIGKILL);
-        }
+        lease_step(&l, lockfd, sp, init > 0 ? init : crun);
         struct timespec ts = {0, 100 * 1000000L};
         sigtimedwait(&chld, NULL, &ts);
     }
