@@ -52,6 +52,16 @@ static void read_line(const char *path, char *out, size_t n)
 #define SYSFS_MAGIC 0x62656572
 #endif
 
+/* 1 when the space-separated list holds name as a whole word. */
+static int controller_listed(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; (p = strstr(p, name)) != NULL; p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0'))
+            return 1;
+    return 0;
+}
+
 int rt_fix_hybrid_cgroups(char *err, size_t errlen)
 {
     struct statfs fs;
@@ -78,6 +88,13 @@ int rt_fix_hybrid_cgroups(char *err, size_t errlen)
         snprintf(dir, sizeof dir, "/sys/fs/cgroup/%s", c);
         if ((mkdir(dir, 0755) != 0 && errno != EEXIST) ||
             mount("cgroup", dir, "cgroup", MS_NOSUID | MS_NODEV | MS_NOEXEC, c) != 0) {
+            int e = errno;
+            char now[512];
+            /* Another agent starting beside this one may have moved it. */
+            read_line("/sys/fs/cgroup/unified/cgroup.controllers", now, sizeof now);
+            if (!controller_listed(now, c))
+                continue;
+            errno = e;
             snprintf(err, errlen,
                      "crun cannot run on this hybrid cgroup host while the %s controller is in "
                      "the cgroup v2 hierarchy (enabled: '%s'), and it could not be moved to "
