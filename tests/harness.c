@@ -685,6 +685,10 @@ int th_wait_state(th_daemon *d, const char *tok, long job, const char *want, int
         th_free(&r);
         sleep_ms(50);
     }
+    th_resp r = th_get(d, path, tok);
+    cr_log_info("job %ld is still %s after %d ms: %s", job, th_str(&r, "state"), timeout_ms,
+                th_str(&r, "reason"));
+    th_free(&r);
     return 0;
 }
 
@@ -723,4 +727,14 @@ int th_count_marked(const char *marker)
     if (dp)
         closedir(dp);
     return n;
+}
+
+const char *th_shared_image_cache(void)
+{
+    static char path[600];
+    char build[512];
+    snprintf(build, sizeof build, "%s", COHORT_AGENT_BIN);
+    *strrchr(build, '/') = '\0';
+    snprintf(path, sizeof path, "%s/test-image-cache", build);
+    return path;
 }

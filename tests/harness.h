@@ -106,6 +106,10 @@ const char *th_registry_on(const char *ip);
  * Debian's python3-torch; minutes the first time on a machine, cached in
  * /var/cache/cohort/images after that) to the tests' registry storage. */
 void th_registry_add_pytorch(void);
+/* An image cache (BUILD/test-image-cache) for agents of different tests to
+ * share, as the agents of one machine would: the big images are unpacked
+ * once per build, not once per test. */
+const char *th_shared_image_cache(void);
 /* Pushes a fresh busybox image as repo_tag to the tests' registry, with
  * tests/make-test-image options (may be NULL); its exit status. */
 int th_push_image(const char *repo_tag, const char *const *opts);

@@ -1387,8 +1387,7 @@ static void two_hosts(const char *cpus)
     snprintf(bridge, sizeof bridge, "10.211.%d.1", net);
     const char *reg = th_registry_on(bridge);
     /* One machine: its agents share one image cache (one pull, one unpack). */
-    char cache[400];
-    snprintf(cache, sizeof cache, "%s/images", d.dir);
+    const char *cache = th_shared_image_cache();
     for (int i = 0; i < 2; i++) {
         snprintf(ns[i], sizeof ns[i], "%s-%d", net_tag, i + 1);
         snprintf(addr[i], sizeof addr[i], "10.211.%d.%d", net, i + 2);
@@ -1496,7 +1495,7 @@ Test(agent, tensorflow_workers_reach_each_other_through_tf_config, .timeout = 30
                      "\"code_path\":\"cluster.py\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
                      "\"worker_spec\":\"cpu-small\",\"worker_count\":4,\"workers_per_node\":2}");
     char seen[16], p[128];
-    int ok = th_wait_state(&d, tok, id, "SUCCEEDED", 60000, seen);
+    int ok = th_wait_state(&d, tok, id, "SUCCEEDED", 240000, seen);
     char *logs[4];
     for (int r = 0; r < 4; r++) {
         snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=%d", id, r);
@@ -1576,7 +1575,7 @@ Test(agent, an_unmodified_torch_distributed_script_trains, .timeout = 600)
 {
     platform(NULL);
     th_registry_add_pytorch();
-    const char *extra[] = {"--cpus", "8", NULL};
+    const char *extra[] = {"--cpus", "8", "--image-cache", th_shared_image_cache(), NULL};
     th_agent_start(&ag[0], &d, "n1", extra);
     nagents = 1;
     /* 512 8x8 images of 10 classes: a fixed pattern per class plus noise. */
@@ -1607,7 +1606,7 @@ Test(agent, an_unmodified_torch_distributed_script_trains, .timeout = 600)
                      "\"lr\":0.5,\"batch_size\":32,\"worker_spec\":\"cpu-small\","
                      "\"worker_count\":2,\"env\":{\"OMP_NUM_THREADS\":\"1\"}}");
     char seen[16];
-    int ok = th_wait_state(&d, tok, id, "SUCCEEDED", 150000, seen);
+    int ok = th_wait_state(&d, tok, id, "SUCCEEDED", 400000, seen);
     char p[128];
     snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=0", id);
     r = th_get(&d, p, tok);
