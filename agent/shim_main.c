@@ -209,8 +209,9 @@ static int container_setup(const cJSON *ct, const cJSON *spec, shim_spec *sp, co
 int main(void)
 {
     static char *envv[300], *argv[300];
-    int ne = 0, na = 0;
-    char msg[300];
+    int ne = 0, na = 0, rc = 1;
+    char msg[300], *note = NULL;
+    cJSON *auth = NULL;
     shim_spec sp = {0};
     char *text = slurp();
     cJSON *req = text ? cJSON_Parse(text) : NULL;
@@ -218,12 +219,12 @@ int main(void)
     const cJSON *spec = cJSON_GetObjectItemCaseSensitive(req, "spec");
     if (!dir || !cJSON_IsObject(spec)) {
         fail(dir, "the launch request is unreadable");
-        return 1;
+        goto out;
     }
     if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
         snprintf(msg, sizeof msg, "cannot create %.200s: %s", dir, strerror(errno));
         fail(NULL, msg);
-        return 1;
+        goto out;
     }
     const char *fw = jstr(spec, "framework");
     sp.program = jstr(spec, "program");
@@ -233,16 +234,16 @@ int main(void)
     if (!fw || !sp.program || !sp.mount_root || !sp.workspace ||
         !util_relpath_valid(sp.program, strlen(sp.program))) {
         fail(dir, "the launch spec is incomplete (is the workspace gone?)");
-        return 1;
+        goto out;
     }
     const cJSON *ct = cJSON_GetObjectItemCaseSensitive(req, "container");
     if (cJSON_IsObject(ct) && container_setup(ct, spec, &sp, dir) != 0)
-        return 1;
+        goto out;
     if (!sp.crun && strcmp(fw, "native") && !sp.launcher) {
         snprintf(msg, sizeof msg, "no launcher on this node for image %.60s (see --launcher)",
                  jstr(spec, "image") ? jstr(spec, "image") : fw);
         fail(dir, msg);
-        return 1;
+        goto out;
     }
     const cJSON *d;
     cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "datasets"))
@@ -251,7 +252,7 @@ int main(void)
         if (!name || !util_name_valid(name) || !path || sp.ndatasets == SHIM_MAX_DATASETS) {
             snprintf(msg, sizeof msg, "dataset %.64s is missing", name ? name : "?");
             fail(dir, msg);
-            return 1;
+            goto out;
         }
         sp.ds_name[sp.ndatasets] = name;
         sp.ds_path[sp.ndatasets++] = path;
@@ -313,11 +314,19 @@ int main(void)
     sp.memory_mb = jint(res, "memory_mb", 0);
     /* Registry credentials stay out of spec.json (kept in memory for the
      * pull: the detached item is never freed). */
-    cJSON_DetachItemFromObjectCaseSensitive((cJSON *)spec, "registry_auth");
-    char *note = cJSON_PrintUnformatted(spec);
+    auth = cJSON_DetachItemFromObjectCaseSensitive((cJSON *)spec, "registry_auth");
+    note = cJSON_PrintUnformatted(spec);
     if (shim_start(dir, &sp, note) != 0) {
         fail(dir, "cannot start the shim");
-        return 1;
+        goto out;
     }
-    return 0; /* the detached shim goes on */
+    rc = 0; /* the detached shim goes on with its own copy of all this */
+out:
+    for (int i = 0; i < sp.nenv_own && i < ne; i++)
+        free(envv[i]);
+    free(note);
+    cJSON_Delete(auth);
+    cJSON_Delete(req);
+    free(text);
+    return rc;
 }
