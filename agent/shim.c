@@ -51,9 +51,19 @@ static void __attribute__((noreturn, format(printf, 2, 3))) give_up(int dfd, con
     _exit(1);
 }
 
+/* a/b into out: 0, or -1 (out empty) when it does not fit. */
 static int path_join(char *out, size_t n, const char *a, const char *b)
 {
-    return snprintf(out, n, "%s/%s", a, b) >= (int)n ? -1 : 0;
+    size_t la = strlen(a), lb = strlen(b);
+    if (la + 1 + lb + 1 > n) {
+        if (n)
+            out[0] = '\0';
+        return -1;
+    }
+    memcpy(out, a, la);
+    out[la] = '/';
+    memcpy(out + la + 1, b, lb + 1);
+    return 0;
 }
 
 /* A bind mount of src at dst, read-only through every submount when ro. */
@@ -70,7 +80,7 @@ static int bind(const char *src, const char *dst, int ro, char *err, size_t errl
         return 0;
     /* Older kernels: the top mount at least. */
     if (mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_REC, NULL) != 0) {
-        snprintf(err, errlen, "cannot make %s read-only: %s", dst, strerror(errno));
+        snprintf(err, errlen, "cannot make %.200s read-only: %s", dst, strerror(errno));
         return -1;
     }
     return 0;

@@ -235,6 +235,39 @@ static void master_port(long job, char *out, size_t n)
     free(t);
 }
 
+/* The old path for a trusted single-tenant node: --runtime host runs the
+ * workers as host processes (private mount and PID namespaces, datasets
+ * read-only, cohortd's volumes hidden), and the agent warns at start. */
+Test(agent, the_host_runtime_keeps_the_worker_contract_and_warns)
+{
+    platform(NULL);
+    const char *extra[] = {"--cpus", "8", "--port-range", "31000-31099", "--runtime", "host",
+                           NULL};
+    th_agent_start(&ag[0], &d, "n1", extra);
+    nagents = 1;
+    th_put_text(&d, tok, "ws", "prog.sh", ENV_PROG, "755");
+    char body[1024], seen[16], port[16], logp[600], line[512];
+    snprintf(body, sizeof body,
+             "{\"name\":\"env\",\"image\":\"native\",\"datasets\":[\"ds\"],\"workspace\":\"ws\","
+             "\"code_path\":\"prog.sh\",\"args\":[\"--foo\",\"bar baz\"],\"epochs\":3,\"lr\":0.05,"
+             "\"batch_size\":16,\"worker_spec\":\"cpu-small\",\"worker_count\":2,"
+             "\"env\":{\"MY_VAR\":\"from the job\",\"PROBE_HIDDEN\":\"%s/volumes\"}}",
+             d.dir);
+    long id = submit(body);
+    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 30000, seen), "job ended %s", seen);
+    master_port(id, port, sizeof port);
+    for (int rank = 0; rank < 2; rank++)
+        check_rank(rank, 2, 2, port);
+    snprintf(logp, sizeof logp, "%s.log", ag[0].dir);
+    FILE *f = fopen(logp, "r");
+    int warned = 0;
+    while (f && fgets(line, sizeof line, f))
+        warned |= strstr(line, "WARNING: --runtime host") != NULL;
+    if (f)
+        fclose(f);
+    cr_expect(warned, "the agent did not warn about --runtime host");
+}
+
 Test(agent, worker_contract_on_one_node)
 {
     platform(NULL);

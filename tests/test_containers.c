@@ -80,7 +80,7 @@ static void platform(const char *const *agent_args)
 
 static long submit_as(const char *t, const char *prog, const char *image, const char *extra)
 {
-    char body[1024];
+    char body[4096];
     snprintf(body, sizeof body,
              "{\"name\":\"probe\",\"image\":\"%s\",\"workspace\":\"ws\",\"code_path\":\"%s\","
              "\"epochs\":1,\"lr\":0.1,\"batch_size\":1,\"worker_spec\":\"cpu-small\","
