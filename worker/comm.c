@@ -219,12 +219,49 @@ const char *comm_errmsg(const comm *c) { return c->err; }
 #define ROLL_CALL_MS 2000
 #define ROLL_CALL_NAMED 8   /* missing ranks named one by one; then a count */
 
+/* Elapsed milliseconds since t0 on the monotonic clock. */
+static long ms_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (t.tv_sec - t0->tv_sec) * 1000L + (t.tv_nsec - t0->tv_nsec) / 1000000L;
+}
+
+/*
+ * The end of a roll call.  Each rank says it is done with cohort/rolled/<rank>.
+ * Rank 0 hosts the store and exits soon after its own roll call; without this
+ * a slower rank that answered would find the store gone before it could read
+ * rank 0's answer, and call rank 0 lost.  So the host waits, up to one more
+ * window, for every rank that answered to be done reading.
+ */
+static void linger_for_roll_call(comm *c, int window)
+{
+    char key[48];
+    struct timespec t0;
+
+    snprintf(key, sizeof key, "cohort/rolled/%d", c->rank);
+    if (comm_store_set(c->store, key, "", 0) < 0 || !c->server)
+        return;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int r = 0; r < c->size; r++) {
+        long left = window - ms_since(&t0);
+        if (r == c->rank)
+            continue;
+        snprintf(key, sizeof key, "cohort/alive/%d", r);
+        if (comm_store_wait(c->store, key, 0) < 0)
+            continue;   /* lost: nobody to wait for */
+        snprintf(key, sizeof key, "cohort/rolled/%d", r);
+        (void)comm_store_wait(c->store, key, left > 0 ? (int)left : 0);
+    }
+}
+
 /*
  * After a collective failed, find out which ranks are lost.  The backend
  * is torn down first: a rank blocked on this one then fails at once instead
  * of at its timeout, and answers too.  Each rank that can still reach the
  * store sets cohort/alive/<rank>; the ranks whose key does not appear
- * within ROLL_CALL_MS (or before the store itself goes) are the lost ones.
+ * within ROLL_CALL_MS (or before the store itself goes) are the lost ones;
+ * rank 0 then keeps the store up until the others have read their answers.
  * Writes the finding, a phrase, into out.
  */
 static void roll_call(comm *c, char *out, size_t len)
@@ -233,7 +270,7 @@ static void roll_call(comm *c, char *out, size_t len)
     int window = c->timeout_ms / 5 < ROLL_CALL_MS ? c->timeout_ms / 5 : ROLL_CALL_MS;
     int missing = 0;
     size_t used = 0;
-    struct timespec t0, t;
+    struct timespec t0;
 
     if (c->ops) {
         c->ops->destroy(c->state);
@@ -249,11 +286,9 @@ static void roll_call(comm *c, char *out, size_t len)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     out[0] = '\0';
     for (int r = 0; r < c->size; r++) {
-        long left;
+        long left = window - ms_since(&t0);
         if (r == c->rank)
             continue;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        left = window - ((t.tv_sec - t0.tv_sec) * 1000L + (t.tv_nsec - t0.tv_nsec) / 1000000L);
         snprintf(key, sizeof key, "cohort/alive/%d", r);
         if (comm_store_wait(c->store, key, left > 0 ? (int)left : 0) == 0)
             continue;
@@ -261,6 +296,7 @@ static void roll_call(comm *c, char *out, size_t len)
             used += (size_t)snprintf(out + used, len - used, "%s%d",
                                      missing == 1 ? "lost: rank " : ", ", r);
     }
+    linger_for_roll_call(c, window);
     if (missing > ROLL_CALL_NAMED && used < len)
         used += (size_t)snprintf(out + used, len - used, " and %d more", missing - ROLL_CALL_NAMED);
     if (missing && used < len)
