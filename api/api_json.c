@@ -297,6 +297,10 @@ int api_store_error(api_resp *rs, int rc, const char *what)
     case STORE_BUSY:
         api_error(rs, 503, "shutting_down", NULL, "the server is shutting down");
         break;
+    case STORE_FULL:
+        api_error(rs, 507, "no_space", NULL,
+                  "the server's disk is full: %s was not stored (nothing changed)", what);
+        break;
     default:
         api_error(rs, 500, "internal", NULL, "storage error while handling %s", what);
         break;

@@ -109,7 +109,10 @@ void api_agent_log(api_ctx *ctx, const api_req *rq, api_resp *rs)
     }
     if (log_path(ctx, w.job_id, w.attempt, w.rank, 1, path, sizeof path) != 0 ||
         (fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640)) < 0) {
-        api_error(rs, 500, "internal", NULL, "cannot open the log: %s", strerror(errno));
+        int e = errno;
+        api_error(rs, e == ENOSPC || e == EDQUOT ? 507 : 500,
+                  e == ENOSPC || e == EDQUOT ? "no_space" : "internal", NULL,
+                  "cannot open the log: %s", strerror(e));
         goto out;
     }
     struct stat sb;
@@ -133,8 +136,10 @@ void api_agent_log(api_ctx *ctx, const api_req *rq, api_resp *rs)
             if (wr < 0 && errno == EINTR)
                 continue;
             if (wr < 0) {
-                api_error(rs, errno == ENOSPC ? 507 : 500, "internal", NULL,
-                          "cannot write the log: %s", strerror(errno));
+                int e = errno;
+                api_error(rs, e == ENOSPC || e == EDQUOT ? 507 : 500,
+                          e == ENOSPC || e == EDQUOT ? "no_space" : "internal", NULL,
+                          "cannot write the log: %s", strerror(e));
                 goto out;
             }
             done += (size_t)wr;

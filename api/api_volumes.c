@@ -107,6 +107,17 @@ static int vol_insert_write(store_tx *tx, void *arg)
     return store_volume_insert(tx, v->k, v->tenant_id, v->name, &v->id);
 }
 
+struct vol_id {
+    store_vol_kind k;
+    int64_t id;
+};
+
+static int vol_delete_write(store_tx *tx, void *arg)
+{
+    struct vol_id *v = arg;
+    return store_volume_delete(tx, v->k, v->id);
+}
+
 static void volume_create(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_kind k)
 {
     static const char *const fields[] = {"name", NULL};
@@ -132,7 +143,18 @@ static void volume_create(api_ctx *ctx, const api_req *rq, api_resp *rs, store_v
     }
     int fd = api_volume_root(ctx, k, &v, 1);
     if (fd < 0) {
-        api_error(rs, 500, "internal", NULL, "cannot create the %s's directory", kind_what[k]);
+        /* No row without its directory: take the row back. */
+        int e = errno;
+        struct vol_id undo = {k, v.id};
+        if (store_write(ctx->st, vol_delete_write, &undo) != STORE_OK)
+            fprintf(stderr, "cohortd: %s %lld has no directory and stays listed\n",
+                    kind_what[k], (long long)v.id);
+        if (e == ENOSPC || e == EDQUOT)
+            api_error(rs, 507, "no_space", NULL,
+                      "the server's disk is full: the %s was not created", kind_what[k]);
+        else
+            api_error(rs, 500, "internal", NULL, "cannot create the %s's directory: %s",
+                      kind_what[k], strerror(e));
         goto out;
     }
     close(fd);
@@ -182,17 +204,6 @@ int api_volume_writable(const store_principal *who, const store_volume *v, api_r
     if (!api_can_write(who))
         return api_forbid(rs, "member");
     return 0;
-}
-
-struct vol_id {
-    store_vol_kind k;
-    int64_t id;
-};
-
-static int vol_delete_write(store_tx *tx, void *arg)
-{
-    struct vol_id *v = arg;
-    return store_volume_delete(tx, v->k, v->id);
 }
 
 static int vol_seal_write(store_tx *tx, void *arg)

@@ -93,6 +93,8 @@ int store_rc(int rc)
         return STORE_INVALID;
     case SQLITE_NOMEM:
         return STORE_NOMEM;
+    case SQLITE_FULL:
+        return STORE_FULL;
     default:
         return STORE_EIO;
     }
@@ -404,15 +406,16 @@ static void run_batch(store *s, struct op *batch)
     struct store_tx tx = {s->writer};
     int n = 0;
     int64_t t0 = util_mono_us();
-    int ok = exec(db, "BEGIN IMMEDIATE", NULL, 0) == SQLITE_OK;
+    int begun = exec(db, "BEGIN IMMEDIATE", NULL, 0), ok = begun == SQLITE_OK, crc;
     int rcs[BATCH_MAX];
     for (struct op *o = batch; o; o = o->next, n++) {
+        int sp;
         if (!ok) {
-            rcs[n] = STORE_EIO;
+            rcs[n] = store_rc(begun);
             continue;
         }
-        if (exec(db, "SAVEPOINT w", NULL, 0) != SQLITE_OK) {
-            rcs[n] = STORE_EIO;
+        if ((sp = exec(db, "SAVEPOINT w", NULL, 0)) != SQLITE_OK) {
+            rcs[n] = store_rc(sp);
             continue;
         }
         rcs[n] = o->fn(&tx, o->ctx);
@@ -421,11 +424,12 @@ static void run_batch(store *s, struct op *batch)
         exec(db, "RELEASE w", NULL, 0);
     }
     int64_t t1 = util_mono_us();
-    if (ok && exec(db, "COMMIT", NULL, 0) != SQLITE_OK) {
+    if (ok && (crc = exec(db, "COMMIT", NULL, 0)) != SQLITE_OK) {
         fprintf(stderr, "store: commit failed: %s\n", sqlite3_errmsg(db));
         exec(db, "ROLLBACK", NULL, 0);
+        /* A full disk stays a full disk to the caller (507), not "storage error". */
         for (int i = 0; i < n; i++)
-            rcs[i] = STORE_EIO;
+            rcs[i] = store_rc(crc);
     }
     int64_t t2 = util_mono_us();
     if (t2 - t0 > SLOW_BATCH_US)

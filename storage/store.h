@@ -25,6 +25,7 @@ enum {
     STORE_INVALID = -4,  /* a constraint refused the row */
     STORE_NOMEM = -5,
     STORE_BUSY = -6,     /* the store is shutting down */
+    STORE_FULL = -7,     /* the disk (or the database's size limit) is full */
 };
 
 typedef struct store store;

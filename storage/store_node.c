@@ -4,6 +4,7 @@
 #include "storage/store_node.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "storage/store_bill.h"
@@ -462,28 +463,34 @@ int store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms,
     sqlite3_bind_int64(st, 1, node_id);
     sqlite3_bind_int64(st, 2, now_ms);
     /* Every changed row must be charged: the statement is stepped to its end
-     * (all rows are updated whatever is read) and the ids kept, in chunks. */
-    static __thread int64_t jobs[4096], workers[4096];
-    int n = 0, rc;
+     * (all rows are updated whatever is read) and every id kept. */
+    int64_t *ids = NULL; /* job, worker pairs */
+    size_t n = 0, cap = 0;
+    int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (n < 4096) {
-            jobs[n] = sqlite3_column_int64(st, 0);
-            workers[n++] = sqlite3_column_int64(st, 1);
-        } else {
-            rc = SQLITE_FULL; /* more live workers than one node can hold */
-            break;
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 64;
+            int64_t *grown = realloc(ids, ncap * 2 * sizeof *grown);
+            if (!grown) {
+                rc = SQLITE_NOMEM;
+                break;
+            }
+            ids = grown;
+            cap = ncap;
         }
+        ids[2 * n] = sqlite3_column_int64(st, 0);
+        ids[2 * n + 1] = sqlite3_column_int64(st, 1);
+        n++;
     }
     sqlite3_reset(st);
-    if (rc != SQLITE_DONE)
-        return store_rc(rc);
-    for (int i = 0; i < n; i++) {
-        int r = store_charge_worker(tx, workers[i]);
-        if (r != STORE_OK)
-            return r;
-        row(arg, jobs[i]);
+    rc = rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+        rc = store_charge_worker(tx, ids[2 * i + 1]);
+        if (rc == STORE_OK)
+            row(arg, ids[2 * i]);
     }
-    return STORE_OK;
+    free(ids);
+    return rc;
 }
 
 int store_usage_tx(store_tx *tx, int64_t since_ms,

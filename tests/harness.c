@@ -85,6 +85,14 @@ void th_start(th_daemon *d, const char *const *extra)
     launch(d, extra);
 }
 
+void th_start_in(th_daemon *d, const char *dir, const char *const *extra)
+{
+    memset(d, 0, sizeof *d);
+    snprintf(d->dir, sizeof d->dir, "%s", dir);
+    snprintf(d->db, sizeof d->db, "%s/cohort.db", d->dir);
+    launch(d, extra);
+}
+
 void th_start_no_admin(th_daemon *d, const char *const *extra)
 {
     memset(d, 0, sizeof *d);

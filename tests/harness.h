@@ -36,6 +36,8 @@ int th_free_port(void);
 void th_start(th_daemon *d, const char *const *extra_args);
 /* The same, without COHORT_ADMIN_TOKEN in its environment. */
 void th_start_no_admin(th_daemon *d, const char *const *extra_args);
+/* As th_start, in an existing directory dir (the caller's: a file system of its own, say). */
+void th_start_in(th_daemon *d, const char *dir, const char *const *extra_args);
 /* Starts it again on the same data dir (after th_stop or th_kill9). */
 void th_restart(th_daemon *d, const char *const *extra_args);
 /* SIGTERM and wait; returns the exit status (0 on a clean stop). */

@@ -4,6 +4,8 @@
  * PRAGMA integrity_check.  SIGTERM lets a request in flight finish.
  */
 #include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <criterion/criterion.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -180,4 +182,116 @@ Test(durability, help_lists_every_option)
         cr_expect(strstr(out, opts[i]) != NULL, "--help does not mention %s", opts[i]);
     const char *bad[] = {"--listen", "nonsense", NULL};
     cr_expect_eq(th_cohortd_once(bad, out, sizeof out), 2, "%s", out);
+}
+
+/* ---- a full disk ---- */
+
+/* Fills the file system under dir with one file, to the last byte it takes. */
+static void fill_disk(const char *dir)
+{
+    char path[300], block[65536];
+    snprintf(path, sizeof path, "%s/filler", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    cr_assert(fd >= 0, "%s: %s", path, strerror(errno));
+    memset(block, 'x', sizeof block);
+    for (size_t chunk = sizeof block; chunk > 0; chunk /= 2)
+        while (write(fd, block, chunk) == (ssize_t)chunk)
+            ;
+    close(fd);
+}
+
+static void free_disk(const char *dir)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/filler", dir);
+    cr_assert_eq(unlink(path), 0, "%s: %s", path, strerror(errno));
+}
+
+static char *job_body(int i, char *out, size_t n)
+{
+    snprintf(out, n,
+             "{\"name\":\"full-%d\",\"image\":\"pytorch\",\"workspace\":\"ws\","
+             "\"code_path\":\"t.py\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+             "\"worker_spec\":\"cpu-small\",\"worker_count\":1}",
+             i);
+    return out;
+}
+
+/*
+ * cohortd's data dir on a 16 MB tmpfs, filled to the last byte: creates of
+ * jobs, workspaces and files answer 507 no_space and leave nothing behind,
+ * reads go on working, and once space is freed everything works again with
+ * an intact database.
+ */
+Test(durability, a_full_disk_answers_507_and_keeps_nothing_half_done)
+{
+    if (geteuid() != 0)
+        cr_skip_test("mounting a small file system needs root");
+    char dir[64] = "/tmp/cohort-full-XXXXXX", tk[80], body[512], out[256];
+    cr_assert(mkdtemp(dir));
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "mount -t tmpfs -o size=16m,mode=0711 cohort-full '%s'", dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    th_daemon f;
+    th_start_in(&f, dir, NULL);
+    th_user(&f, "acme", "alice", "member", tk);
+    th_resp r = th_post(&f, "/v1/workspaces", tk, "{\"name\":\"ws\"}");
+    cr_assert_eq(r.status, 201);
+    th_free(&r);
+    r = th_put_file(&f, "/v1/workspaces/ws/files/t.py", tk, "x", 1);
+    cr_assert_eq(r.status, 201);
+    th_free(&r);
+
+    fill_disk(dir);
+    /* The WAL may still have room for a few rows; creates go on until the
+     * disk really refuses one, and each answer tells the truth. */
+    int acked = 0, refused = 0, i;
+    for (i = 0; i < 2000 && !refused; i++) {
+        r = th_post(&f, "/v1/jobs", tk, job_body(i, body, sizeof body));
+        cr_assert(r.status == 201 || r.status == 507, "job create on a full disk: %ld %s",
+                  r.status, r.body);
+        if (r.status == 507) {
+            cr_expect_str_eq(th_err_code(&r), "no_space", "%s", r.body);
+            refused = 1;
+        } else {
+            acked++;
+        }
+        th_free(&r);
+    }
+    cr_assert(refused, "%d job creates on a full disk all succeeded", i);
+    r = th_post(&f, "/v1/workspaces", tk, "{\"name\":\"ws2\"}");
+    cr_expect_eq(r.status, 507, "workspace create on a full disk: %ld %s", r.status, r.body);
+    cr_expect_str_eq(th_err_code(&r), "no_space", "%s", r.body);
+    th_free(&r);
+    static char big[1 << 20];
+    r = th_put_file(&f, "/v1/workspaces/ws/files/big.bin", tk, big, sizeof big);
+    cr_expect_eq(r.status, 507, "upload on a full disk: %ld %s", r.status, r.body);
+    th_free(&r);
+    /* Reads work, and what was refused is not there. */
+    r = th_get(&f, "/v1/jobs?limit=200", tk);
+    cr_expect_eq(r.status, 200);
+    th_free(&r);
+    r = th_get(&f, "/v1/workspaces/ws2", tk);
+    cr_expect_eq(r.status, 404, "a refused workspace is listed: %s", r.body);
+    th_free(&r);
+    r = th_get(&f, "/v1/workspaces/ws/files/big.bin", tk);
+    cr_expect_eq(r.status, 404, "a refused upload left a file: %ld", r.status);
+    th_free(&r);
+
+    free_disk(dir);
+    r = th_post(&f, "/v1/jobs", tk, job_body(i, body, sizeof body));
+    cr_expect_eq(r.status, 201, "after space is freed: %ld %s", r.status, r.body);
+    th_free(&r);
+    r = th_post(&f, "/v1/workspaces", tk, "{\"name\":\"ws2\"}");
+    cr_expect_eq(r.status, 201, "after space is freed: %ld %s", r.status, r.body);
+    th_free(&r);
+    th_stop(&f);
+    th_db_query(&f, "SELECT count(*) FROM jobs", out, sizeof out);
+    cr_expect_eq(atoi(out), acked + 1, "%d acknowledged + 1 after, the database has %s", acked,
+                 out);
+    th_db_query(&f, "PRAGMA integrity_check", out, sizeof out);
+    cr_expect_str_eq(out, "ok\n");
+    cr_log_info("full disk: %d job creates acknowledged before the first 507", acked);
+    snprintf(cmd, sizeof cmd, "umount '%s' && rmdir '%s'", dir, dir);
+    cr_expect_eq(system(cmd), 0, "%s", cmd);
 }
