@@ -6,7 +6,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 MAKEFLAGS  += --no-print-directory
 
-.PHONY: all deps test-deps build build-asan run test test-normal test-asan bench clean
+.PHONY: all deps test-deps dev-deps build build-asan run test test-normal test-asan bench matrix clean
 
 all: build
 
@@ -16,16 +16,19 @@ deps:
 test-deps:
 	@scripts/install-deps --test
 
+dev-deps:
+	@scripts/install-deps --dev
+
 build: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOHORT_WERROR=ON >/dev/null
 	@cmake --build $(BUILD) -j$(JOBS)
 
 build-asan: deps
-	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCOHORT_SANITIZE=ON >/dev/null
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DCOHORT_SANITIZE=ON -DCOHORT_WERROR=ON >/dev/null
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)
 
 run: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOHORT_WERROR=ON >/dev/null
 	@cmake --build $(BUILD) -j$(JOBS) --target cohortd cohort-agent cohort-worker
 	@BUILD=$(BUILD) scripts/run
 
@@ -51,6 +54,10 @@ bench: test-deps build
 	@$(BUILD)/bench_allreduce 2
 	@bench/train/run $(BUILD)
 	@node bench/console/console.bench.mjs $(BUILD) 1000 15
+
+# gcc and clang, every build type, Debian's hardening flags: all warning-free.
+matrix: dev-deps
+	@scripts/build-matrix
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -542,9 +542,9 @@ static int ref_memo_get(const img_cache *c, const img_source *src, char *digest,
     fclose(f);
     text[strcspn(text, "\n")] = '\0';
     if (!ok || strncmp(text, "sha256:", 7) || strlen(text) != 71 ||
-        strspn(text + 7, "0123456789abcdef") != 64)
+        strspn(text + 7, "0123456789abcdef") != 64 || dn < 72)
         return 0;
-    snprintf(digest, dn, "%s", text);
+    memcpy(digest, text, 72); /* "sha256:" + 64 hex + NUL, checked above */
     return 1;
 }
 

@@ -418,7 +418,11 @@ static void stop_starting(sup *s, struct worker *w)
 static int64_t jint(const cJSON *o, const char *k)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : -1;
+    /* Only integers a double holds exactly: no cast of inf, NaN or 1e300. */
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= -9007199254740992.0 &&
+                                v->valuedouble <= 9007199254740992.0))
+        return -1;
+    return (int64_t)v->valuedouble;
 }
 
 /* GPUs held by workers that have not ended. */
@@ -535,11 +539,11 @@ void sup_reconcile(sup *s, const cJSON *workers)
     const cJSON *spec;
     cJSON_ArrayForEach(spec, workers)
     {
-        const cJSON *id = cJSON_GetObjectItemCaseSensitive(spec, "id");
-        if (!cJSON_IsNumber(id) || id->valuedouble < 1)
+        int64_t id = jint(spec, "id");
+        if (id < 1)
             continue;
-        struct worker *w = find(s, (int64_t)id->valuedouble);
-        if (!w && nf < RECONCILE_BATCH && (w = add(s, (int64_t)id->valuedouble)) != NULL) {
+        struct worker *w = find(s, id);
+        if (!w && nf < RECONCILE_BATCH && (w = add(s, id)) != NULL) {
             w->job_id = jint(spec, "job_id");
             w->attempt = jint(spec, "attempt");
             const cJSON *lr = cJSON_GetObjectItemCaseSensitive(

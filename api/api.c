@@ -82,6 +82,34 @@ const api_route *api_routes(void)
     return routes;
 }
 
+static int hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+size_t api_percent_decode(char *s)
+{
+    char *w = s;
+    for (const char *r = s; *r; r++) {
+        int hi, lo;
+        if (r[0] == '%' && (hi = hex_digit(r[1])) >= 0 && (lo = hex_digit(r[2])) >= 0) {
+            int v = hi << 4 | lo;
+            *w++ = v == 0 ? '\x01' : (char)v;
+            r += 2;
+            continue;
+        }
+        *w++ = *r;
+    }
+    *w = '\0';
+    return (size_t)(w - s);
+}
+
 enum api_method api_method_parse(const char *s)
 {
     if (!strcmp(s, "GET") || !strcmp(s, "HEAD"))

@@ -134,6 +134,11 @@ const api_route *api_route_match(enum api_method m, const char *path, api_req *r
                                  int *other_method);
 /* Every route, ending with a zeroed entry (for the OpenAPI check). */
 const api_route *api_routes(void);
+/* Percent-decodes s in place (paths and query values): exactly two hex
+ * digits after '%', anything else kept as it is; %00 becomes 0x01 so a NUL
+ * can never cut a path short (validators refuse control bytes).  Returns the
+ * new length. */
+size_t api_percent_decode(char *s);
 enum api_method api_method_parse(const char *s);
 const char *api_method_name(enum api_method m);
 

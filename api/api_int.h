@@ -76,6 +76,11 @@ void api_defer(api_resp *rs, store_write_fn fn, void *wctx,
 /* Maps a store error to a response; returns -1. */
 int api_store_error(api_resp *rs, int rc, const char *what);
 
+/* A worker's output line of len bytes (no newline): when it is
+ * "COHORT_METRIC " and one JSON object, that object re-printed compactly
+ * (malloc'd, the caller frees); otherwise NULL. */
+char *api_metric_json(const char *line, size_t len);
+
 /* ---- handlers ---- */
 void api_healthz(api_ctx *, const api_req *, api_resp *);
 void api_whoami(api_ctx *, const api_req *, api_resp *);

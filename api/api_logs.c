@@ -62,26 +62,30 @@ static int metrics_write(store_tx *tx, void *arg)
     return rc;
 }
 
+char *api_metric_json(const char *line, size_t len)
+{
+    size_t ml = strlen(METRIC_MARK);
+    char *text = NULL;
+    if (len <= ml || memcmp(line, METRIC_MARK, ml))
+        return NULL;
+    cJSON *o = cJSON_ParseWithLength(line + ml, len - ml);
+    if (cJSON_IsObject(o))
+        text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return text;
+}
+
 /* Collects the metric lines of data (whole lines only). */
 static void scan_metrics(const char *data, size_t n, struct metrics *m)
 {
     size_t start = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && m->n < METRICS_PER_CHUNK; i++) {
         if (data[i] != '\n')
             continue;
-        size_t len = i - start;
-        const char *line = data + start;
+        char *text = api_metric_json(data + start, i - start);
         start = i + 1;
-        size_t ml = strlen(METRIC_MARK);
-        if (len <= ml || memcmp(line, METRIC_MARK, ml) || m->n == METRICS_PER_CHUNK)
-            continue;
-        cJSON *o = cJSON_ParseWithLength(line + ml, len - ml);
-        if (cJSON_IsObject(o)) {
-            char *text = cJSON_PrintUnformatted(o);
-            if (text)
-                m->json[m->n++] = text;
-        }
-        cJSON_Delete(o);
+        if (text)
+            m->json[m->n++] = text;
     }
 }
 

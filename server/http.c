@@ -87,30 +87,12 @@ static const char *get_header(void *h, const char *key)
     return get_value(h, MHD_HEADER_KIND, key);
 }
 
-/*
- * Percent-decoding for paths and query values.  %00 becomes 0x01 so a NUL
- * can never silently cut a path short; validators refuse control bytes.
- */
+/* MHD's unescaper: api_percent_decode. */
 static size_t unescape(void *cls, struct MHD_Connection *c, char *s)
 {
     (void)cls;
     (void)c;
-    char *w = s;
-    for (const char *r = s; *r; r++) {
-        if (r[0] == '%' && r[1] && r[2]) {
-            char hex[3] = {r[1], r[2], 0};
-            char *end;
-            long v = strtol(hex, &end, 16);
-            if (*end == '\0' && end == hex + 2) {
-                *w++ = v == 0 ? '\x01' : (char)v;
-                r += 2;
-                continue;
-            }
-        }
-        *w++ = *r;
-    }
-    *w = '\0';
-    return (size_t)(w - s);
+    return api_percent_decode(s);
 }
 
 static void log_line(struct req_state *st, const char *url)

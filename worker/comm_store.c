@@ -111,6 +111,7 @@ struct comm_store_server {
     int nconns;
     struct entry *ents;
     size_t nents, cap;
+    int detached;  /* comm_store_server_detached: no socket, no thread */
 };
 
 static struct entry *find(comm_store_server *s, const char *key)
@@ -165,7 +166,8 @@ static void conn_free(struct conn *c)
 {
     if (!c)
         return;
-    close(c->fd);
+    if (c->fd >= 0)
+        close(c->fd);
     free(c->body);
     free(c->out);
     free(c->wait_key);
@@ -246,45 +248,103 @@ static int handle(comm_store_server *s, struct conn *c)
     }
 }
 
+/* Accounts for n bytes that just landed in c's header or body buffer: a
+ * whole header is checked against the limits before its body is allocated,
+ * a whole body is handled.  Returns 0, or -1 to close the connection. */
+static int conn_got(comm_store_server *s, struct conn *c, size_t n)
+{
+    if (c->hdr_got < HDR) {
+        c->hdr_got += n;
+        if (c->hdr_got < HDR)
+            return 0;
+        c->body_len = get32(c->hdr);
+        if (c->body_len < BODY_MIN || c->body_len > BODY_MAX)
+            return -1;
+        c->body = malloc(c->body_len);
+        if (!c->body)
+            return -1;
+        c->body_got = 0;
+        return 0;
+    }
+    c->body_got += n;
+    if (c->body_got < c->body_len)
+        return 0;
+    if (handle(s, c) < 0)
+        return -1;
+    free(c->body);
+    c->body = NULL;
+    c->hdr_got = 0;
+    return 0;
+}
+
+/* Where the next bytes of c go, and how many fit. */
+static uint8_t *conn_room(struct conn *c, size_t *room)
+{
+    if (c->hdr_got < HDR) {
+        *room = HDR - c->hdr_got;
+        return c->hdr + c->hdr_got;
+    }
+    *room = c->body_len - c->body_got;
+    return c->body + c->body_got;
+}
+
 /* Reads what is there.  Returns 0, or -1 to close the connection (EOF, an
  * error, or a frame that breaks the limits). */
 static int conn_read(comm_store_server *s, struct conn *c)
 {
     for (;;) {
+        size_t room;
+        uint8_t *at;
         ssize_t n;
         if (c->wait_key)
             return 0;  /* one request at a time: the parked WAIT first */
-        if (c->hdr_got < HDR) {
-            n = recv(c->fd, c->hdr + c->hdr_got, HDR - c->hdr_got, 0);
-        } else {
-            n = recv(c->fd, c->body + c->body_got, c->body_len - c->body_got, 0);
-        }
+        at = conn_room(c, &room);
+        n = recv(c->fd, at, room, 0);
         if (n == 0)
             return -1;
         if (n < 0)
             return (errno == EAGAIN || errno == EINTR) ? 0 : -1;
-        if (c->hdr_got < HDR) {
-            c->hdr_got += (size_t)n;
-            if (c->hdr_got < HDR)
-                continue;
-            c->body_len = get32(c->hdr);
-            if (c->body_len < BODY_MIN || c->body_len > BODY_MAX)
-                return -1;
-            c->body = malloc(c->body_len);
-            if (!c->body)
-                return -1;
-            c->body_got = 0;
-            continue;
-        }
-        c->body_got += (size_t)n;
-        if (c->body_got < c->body_len)
-            continue;
-        if (handle(s, c) < 0)
+        if (conn_got(s, c, (size_t)n) < 0)
             return -1;
-        free(c->body);
-        c->body = NULL;
-        c->hdr_got = 0;
     }
+}
+
+comm_store_server *comm_store_server_detached(void)
+{
+    comm_store_server *s = calloc(1, sizeof *s);
+    if (s) {
+        s->lfd = -1;
+        s->stop_pipe[0] = s->stop_pipe[1] = -1;
+        s->detached = 1;
+    }
+    return s;
+}
+
+int comm_store_feed(comm_store_server *s, const uint8_t *p, size_t n)
+{
+    struct conn *c = calloc(1, sizeof *c);
+    int rc = 0;
+    if (!c)
+        return -1;
+    c->fd = -1;
+    while (n > 0 && rc == 0) {
+        size_t room;
+        uint8_t *at = conn_room(c, &room);
+        if (room > n)
+            room = n;
+        memcpy(at, p, room);
+        p += room;
+        n -= room;
+        rc = conn_got(s, c, room);
+        if (rc == 0 && c->wait_key) {
+            /* A parked WAIT: settled at once, as if its deadline passed. */
+            free(c->wait_key);
+            c->wait_key = NULL;
+            rc = reply(c, COMM_STORE_TIMEOUT, NULL, 0);
+        }
+    }
+    conn_free(c);
+    return rc;
 }
 
 static int conn_write(struct conn *c)
@@ -448,9 +508,11 @@ void comm_store_server_stop(comm_store_server *s)
 {
     if (!s)
         return;
-    if (write(s->stop_pipe[1], "x", 1) != 1)
-        abort();  /* a pipe with room cannot refuse one byte */
-    pthread_join(s->thread, NULL);
+    if (!s->detached) {
+        if (write(s->stop_pipe[1], "x", 1) != 1)
+            abort();  /* a pipe with room cannot refuse one byte */
+        pthread_join(s->thread, NULL);
+    }
     for (int i = 0; i < s->nconns; i++) {
         conn_write(s->conns[i]);  /* answers already due go out (best effort) */
         conn_free(s->conns[i]);
@@ -460,9 +522,11 @@ void comm_store_server_stop(comm_store_server *s)
         free(s->ents[i].val);
     }
     free(s->ents);
-    close(s->lfd);
-    close(s->stop_pipe[0]);
-    close(s->stop_pipe[1]);
+    if (!s->detached) {
+        close(s->lfd);
+        close(s->stop_pipe[0]);
+        close(s->stop_pipe[1]);
+    }
     free(s);
 }
 

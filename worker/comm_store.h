@@ -45,6 +45,14 @@ int comm_store_server_port(const comm_store_server *s);
 /* Stops the thread, closes every connection, frees everything. */
 void comm_store_server_stop(comm_store_server *s);
 
+/* The frame parser without a socket or a thread (for the fuzz target and
+ * tests): comm_store_feed runs bytes through it as one connection's stream,
+ * against this server's key table; a parked WAIT times out at once.  Returns
+ * 0, or -1 where a real connection would have been closed.  Free the server
+ * with comm_store_server_stop. */
+comm_store_server *comm_store_server_detached(void);
+int comm_store_feed(comm_store_server *s, const uint8_t *p, size_t n);
+
 /* Connects to host:port, retrying refused and unreachable attempts until
  * timeout_ms has passed.  Returns 0, or -1 with a message in err. */
 int comm_store_connect(const char *host, int port, int timeout_ms,

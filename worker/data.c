@@ -47,6 +47,42 @@ static int read_exact(gzFile f, const char *path, void *buf, size_t len, const c
     return 0;
 }
 
+/* Reads exactly len bytes into a buffer it allocates (*out, the caller's to
+ * free), growing it as the bytes arrive: a header that promises far more
+ * than the file holds costs what the file holds, not what it promises. */
+static int read_alloc(gzFile f, const char *path, uint8_t **out, size_t len, const char *what,
+                      char *err, size_t errlen)
+{
+    size_t cap = len < ((size_t)1 << 20) ? len : (size_t)1 << 20, got = 0;
+    uint8_t *buf = malloc(cap ? cap : 1);
+    while (buf && got < len) {
+        if (got == cap) {
+            size_t ncap = cap > len / 2 ? len : cap * 2;
+            uint8_t *nb = realloc(buf, ncap);
+            if (!nb)
+                break;
+            buf = nb;
+            cap = ncap;
+        }
+        if (read_exact(f, path, buf + got, cap - got, what, err, errlen) < 0) {
+            /* A short file: say what the header promised, not this chunk. */
+            if (strstr(err, ": truncated: "))
+                snprintf(err, errlen, "%s: truncated: %s needs %zu bytes, the file has fewer "
+                         "than %zu", path, what, len, cap);
+            free(buf);
+            return -1;
+        }
+        got = cap;
+    }
+    if (!buf || got < len) {
+        snprintf(err, errlen, "%s: out of memory for %s (%zu bytes)", path, what, len);
+        free(buf);
+        return -1;
+    }
+    *out = buf;
+    return 0;
+}
+
 /* Opens an IDX file and checks its header: unsigned bytes, `dims`
  * dimensions.  dim[] receives them. */
 static gzFile idx_open(const char *path, int dims, uint32_t *dim, char *err, size_t errlen)
@@ -109,14 +145,8 @@ int data_load_files(const char *images, const char *labels, int classes, struct 
         goto out;
     }
     px = (size_t)di[1] * di[2];
-    out->images = malloc((size_t)di[0] * px);
-    out->labels = malloc(di[0]);
-    if (!out->images || !out->labels) {
-        snprintf(err, errlen, "out of memory for %u images", di[0]);
-        goto out;
-    }
-    if (read_exact(fi, images, out->images, (size_t)di[0] * px, "the pixels", err, errlen) < 0 ||
-        read_exact(fl, labels, out->labels, di[0], "the labels", err, errlen) < 0)
+    if (read_alloc(fi, images, &out->images, (size_t)di[0] * px, "the pixels", err, errlen) < 0 ||
+        read_alloc(fl, labels, &out->labels, di[0], "the labels", err, errlen) < 0)
         goto out;
     if (gzread(fi, &extra, 1) != 0 || gzread(fl, &extra, 1) != 0) {
         snprintf(err, errlen, "%s or %s: bytes after the last item (not an IDX file of the "

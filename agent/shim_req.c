@@ -1,0 +1,272 @@
+/*
+ * shim_req.c: the launch request of cohort-shim, parsed (see shim_req.h).
+ * Every string in the request is checked before it is used; what the
+ * request does not say takes the defaults the agent would have sent.
+ */
+#include "agent/shim_req.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "storage/util.h"
+
+static const char *jstr(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static int64_t jint(const cJSON *o, const char *k, int64_t dflt)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    /* Only integers a double holds exactly: no cast of inf, NaN or 1e300. */
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= -9007199254740992.0 &&
+                                v->valuedouble <= 9007199254740992.0))
+        return dflt;
+    return (int64_t)v->valuedouble;
+}
+
+static int bad(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* 1 when ref names no registry host ("cohort/pytorch:bookworm"): the
+ * node's default registry serves it, as Docker's default does. */
+static int unqualified(const char *ref)
+{
+    size_t h = strcspn(ref, "/");
+    if (ref[h] != '/')
+        return 1;
+    return !memchr(ref, '.', h) && !memchr(ref, ':', h) && strncmp(ref, "localhost/", 10);
+}
+
+static int host_listed(const cJSON *hosts, const char *host)
+{
+    const cJSON *h;
+    cJSON_ArrayForEach(h, hosts)
+    {
+        if (cJSON_IsString(h) && !strcmp(h->valuestring, host))
+            return 1;
+    }
+    return 0;
+}
+
+/* GPU device nodes for the GPUs in CUDA_VISIBLE_DEVICES, and the driver's
+ * control nodes, where they exist. */
+static const char **gpu_devices(const cJSON *spec, shim_req *r)
+{
+    char (*names)[32] = r->gpu_name;
+    const char **list = r->gpu_list;
+    int n = 0;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(spec, "env"), "CUDA_VISIBLE_DEVICES");
+    if (!cJSON_IsString(v) || !v->valuestring[0])
+        return NULL;
+    for (const char *p = v->valuestring; *p && n < 64;) {
+        char *end;
+        long g = strtol(p, &end, 10);
+        if (end == p || g < 0 || g > 63)
+            break;
+        snprintf(names[n], sizeof names[n], "/dev/nvidia%ld", g);
+        if (access(names[n], F_OK) == 0)
+            list[n] = names[n], n++;
+        p = *end == ',' ? end + 1 : end;
+        if (!*end)
+            break;
+    }
+    static const char *const ctl[] = {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+                                      NULL};
+    for (int i = 0; ctl[i]; i++)
+        if (access(ctl[i], F_OK) == 0)
+            list[n++] = ctl[i];
+    list[n] = NULL;
+    return n ? list : NULL;
+}
+
+/* The container settings of the request and the spec into r->sp. */
+static int container_setup(const cJSON *ct, const cJSON *spec, shim_req *r, char *err,
+                           size_t errlen)
+{
+    shim_spec *sp = &r->sp;
+    char host[256];
+    const char *want = jstr(spec, "image_ref"), *reg = jstr(ct, "registry");
+    int64_t uid_base = jint(spec, "uid_base", 0);
+    sp->crun = jstr(ct, "crun");
+    sp->crun_root = jstr(ct, "crun_root");
+    sp->init = jstr(ct, "init");
+    sp->cache.dir = jstr(ct, "image_cache");
+    sp->cache.skopeo = jstr(ct, "skopeo");
+    sp->cache.umoci = jstr(ct, "umoci");
+    sp->cache.max_bytes = jint(ct, "image_cache_max", 0);
+    sp->cache.resolve_ttl_s = jint(ct, "resolve_ttl", 10);
+    sp->cache.tmp_dir = r->dir;
+    if (!sp->crun || !sp->crun_root || !sp->init || !sp->cache.dir || !sp->cache.skopeo ||
+        !sp->cache.umoci)
+        return bad(err, errlen, "the agent's container settings are incomplete");
+    if (!want)
+        return bad(err, errlen, "image %.64s has no reference: register it with one",
+                   jstr(spec, "image") ? jstr(spec, "image") : "?");
+    if (strlen(want) > IMG_REF_MAX || (reg && strlen(reg) > 255))
+        return bad(err, errlen, "image reference %.64s... is too long", want);
+    if (unqualified(want))
+        snprintf(r->ref, sizeof r->ref, "%s/%s", reg ? reg : "127.0.0.1:5000", want);
+    else
+        snprintf(r->ref, sizeof r->ref, "%s", want);
+    if (!img_reference_valid(r->ref))
+        return bad(err, errlen, "image reference %.400s is not valid", r->ref);
+    /* Never host root, never past the uid space. */
+    if (uid_base < 65536 || uid_base > 4294967295LL - 2 * 65536)
+        return bad(err, errlen, "the tenant's uid range (%lld) is not usable",
+                   (long long)uid_base);
+    img_reference_host(r->ref, host, sizeof host);
+    sp->image.reference = r->ref;
+    sp->image.insecure = host_listed(cJSON_GetObjectItemCaseSensitive(ct, "insecure"), host);
+    sp->uid_base = (uint32_t)uid_base;
+    sp->framework = jstr(spec, "framework");
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(spec, "resources");
+    /* PyTorch's DataLoader and NCCL want a large /dev/shm: half the memory. */
+    sp->shm_mb = jint(res, "memory_mb", 128) / 2;
+    if (sp->shm_mb < 64)
+        sp->shm_mb = 64;
+    sp->devices = gpu_devices(spec, r);
+    /* The OCI seccomp object the agent converted once (runtime.c). */
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(ct, "seccomp");
+    if (sc && !cJSON_IsObject(sc))
+        return bad(err, errlen, "the agent's seccomp profile is not an object");
+    sp->seccomp = sc;
+    return 0;
+}
+
+/* The contract's variables, then a minimal base the job did not set, then HOME. */
+static int environment(const cJSON *spec, shim_req *r, char *err, size_t errlen)
+{
+    static const char *const base[] = {
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8",
+        "PYTHONUNBUFFERED=1", NULL};
+    const cJSON *env = cJSON_GetObjectItemCaseSensitive(spec, "env"), *d;
+    if (env && !cJSON_IsObject(env))
+        return bad(err, errlen, "the launch spec's env is not an object");
+    cJSON_ArrayForEach(d, env)
+    {
+        if (!cJSON_IsString(d) || !d->string || r->nenv >= SHIM_REQ_MAX_ENV)
+            continue;
+        size_t len = strlen(d->string) + strlen(d->valuestring) + 2;
+        if (!(r->env[r->nenv] = malloc(len)))
+            return bad(err, errlen, "out of memory");
+        snprintf(r->env[r->nenv++], len, "%s=%s", d->string, d->valuestring);
+        r->nenv_malloced = r->nenv;
+    }
+    r->sp.nenv_own = r->nenv;
+    for (int i = 0; base[i]; i++) {
+        size_t k = strcspn(base[i], "=");
+        int set = 0;
+        for (int j = 0; j < r->sp.nenv_own; j++)
+            set |= !strncmp(r->env[j], base[i], k + 1);
+        if (!set)
+            r->env[r->nenv++] = (char *)base[i];
+    }
+    snprintf(r->home, sizeof r->home, "HOME=%s/workspace", r->sp.mount_root);
+    r->env[r->nenv++] = r->home;
+    r->env[r->nenv] = NULL;
+    r->sp.env = r->env;
+    return 0;
+}
+
+int shim_req_parse(const char *text, shim_req *r, char *err, size_t errlen)
+{
+    const cJSON *spec, *ct, *d, *cg, *res;
+    const char *fw;
+    int na = 0;
+
+    memset(r, 0, sizeof *r);
+    r->json = text ? cJSON_Parse(text) : NULL;
+    r->dir = jstr(r->json, "dir");
+    spec = cJSON_GetObjectItemCaseSensitive(r->json, "spec");
+    if (!r->dir || !r->dir[0] || !cJSON_IsObject(spec))
+        return bad(err, errlen, "the launch request is unreadable");
+    fw = jstr(spec, "framework");
+    r->sp.program = jstr(spec, "program");
+    r->sp.mount_root = jstr(spec, "mount_root");
+    r->sp.workspace = jstr(spec, "workspace");
+    r->sp.launcher = jstr(r->json, "launcher");
+    if (!fw || !r->sp.program || !r->sp.mount_root || !r->sp.workspace ||
+        !util_relpath_valid(r->sp.program, strlen(r->sp.program)))
+        return bad(err, errlen, "the launch spec is incomplete (is the workspace gone?)");
+    ct = cJSON_GetObjectItemCaseSensitive(r->json, "container");
+    if (cJSON_IsObject(ct) && container_setup(ct, spec, r, err, errlen) != 0)
+        return -1;
+    if (!r->sp.crun && strcmp(fw, "native") && !r->sp.launcher)
+        return bad(err, errlen, "no launcher on this node for image %.60s (see --launcher)",
+                   jstr(spec, "image") ? jstr(spec, "image") : fw);
+    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "datasets"))
+    {
+        const char *name = jstr(d, "name"), *path = jstr(d, "path");
+        if (!name || !util_name_valid(name) || !path || r->sp.ndatasets == SHIM_MAX_DATASETS)
+            return bad(err, errlen, "dataset %.64s is missing", name ? name : "?");
+        r->sp.ds_name[r->sp.ndatasets] = name;
+        r->sp.ds_path[r->sp.ndatasets++] = path;
+    }
+    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "hide"))
+    {
+        if (cJSON_IsString(d) && r->sp.nhide < SHIM_MAX_HIDE - 1)
+            r->sp.hide[r->sp.nhide++] = d->valuestring;
+    }
+    if (jstr(r->json, "agent_dir"))
+        r->sp.hide[r->sp.nhide++] = jstr(r->json, "agent_dir");
+    if (environment(spec, r, err, errlen) != 0)
+        return -1;
+    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "args"))
+    {
+        if (cJSON_IsString(d) && na < SHIM_REQ_MAX_ARGS)
+            r->args[na++] = d->valuestring;
+    }
+    r->args[na] = NULL;
+    r->sp.args = r->args;
+    r->sp.agent_lock = jstr(r->json, "agent_lock");
+    r->sp.lease_ms = jint(r->json, "lease_ms", 30000);
+    r->sp.grace_ms = jint(r->json, "grace_ms", 10000);
+    cg = cJSON_GetObjectItemCaseSensitive(r->json, "cgroup");
+    if (jstr(cg, "path")) {
+        if (strlen(jstr(cg, "path")) >= sizeof r->sp.cgroup.path)
+            return bad(err, errlen, "the agent's cgroup path is too long");
+        snprintf(r->sp.cgroup.path, sizeof r->sp.cgroup.path, "%s", jstr(cg, "path"));
+        r->sp.cgroup.cpu = (int)jint(cg, "cpu", 0);
+        r->sp.cgroup.memory = (int)jint(cg, "memory", 0);
+        r->sp.cgroup.pids = (int)jint(cg, "pids", 0);
+    }
+    /* The worker spec's share of the node: what its cgroup is limited to. */
+    res = cJSON_GetObjectItemCaseSensitive(spec, "resources");
+    r->sp.id = jint(spec, "id", 0);
+    r->sp.cpu_milli = jint(res, "cpus", 0);
+    r->sp.memory_mb = jint(res, "memory_mb", 0);
+    if (r->sp.cpu_milli < 0 || r->sp.cpu_milli > 1000000 || r->sp.memory_mb < 0 ||
+        r->sp.memory_mb > ((int64_t)1 << 40))
+        return bad(err, errlen, "the worker spec's resources are out of range");
+    r->sp.cpu_milli *= 1000;
+    /* Registry credentials stay out of spec.json (kept for the pull). */
+    r->auth = cJSON_DetachItemFromObjectCaseSensitive((cJSON *)spec, "registry_auth");
+    r->sp.image.username = jstr(r->auth, "username");
+    r->sp.image.password = jstr(r->auth, "password");
+    r->note = cJSON_PrintUnformatted(spec);
+    if (!r->note)
+        return bad(err, errlen, "out of memory");
+    return 0;
+}
+
+void shim_req_free(shim_req *r)
+{
+    for (int i = 0; i < r->nenv_malloced; i++)
+        free(r->env[i]);
+    free(r->note);
+    cJSON_Delete(r->auth);
+    cJSON_Delete(r->json);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,51 @@
+/*
+ * shim_req: the launch request cohort-shim reads on its standard input,
+ * turned into the sandbox description of shim.h.  Parsing only: nothing is
+ * created or started here, so the parser can be tested and fuzzed alone.
+ *
+ * The request, from cohort-agent:
+ *   {"dir", "spec" (the launch spec from cohortd), "launcher", "agent_dir",
+ *    "agent_lock", "lease_ms", "grace_ms", "cgroup" ({"path", "cpu", "memory",
+ *    "pids"}: the agent's cgroup subtree, absent for none), "container" (absent
+ *    on a trusted node that runs host processes: {"crun", "crun_root", "init",
+ *    "skopeo", "umoci", "image_cache", "image_cache_max", "resolve_ttl", "registry" (for
+ *    references without a host), "insecure" (hosts spoken to over plain HTTP),
+ *    "seccomp" (the OCI seccomp object, or absent)})}
+ * The launch spec of a container worker carries "image_ref", "uid_base" and,
+ * for a private image with credentials, "registry_auth" {"username", "password"}.
+ */
+#ifndef COHORT_AGENT_SHIM_REQ_H
+#define COHORT_AGENT_SHIM_REQ_H
+
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+#include "agent/image.h"
+#include "agent/shim.h"
+
+#define SHIM_REQ_MAX_ENV 280   /* the job's and the platform's variables */
+#define SHIM_REQ_MAX_ARGS 298
+
+typedef struct shim_req {
+    const char *dir; /* the worker's state directory, once known (even on failure) */
+    shim_spec sp;    /* points into json, auth and the buffers below */
+    char *note;      /* the spec for dir/spec.json, credentials removed; owned */
+    cJSON *json;     /* the parsed request; owned */
+    cJSON *auth;     /* registry_auth, taken out of the spec; owned */
+    int nenv, nenv_malloced;
+    char *env[SHIM_REQ_MAX_ENV + 8]; /* env[0 .. nenv_malloced) are owned */
+    char *args[SHIM_REQ_MAX_ARGS + 2];
+    char home[4200];
+    char ref[IMG_REF_MAX + 300];
+    char gpu_name[72][32];
+    const char *gpu_list[72];
+} shim_req;
+
+/* Parses text (NUL-terminated) into *r, which the caller provides (it is
+ * large: allocate it).  0, or -1 with a message for the worker's status in
+ * err.  Either way the caller calls shim_req_free(r) afterwards. */
+int shim_req_parse(const char *text, shim_req *r, char *err, size_t errlen);
+void shim_req_free(shim_req *r);
+
+#endif
