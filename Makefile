@@ -6,7 +6,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 MAKEFLAGS  += --no-print-directory
 
-.PHONY: all deps test-deps dev-deps build build-asan run test test-normal test-asan bench matrix clean
+.PHONY: all deps test-deps dev-deps build build-asan run test test-normal test-asan bench matrix fuzz clean
 
 all: build
 
@@ -54,6 +54,14 @@ bench: test-deps build
 	@$(BUILD)/bench_allreduce 2
 	@bench/train/run $(BUILD)
 	@node bench/console/console.bench.mjs $(BUILD) 1000 15
+
+# Each libFuzzer target of tests/fuzz for FUZZ_TIME seconds (clang).
+FUZZ_BUILD ?= build-fuzz
+FUZZ_TIME  ?= 300
+fuzz: dev-deps
+	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOHORT_FUZZ=ON -DCOHORT_WERROR=ON >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j$(JOBS) --target fuzz_all
+	@scripts/fuzz $(FUZZ_BUILD) $(FUZZ_TIME)
 
 # gcc and clang, every build type, Debian's hardening flags: all warning-free.
 matrix: dev-deps

@@ -253,6 +253,8 @@ int shim_req_parse(const char *text, shim_req *r, char *err, size_t errlen)
     r->sp.cpu_milli *= 1000;
     /* Registry credentials stay out of spec.json (kept for the pull). */
     r->auth = cJSON_DetachItemFromObjectCaseSensitive((cJSON *)spec, "registry_auth");
+    while (cJSON_GetObjectItemCaseSensitive(spec, "registry_auth")) /* a repeated key too */
+        cJSON_DeleteItemFromObjectCaseSensitive((cJSON *)spec, "registry_auth");
     r->sp.image.username = jstr(r->auth, "username");
     r->sp.image.password = jstr(r->auth, "password");
     r->note = cJSON_PrintUnformatted(spec);

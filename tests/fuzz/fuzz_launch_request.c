@@ -55,7 +55,10 @@ static void check(const shim_req *r, int container)
         fuzz_check(i < SHIM_REQ_MAX_ARGS, "argument count");
     for (int i = 0; i < sp->ndatasets; i++)
         fuzz_check(util_name_valid(sp->ds_name[i]) && sp->ds_path[i], "a dataset without a name");
-    fuzz_check(!strstr(r->note, "registry_auth"), "credentials left in spec.json");
+    cJSON *note = cJSON_Parse(r->note);
+    fuzz_check(note && !cJSON_GetObjectItemCaseSensitive(note, "registry_auth"),
+               "credentials left in spec.json");
+    cJSON_Delete(note);
     if (container) {
         fuzz_check(sp->crun && img_reference_valid(sp->image.reference), "image reference");
         fuzz_check(sp->uid_base >= 65536, "a container mapped onto host uids");
