@@ -37,6 +37,28 @@ struct http_server {
     pthread_t wthread;
     int wstop;
     int stopping; /* shutting down: no long waits, and connections close */
+    /* Every open connection, for the header deadline (conn_watch). */
+    pthread_mutex_t cwlock;
+    struct conn_watch *watched;
+    int64_t header_timeout_ms;
+    uint64_t cut_slow; /* connections closed at the header deadline */
+};
+
+/*
+ * One open connection, from MHD's start notice to its close notice.  While
+ * no request is being served on it (since it opened, or since its last
+ * request ended) its next request's headers must be whole within
+ * header_timeout_ms; the timer thread shuts down the socket of one that is
+ * late, and MHD then closes it as it would any connection its peer closed.
+ * The fd stays valid while the watch is listed: MHD sends the close notice,
+ * which unlists it under cwlock, before it closes the socket.
+ */
+struct conn_watch {
+    MHD_socket fd;
+    int64_t since_ms;   /* monotonic: opened, or its last request ended */
+    int in_request;     /* headers whole, being served (atomic) */
+    int cut;
+    struct conn_watch *prev, *next;
 };
 
 #define HTTP_PATH_MAX 4096
@@ -256,6 +278,23 @@ static void on_bump(void *arg)
 }
 
 /* Ends long polls at their deadlines. */
+/* Shuts down every connection whose request headers are overdue. */
+static void cut_slow_headers(http_server *srv, int64_t now)
+{
+    pthread_mutex_lock(&srv->cwlock);
+    for (struct conn_watch *w = srv->watched; w; w = w->next) {
+        if (w->cut || __atomic_load_n(&w->in_request, __ATOMIC_ACQUIRE) ||
+            now - __atomic_load_n(&w->since_ms, __ATOMIC_ACQUIRE) < srv->header_timeout_ms)
+            continue;
+        shutdown(w->fd, SHUT_RDWR);
+        w->cut = 1;
+        srv->cut_slow++;
+    }
+    pthread_mutex_unlock(&srv->cwlock);
+}
+
+/* The server's timer thread: answers long polls that are due, and cuts
+ * connections whose headers are overdue, every 200 ms. */
 static void *waiter_main(void *arg)
 {
     http_server *srv = arg;
@@ -269,7 +308,11 @@ static void *waiter_main(void *arg)
             ts.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&srv->wcond, &srv->wlock, &ts);
-        wake_due(srv, srv->wstop ? INT64_MAX : mono_ms());
+        int64_t now = mono_ms();
+        wake_due(srv, srv->wstop ? INT64_MAX : now);
+        pthread_mutex_unlock(&srv->wlock);
+        cut_slow_headers(srv, now);
+        pthread_mutex_lock(&srv->wlock);
     }
     wake_due(srv, INT64_MAX);
     pthread_mutex_unlock(&srv->wlock);
@@ -525,6 +568,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     http_server *srv = cls;
     struct req_state *st = *con_cls;
     if (!st) {
+        /* The headers are whole: the header deadline stops counting. */
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        struct conn_watch *w = ci ? ci->socket_context : NULL;
+        if (w)
+            __atomic_store_n(&w->in_request, 1, __ATOMIC_RELEASE);
         st = calloc(1, sizeof *st);
         if (!st)
             return MHD_NO;
@@ -581,9 +630,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)conn;
     http_server *srv = cls;
     struct req_state *st = *con_cls;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    struct conn_watch *w = ci ? ci->socket_context : NULL;
+    if (w) {
+        /* The next request's headers are due from now. */
+        __atomic_store_n(&w->since_ms, mono_ms(), __ATOMIC_RELEASE);
+        __atomic_store_n(&w->in_request, 0, __ATOMIC_RELEASE);
+    }
     if (!st)
         return;
     if (st->phase != P_SENT)
@@ -607,6 +663,40 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     free(st);
     *con_cls = NULL;
     __atomic_sub_fetch(&srv->in_flight, 1, __ATOMIC_RELAXED);
+}
+
+/* MHD's connection notices: each open connection is watched (conn_watch). */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    http_server *srv = cls;
+    struct conn_watch *w = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!ci || !(w = calloc(1, sizeof *w)))
+            return; /* unwatched: only the idle timeout bounds it */
+        w->fd = ci->connect_fd;
+        w->since_ms = mono_ms();
+        pthread_mutex_lock(&srv->cwlock);
+        w->next = srv->watched;
+        if (w->next)
+            w->next->prev = w;
+        srv->watched = w;
+        pthread_mutex_unlock(&srv->cwlock);
+        *socket_context = w;
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && w) {
+        pthread_mutex_lock(&srv->cwlock);
+        if (w->prev)
+            w->prev->next = w->next;
+        else
+            srv->watched = w->next;
+        if (w->next)
+            w->next->prev = w->prev;
+        pthread_mutex_unlock(&srv->cwlock);
+        free(w);
+        *socket_context = NULL;
+    }
 }
 
 static int resolve(const char *host, int port, struct sockaddr_storage *ss, char *err,
@@ -638,6 +728,9 @@ http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t 
     }
     s->ctx = ctx;
     s->log = cfg->access_log;
+    s->header_timeout_ms =
+        1000LL * (cfg->header_timeout_s > 0 ? cfg->header_timeout_s : HTTP_DEFAULT_HEADER_TIMEOUT_S);
+    pthread_mutex_init(&s->cwlock, NULL);
     int n = 0;
     for (const api_route *r = api_routes(); r->pattern && n < METRICS_ROUTES - 3; r++)
         labels[n++] = r->pattern;
@@ -657,8 +750,16 @@ http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t 
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)10000,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                            MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)(cfg->max_conns > 0 ? cfg->max_conns
+                                                          : HTTP_DEFAULT_MAX_CONNS),
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                            (unsigned)(cfg->max_conns_per_ip >= 0 ? cfg->max_conns_per_ip
+                                                                  : HTTP_DEFAULT_MAX_CONNS_PER_IP),
+                            MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)(cfg->idle_timeout_s > 0 ? cfg->idle_timeout_s
+                                                               : HTTP_DEFAULT_IDLE_TIMEOUT_S),
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                             MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
@@ -680,6 +781,7 @@ http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t 
     sched_on_bump(ctx->sched, on_bump, s);
     return s;
 fail:
+    pthread_mutex_destroy(&s->cwlock);
     free(s);
     return NULL;
 }
@@ -712,6 +814,7 @@ void http_stop(http_server *s, int grace_ms)
     }
     MHD_stop_daemon(s->d);
     pthread_mutex_destroy(&s->wlock);
+    pthread_mutex_destroy(&s->cwlock);
     pthread_cond_destroy(&s->wcond);
     free(s);
 }

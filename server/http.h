@@ -14,11 +14,23 @@
 
 typedef struct http_server http_server;
 
+#define HTTP_DEFAULT_MAX_CONNS 10000
+#define HTTP_DEFAULT_MAX_CONNS_PER_IP 512
+#define HTTP_DEFAULT_IDLE_TIMEOUT_S 60
+#define HTTP_DEFAULT_HEADER_TIMEOUT_S 20
+
 typedef struct http_config {
     const char *host;      /* numeric address or name to bind */
     int port;              /* 0: any free port */
     int threads;           /* worker threads in the pool */
     alog *access_log;      /* NULL: none */
+    /* Connection bounds (the HTTP_DEFAULT_* above when 0, but per_ip, where
+     * 0 is no limit): connections past max_conns or max_conns_per_ip are
+     * closed as they are accepted; a connection silent idle_timeout_s is
+     * closed; one whose request headers are not whole header_timeout_s
+     * after it opened (or after its last request ended) is closed however
+     * slowly bytes trickle in. */
+    int max_conns, max_conns_per_ip, idle_timeout_s, header_timeout_s;
 } http_config;
 
 /* Starts serving; NULL with a message in err on failure. */

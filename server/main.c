@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -38,6 +39,7 @@ struct config {
     int64_t min_hold_s;
     int64_t budget_grace_s;
     const char *web_dir;   /* NULL: the built-in default, when it exists */
+    int max_conns, max_conns_per_ip, idle_timeout_s, header_timeout_s;
 };
 
 static void usage(FILE *f)
@@ -61,6 +63,14 @@ static void usage(FILE *f)
             "  --web-dir DIR          the console's files (env COHORT_WEB_DIR; default %s;\n"
             "                         'off' serves no console)\n"
             "  --access-log FILE      one line per request; '-' for stderr (default), 'off'\n"
+            "  --max-conns N          open connections in all; past it new ones are closed at\n"
+            "                         once (default %d)\n"
+            "  --max-conns-per-ip N   open connections from one address (default %d; 0: no limit)\n"
+            "  --idle-timeout SECONDS a connection silent this long is closed (default %d)\n"
+            "  --header-timeout SECONDS\n"
+            "                         a request's headers must be whole this long after the\n"
+            "                         connection opened or its last request ended, however\n"
+            "                         slowly they trickle in (default %d)\n"
             "  --routes               print the routes served and exit\n"
             "  --help                 this text\n"
             "\n"
@@ -68,7 +78,8 @@ static void usage(FILE *f)
             "new one, printed once and written to DATA_DIR/admin-token (mode 0600).\n",
             DEFAULT_LISTEN, DEFAULT_DATA_DIR, API_DEFAULT_BODY_LIMIT,
             (long long)API_DEFAULT_UPLOAD_LIMIT, SCHED_MIN_HOLD_S, SCHED_BUDGET_GRACE_S,
-            COHORT_WEB_DIR_DEFAULT);
+            COHORT_WEB_DIR_DEFAULT, HTTP_DEFAULT_MAX_CONNS, HTTP_DEFAULT_MAX_CONNS_PER_IP,
+            HTTP_DEFAULT_IDLE_TIMEOUT_S, HTTP_DEFAULT_HEADER_TIMEOUT_S);
 }
 
 static int parse_listen(const char *s, struct config *c)
@@ -120,6 +131,10 @@ static int parse_args(int argc, char **argv, struct config *c)
         {"min-hold", required_argument, NULL, 'M'},
         {"budget-grace", required_argument, NULL, 'G'},
         {"web-dir", required_argument, NULL, 'W'},
+        {"max-conns", required_argument, NULL, 'C'},
+        {"max-conns-per-ip", required_argument, NULL, 'P'},
+        {"idle-timeout", required_argument, NULL, 'I'},
+        {"header-timeout", required_argument, NULL, 'T'},
         {"help", no_argument, NULL, 'h'},
         {"routes", no_argument, NULL, 'r'},
         {NULL, 0, NULL, 0},
@@ -140,6 +155,10 @@ static int parse_args(int argc, char **argv, struct config *c)
     c->lease_s = 30;
     c->min_hold_s = SCHED_MIN_HOLD_S;
     c->budget_grace_s = SCHED_BUDGET_GRACE_S;
+    c->max_conns = HTTP_DEFAULT_MAX_CONNS;
+    c->max_conns_per_ip = HTTP_DEFAULT_MAX_CONNS_PER_IP;
+    c->idle_timeout_s = HTTP_DEFAULT_IDLE_TIMEOUT_S;
+    c->header_timeout_s = HTTP_DEFAULT_HEADER_TIMEOUT_S;
     if (!listen || !*listen)
         listen = DEFAULT_LISTEN;
     int o;
@@ -196,6 +215,24 @@ static int parse_args(int argc, char **argv, struct config *c)
             break;
         case 'W':
             c->web_dir = optarg;
+            break;
+        case 'C':
+        case 'P':
+            if (parse_size(optarg, o == 'C' ? 16 : 0, 1000000, &v)) {
+                fprintf(stderr, "cohortd: --%s must be %s..1000000\n",
+                        o == 'C' ? "max-conns" : "max-conns-per-ip", o == 'C' ? "16" : "0");
+                return -1;
+            }
+            *(o == 'C' ? &c->max_conns : &c->max_conns_per_ip) = (int)v;
+            break;
+        case 'I':
+        case 'T':
+            if (parse_size(optarg, 1, 3600, &v)) {
+                fprintf(stderr, "cohortd: --%s must be 1..3600 seconds\n",
+                        o == 'I' ? "idle-timeout" : "header-timeout");
+                return -1;
+            }
+            *(o == 'I' ? &c->idle_timeout_s : &c->header_timeout_s) = (int)v;
             break;
         case 'h':
             usage(stdout);
@@ -296,6 +333,19 @@ static int write_file(const char *dir, const char *name, const char *text, mode_
     return 0;
 }
 
+/* Every connection is a descriptor: the soft limit (often 1024) goes up to
+ * the hard one, so --max-conns, not the default limit, bounds them. */
+static void raise_fd_limit(int max_conns)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == rl.rlim_max)
+        return;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur < (rlim_t)max_conns + 64)
+        fprintf(stderr, "cohortd: the descriptor limit (%llu) is below --max-conns (%d)\n",
+                (unsigned long long)rl.rlim_cur, max_conns);
+}
+
 int main(int argc, char **argv)
 {
     struct config cfg = {0};
@@ -309,6 +359,7 @@ int main(int argc, char **argv)
 
     if (parse_args(argc, argv, &cfg))
         return 2;
+    raise_fd_limit(cfg.max_conns);
     /* Block the stop signals in every thread; main waits for them. */
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
@@ -389,7 +440,9 @@ int main(int argc, char **argv)
         goto out;
     }
 
-    http_config hc = {cfg.host, cfg.port, cfg.threads, access};
+    http_config hc = {cfg.host,      cfg.port,          cfg.threads,
+                      access,        cfg.max_conns,     cfg.max_conns_per_ip,
+                      cfg.idle_timeout_s, cfg.header_timeout_s};
     srv = http_start(&hc, ctx, err, sizeof err);
     if (!srv) {
         fprintf(stderr, "cohortd: %s\n", err);

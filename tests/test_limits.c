@@ -1,0 +1,187 @@
+/*
+ * Connection limits, from the attacker's side: clients that trickle their
+ * headers a byte a second, clients that connect and say nothing, and one
+ * address opening more connections than it may.  A real cohortd with a
+ * 3 s header deadline; a normal client on another address must be served
+ * throughout, and every slow or idle connection must be closed by the
+ * server at the deadline.  (The normal client's latency under this load is
+ * printed here; bench/ holds the figures to quote.)
+ */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/harness.h"
+
+#define SLOW 500
+#define IDLE 2000
+#define PER_IP 600
+
+static th_daemon d;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int port_of(const th_daemon *dm)
+{
+    const char *colon = strrchr(dm->base, ':');
+    return colon ? atoi(colon + 1) : 0;
+}
+
+/* A TCP connection to cohortd from the loopback address ip. */
+static int connect_from(const char *ip, int port)
+{
+    struct sockaddr_in src = {.sin_family = AF_INET}, dst = {.sin_family = AF_INET};
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert(fd >= 0, "socket: %s", strerror(errno));
+    inet_pton(AF_INET, ip, &src.sin_addr);
+    inet_pton(AF_INET, "127.0.0.1", &dst.sin_addr);
+    dst.sin_port = htons((uint16_t)port);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&src, sizeof src), 0, "bind %s: %s", ip,
+                 strerror(errno));
+    cr_assert_eq(connect(fd, (struct sockaddr *)&dst, sizeof dst), 0, "connect: %s",
+                 strerror(errno));
+    return fd;
+}
+
+/* 1 when the server has closed fd (EOF or reset), 0 while it is open. */
+static int closed_by_server(int fd)
+{
+    char b[256];
+    ssize_t n = recv(fd, b, sizeof b, MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+static void setup(void)
+{
+    struct rlimit rl;
+    getrlimit(RLIMIT_NOFILE, &rl);
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    cr_assert_geq(rl.rlim_cur, SLOW + IDLE + PER_IP + 200, "descriptor limit %llu",
+                  (unsigned long long)rl.rlim_cur);
+    const char *args[] = {"--header-timeout", "3", "--max-conns-per-ip", "600", NULL};
+    th_start(&d, args);
+}
+
+static void teardown(void)
+{
+    th_stop(&d);
+    th_cleanup(&d);
+}
+
+TestSuite(limits, .init = setup, .fini = teardown, .timeout = 120);
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+Test(limits, slow_and_idle_connections_are_cut_and_a_normal_client_is_served)
+{
+    static int slow[SLOW], idle[IDLE];
+    static double lat[400];
+    char ip[32];
+    int port = port_of(&d), nlat = 0;
+    double t0 = now_s();
+    for (int i = 0; i < SLOW; i++) {
+        slow[i] = connect_from("127.0.0.2", port);
+        const char *start = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+        cr_assert_eq(send(slow[i], start, strlen(start), MSG_NOSIGNAL), (ssize_t)strlen(start));
+    }
+    for (int i = 0; i < IDLE; i++) {
+        snprintf(ip, sizeof ip, "127.0.0.%d", 3 + i / 500);
+        idle[i] = connect_from(ip, port);
+    }
+    double opened = now_s() - t0;
+    /* While they hang: a byte a second from each slow one, and the normal
+     * client's requests in between. */
+    int failed = 0;
+    for (int second = 0; second < 2; second++) {
+        for (int i = 0; i < SLOW; i++)
+            send(slow[i], "a", 1, MSG_NOSIGNAL);
+        double until = now_s() + 1.0;
+        while (now_s() < until && nlat < 400) {
+            double a = now_s();
+            th_resp r = th_get(&d, "/healthz", NULL);
+            lat[nlat++] = (now_s() - a) * 1000;
+            failed += r.status != 200;
+            th_free(&r);
+        }
+    }
+    cr_expect_eq(failed, 0, "%d of %d requests of the normal client failed", failed, nlat);
+    int open_slow = 0, open_idle = 0;
+    for (int i = 0; i < SLOW; i++)
+        open_slow += !closed_by_server(slow[i]);
+    cr_expect_eq(open_slow, SLOW, "slow connections were cut before their deadline");
+    /* Past the 3 s deadline (and the 200 ms tick), every one of them is closed,
+     * though the slow ones go on sending. */
+    double deadline = t0 + 3.0 + 4.0;
+    do {
+        for (int i = 0; i < SLOW; i++)
+            send(slow[i], "a", 1, MSG_NOSIGNAL);
+        struct timespec ts = {0, 500 * 1000000L};
+        nanosleep(&ts, NULL);
+        open_slow = open_idle = 0;
+        for (int i = 0; i < SLOW; i++)
+            open_slow += !closed_by_server(slow[i]);
+        for (int i = 0; i < IDLE; i++)
+            open_idle += !closed_by_server(idle[i]);
+    } while ((open_slow || open_idle) && now_s() < deadline);
+    cr_expect_eq(open_slow, 0, "%d slow connections still open %.1f s after they opened",
+                 open_slow, now_s() - t0);
+    cr_expect_eq(open_idle, 0, "%d idle connections still open %.1f s after they opened",
+                 open_idle, now_s() - t0);
+    qsort(lat, (size_t)nlat, sizeof lat[0], cmp_double);
+    cr_log_info("%d slow + %d idle connections opened in %.2f s; normal client: %d requests, "
+                "p50 %.1f ms, p99 %.1f ms; all cut %.1f s after opening",
+                SLOW, IDLE, opened, nlat, lat[nlat / 2], lat[nlat * 99 / 100], now_s() - t0);
+    for (int i = 0; i < SLOW; i++)
+        close(slow[i]);
+    for (int i = 0; i < IDLE; i++)
+        close(idle[i]);
+    th_resp r = th_get(&d, "/healthz", NULL);
+    cr_expect_eq(r.status, 200);
+    th_free(&r);
+}
+
+Test(limits, one_address_past_its_limit_is_refused_at_once)
+{
+    static int fds[PER_IP];
+    int port = port_of(&d);
+    for (int i = 0; i < PER_IP; i++)
+        fds[i] = connect_from("127.0.0.9", port);
+    /* The next one from that address is accepted by the kernel and closed by
+     * cohortd straight away: not queued, not left hanging. */
+    int extra = connect_from("127.0.0.9", port);
+    double t0 = now_s();
+    while (!closed_by_server(extra) && now_s() - t0 < 2.0) {
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    double took = now_s() - t0;
+    cr_expect(closed_by_server(extra), "connection %d from one address was not refused",
+              PER_IP + 1);
+    cr_expect_eq(closed_by_server(fds[PER_IP - 1]), 0, "connection %d was refused", PER_IP);
+    cr_log_info("connection %d from one address closed after %.0f ms", PER_IP + 1, took * 1000);
+    /* Another address is served meanwhile. */
+    th_resp r = th_get(&d, "/healthz", NULL);
+    cr_expect_eq(r.status, 200);
+    th_free(&r);
+    close(extra);
+    for (int i = 0; i < PER_IP; i++)
+        close(fds[i]);
+}
