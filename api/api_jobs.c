@@ -37,8 +37,12 @@ static const char *const reserved_env[] = {
 static const char *const job_states[] = {"PENDING", "STARTING", "RUNNING", "SUCCEEDED",
                                          "FAILED", "CANCELLED", NULL};
 
+/* UTF-8 without control characters. */
 static int text_ok(const char *s)
 {
+    size_t n = strlen(s);
+    if (util_utf8_invalid_at(s, n) != n)
+        return 0;
     for (; *s; s++)
         if ((unsigned char)*s < 0x20 || *s == 0x7f)
             return 0;

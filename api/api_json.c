@@ -57,6 +57,36 @@ static int has_escaped_nul(const char *s, size_t n)
     return 0;
 }
 
+static int utf8_ok(const char *s)
+{
+    size_t n = strlen(s);
+    return util_utf8_invalid_at(s, n) == n;
+}
+
+/* The first string under item (a member's name or a string value) that is
+ * not UTF-8, its member path appended to path ("env.FOO", "args[2]"; path
+ * holds n bytes).  NULL when every string is valid. */
+static const cJSON *first_bad_utf8(const cJSON *item, char *path, size_t n)
+{
+    size_t used = strlen(path);
+    int idx = 0;
+    for (const cJSON *c = item->child; c; c = c->next, idx++) {
+        if (cJSON_IsArray(item)) {
+            snprintf(path + used, n - used, "[%d]", idx);
+        } else if (!c->string || !utf8_ok(c->string)) {
+            snprintf(path + used, n - used, "%s(a member's name)", used ? "." : "");
+            return c;
+        } else {
+            snprintf(path + used, n - used, "%s%.64s", used ? "." : "", c->string);
+        }
+        if ((cJSON_IsString(c) && !utf8_ok(c->valuestring)) ||
+            ((cJSON_IsArray(c) || cJSON_IsObject(c)) && first_bad_utf8(c, path, n)))
+            return c;
+        path[used] = '\0';
+    }
+    return NULL;
+}
+
 cJSON *api_parse_object(const api_req *rq, api_resp *rs)
 {
     if (rq->body_len == 0) {
@@ -86,6 +116,17 @@ cJSON *api_parse_object(const api_req *rq, api_resp *rs)
     if (!cJSON_IsObject(o)) {
         cJSON_Delete(o);
         api_error(rs, 400, "invalid_json", NULL, "the body must be a JSON object");
+        return NULL;
+    }
+    /* Every string must be UTF-8: what is stored is echoed in JSON and CSV. */
+    char path[200] = "";
+    if (first_bad_utf8(o, path, sizeof path)) {
+        char field[80];
+        snprintf(field, sizeof field, "%.*s", (int)strcspn(path, ".["), path);
+        cJSON_Delete(o);
+        api_error(rs, 400, "invalid_utf8", field[0] && field[0] != '(' ? field : NULL,
+                  "'%s' is not valid UTF-8 (overlong, surrogate, truncated or stray bytes)",
+                  path);
         return NULL;
     }
     return o;

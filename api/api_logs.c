@@ -66,8 +66,9 @@ char *api_metric_json(const char *line, size_t len)
 {
     size_t ml = strlen(METRIC_MARK);
     char *text = NULL;
-    if (len <= ml || memcmp(line, METRIC_MARK, ml))
-        return NULL;
+    if (len <= ml || memcmp(line, METRIC_MARK, ml) ||
+        util_utf8_invalid_at(line + ml, len - ml) != len - ml)
+        return NULL; /* stored metrics are served as JSON: UTF-8 only */
     cJSON *o = cJSON_ParseWithLength(line + ml, len - ml);
     if (cJSON_IsObject(o))
         text = cJSON_PrintUnformatted(o);

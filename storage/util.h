@@ -50,8 +50,13 @@ int util_ct_equal(const void *a, const void *b, size_t n);
 /* 1 when s matches [a-z0-9][a-z0-9._-]{0,62}. */
 int util_name_valid(const char *s);
 
+/* Where s (len bytes) stops being UTF-8 as RFC 3629 defines it (no overlong
+ * forms, no surrogates, nothing past U+10FFFF, no truncated sequence): the
+ * offset of the first bad byte, or len when all of it is valid. */
+size_t util_utf8_invalid_at(const char *s, size_t len);
+
 /*
- * 1 when p is an acceptable relative file path: 1..UTIL_PATH_MAX bytes,
+ * 1 when p is an acceptable relative file path: 1..UTIL_PATH_MAX bytes of UTF-8,
  * components separated by single '/', no empty, "." or ".." component,
  * no leading '/', no NUL or control characters, no backslash.
  */

@@ -20,9 +20,43 @@ int util_name_valid(const char *s)
     return 1;
 }
 
+size_t util_utf8_invalid_at(const char *s, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < len) {
+        unsigned c = p[i];
+        size_t n;
+        unsigned cp, min;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c >= 0xc2 && c <= 0xdf)
+            n = 1, cp = c & 0x1f, min = 0x80;
+        else if (c >= 0xe0 && c <= 0xef)
+            n = 2, cp = c & 0x0f, min = 0x800;
+        else if (c >= 0xf0 && c <= 0xf4)
+            n = 3, cp = c & 0x07, min = 0x10000;
+        else
+            return i; /* a continuation byte first, 0xc0/0xc1 (overlong) or past U+10FFFF */
+        if (len - i <= n)
+            return i; /* truncated */
+        for (size_t k = 1; k <= n; k++) {
+            if ((p[i + k] & 0xc0) != 0x80)
+                return i;
+            cp = cp << 6 | (p[i + k] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return i; /* overlong, out of range, or a UTF-16 surrogate */
+        i += n + 1;
+    }
+    return len;
+}
+
 int util_relpath_valid(const char *p, size_t len)
 {
-    if (len == 0 || len > UTIL_PATH_MAX)
+    if (len == 0 || len > UTIL_PATH_MAX || util_utf8_invalid_at(p, len) != len)
         return 0;
     size_t start = 0;
     for (size_t i = 0; i <= len; i++) {

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "api/api.h"
 #include "tests/harness.h"
 
 static th_daemon d;
@@ -371,4 +372,103 @@ Test(bad_input, too_large_is_refused_before_the_body_is_read)
         cr_assert_gt(got, 0);
         cr_expect(!strncmp(resp, "HTTP/1.1 413", 12), "%s: %s", routes[i], resp);
     }
+}
+
+/* ---- text that is not UTF-8 ---- */
+
+static const char *const bad_utf8[] = {
+    "\xff\xfe",         /* never in UTF-8 */
+    "\xc0\xaf",         /* overlong '/' */
+    "\xe0\x80\xaf",     /* overlong '/', three bytes */
+    "\xed\xa0\x80",     /* a UTF-16 surrogate, encoded */
+    "\xe2\x82",         /* truncated euro sign */
+    "a\x80z",           /* a stray continuation byte */
+    "\xf4\x90\x80\x80", /* past U+10FFFF */
+    NULL};
+
+/* Every string field of a job, one at a time, with each malformed sequence:
+ * 400 invalid_utf8 naming the field. */
+Test(bad_input, job_strings_that_are_not_utf8_are_refused_naming_the_field)
+{
+    static const char *const tmpl[][2] = {
+        {"name", "{\"name\":\"%s\",\"image\":\"pytorch\",\"workspace\":\"ws\",\"code_path\":"
+                 "\"train.py\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,\"worker_spec\":"
+                 "\"cpu-small\",\"worker_count\":1}"},
+        {"image", "{\"name\":\"j\",\"image\":\"%s\",\"workspace\":\"ws\",\"code_path\":"
+                  "\"train.py\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,\"worker_spec\":"
+                  "\"cpu-small\",\"worker_count\":1}"},
+        {"workspace", "{" BASE ",\"workspace\":\"%s\"}"},
+        {"code_path", "{\"name\":\"j\",\"image\":\"pytorch\",\"workspace\":\"ws\",\"code_path\":"
+                      "\"%s\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,\"worker_spec\":"
+                      "\"cpu-small\",\"worker_count\":1}"},
+        {"worker_spec", "{" BASE ",\"worker_spec\":\"%s\"}"},
+        {"datasets", "{" BASE ",\"datasets\":[\"%s\"]}"},
+        {"args", "{" BASE ",\"args\":[\"--ok\",\"%s\"]}"},
+        {"env", "{" BASE ",\"env\":{\"FOO\":\"%s\"}}"},
+        {"env", "{" BASE ",\"env\":{\"F%sO\":\"x\"}}"},
+    };
+    char body[1024];
+    int n = 0;
+    for (size_t t = 0; t < sizeof tmpl / sizeof tmpl[0]; t++) {
+        for (int b = 0; bad_utf8[b]; b++) {
+            snprintf(body, sizeof body, tmpl[t][1], bad_utf8[b]);
+            th_resp r = th_post(&d, "/v1/jobs", tok, body);
+            cr_expect_eq(r.status, 400, "%s with bad text #%d: %ld %s", tmpl[t][0], b, r.status,
+                         r.body);
+            cr_expect_str_eq(th_err_code(&r), "invalid_utf8", "%s #%d: %s", tmpl[t][0], b,
+                             r.body);
+            cr_expect_str_eq(th_err_field(&r), tmpl[t][0], "%s #%d: %s", tmpl[t][0], b, r.body);
+            th_free(&r);
+            n++;
+        }
+    }
+    /* A member name that is not UTF-8 is refused too (no field to name). */
+    th_resp r = th_post(&d, "/v1/jobs", tok, "{\"na\xffme\":\"j\"}");
+    cr_expect_eq(r.status, 400, "%s", r.body);
+    cr_expect_str_eq(th_err_code(&r), "invalid_utf8", "%s", r.body);
+    th_free(&r);
+    cr_log_info("%d malformed strings refused", n);
+}
+
+/* Every route that takes a JSON body (but the agent's heartbeat, behind a
+ * node token) refuses a malformed string before anything else. */
+Test(bad_input, every_json_route_refuses_strings_that_are_not_utf8)
+{
+    char bob_tok[80], path[256], body[256];
+    long uid = th_user(&d, "acme", "bob", "tenant_admin", bob_tok);
+    int routes = 0;
+    th_db_digest(&d, digest); /* bob is the only change this test makes */
+    for (const api_route *rt = api_routes(); rt->pattern; rt++) {
+        if (rt->body != API_BODY_JSON || rt->auth == API_AUTH_NODE)
+            continue;
+        const char *p = rt->pattern, *param = strstr(p, "{}");
+        const char *value = !strncmp(p, "/v1/tenants/", 12)   ? "acme"
+                            : !strncmp(p, "/v1/worker-specs/", 17) ? "cpu-small"
+                                                                   : NULL;
+        char idbuf[24];
+        if (!strncmp(p, "/v1/users/", 10)) {
+            snprintf(idbuf, sizeof idbuf, "%ld", uid);
+            value = idbuf;
+        }
+        if (param) {
+            cr_assert(value, "no value for the parameter of %s", p);
+            snprintf(path, sizeof path, "%.*s%s%s", (int)(param - p), p, value, param + 2);
+        } else {
+            snprintf(path, sizeof path, "%s", p);
+        }
+        for (int b = 0; bad_utf8[b]; b++) {
+            snprintf(body, sizeof body, "{\"name\":\"%s\"}", bad_utf8[b]);
+            th_resp r = th_req(&d, api_method_name(rt->method), path,
+                               rt->auth == API_AUTH_USER ? TH_ADMIN : NULL, NULL, body,
+                               strlen(body), NULL);
+            cr_expect_eq(r.status, 400, "%s %s #%d: %ld %s", api_method_name(rt->method), path,
+                         b, r.status, r.body);
+            cr_expect_str_eq(th_err_code(&r), "invalid_utf8", "%s %s #%d: %s",
+                             api_method_name(rt->method), path, b, r.body);
+            th_free(&r);
+        }
+        routes++;
+    }
+    cr_expect_geq(routes, 15, "only %d JSON routes", routes);
+    cr_log_info("%d JSON routes refuse malformed UTF-8", routes);
 }

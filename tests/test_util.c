@@ -338,3 +338,25 @@ Test(oci, a_container_config_maps_root_away_and_keeps_what_it_must_read_only)
     free(mounts);
     cJSON_Delete(c);
 }
+
+Test(util, utf8_is_checked_as_rfc_3629_defines_it)
+{
+    static const char *const good[] = {"", "plain ascii", "gr\xc3\xbc\xc3\x9f", "\xe2\x82\xac",
+                                       "\xf0\x9f\x9a\x80", "\xef\xbf\xbf", "\xf4\x8f\xbf\xbf",
+                                       "\xed\x9f\xbf", "\xee\x80\x80", NULL};
+    static const struct {
+        const char *s;
+        size_t at;
+    } bad[] = {{"\xff\xfe", 0},       {"ab\xc0\xaf", 2},     {"\xe0\x80\xaf", 0},
+               {"\xed\xa0\x80", 0},   {"x\xed\xbf\xbf", 1}, {"\xe2\x82", 0},
+               {"a\x80z", 1},         {"\xf4\x90\x80\x80", 0}, {"\xf0\x8f\xbf\xbf", 0},
+               {"\xc3", 0},           {"\xc3(", 0},         {"ok\xf5\x80\x80\x80", 2}};
+    for (int i = 0; good[i]; i++)
+        cr_expect_eq(util_utf8_invalid_at(good[i], strlen(good[i])), strlen(good[i]),
+                     "valid #%d refused", i);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        cr_expect_eq(util_utf8_invalid_at(bad[i].s, strlen(bad[i].s)), bad[i].at,
+                     "invalid #%zu: want offset %zu", i, bad[i].at);
+    cr_expect_eq(util_relpath_valid("d\xc3\xa9j\xc3\xa0/vu.py", 12), 1);
+    cr_expect_eq(util_relpath_valid("bad\xff.py", 7), 0);
+}

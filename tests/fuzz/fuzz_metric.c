@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 
 #include "api/api_int.h"
+#include "storage/util.h"
 #include "tests/fuzz/fuzz.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -28,6 +29,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (json) {
             fuzz_check(len > strlen("COHORT_METRIC ") && !memcmp(p, "COHORT_METRIC ", 14),
                        "a metric from a line without the mark");
+            fuzz_check(util_utf8_invalid_at(json, strlen(json)) == strlen(json),
+                       "a stored metric is not UTF-8");
             cJSON *o = cJSON_Parse(json);
             fuzz_check(cJSON_IsObject(o), "a stored metric is not an object");
             char *again = cJSON_PrintUnformatted(o);

@@ -54,6 +54,7 @@ static void check_relpath(const char *p, size_t len)
         return;
     fuzz_check(len >= 1 && len <= UTIL_PATH_MAX, "relpath length");
     fuzz_check(p[0] != '/', "relpath is absolute");
+    fuzz_check(util_utf8_invalid_at(p, len) == len, "relpath is not UTF-8");
     fuzz_check(!strchr(p, '\\'), "relpath has a backslash");
     for (size_t i = 0; i < len; i++)
         fuzz_check((unsigned char)p[i] >= 0x20 && p[i] != 0x7f, "relpath has a control byte");
