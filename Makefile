@@ -6,7 +6,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 MAKEFLAGS  += --no-print-directory
 
-.PHONY: all deps test-deps dev-deps build build-asan run test test-normal test-asan bench matrix fuzz clean
+.PHONY: all deps test-deps dev-deps build build-asan run test test-normal test-asan bench matrix fuzz tsan clean
 
 all: build
 
@@ -54,6 +54,15 @@ bench: test-deps build
 	@$(BUILD)/bench_allreduce 2
 	@bench/train/run $(BUILD)
 	@node bench/console/console.bench.mjs $(BUILD) 1000 15
+
+# ThreadSanitizer over the suites that drive cohortd's threads (not in
+# make test: time).  Any report stops cohortd and fails its suite.
+TSAN_BUILD ?= build-tsan
+TSAN_SUITES ?= api_flow|sched|billing|roles|isolation|durability|limits
+tsan: test-deps
+	@cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOHORT_SANITIZE=thread -DCOHORT_WERROR=ON >/dev/null
+	@cmake --build $(TSAN_BUILD) -j$(JOBS)
+	@scripts/test $(TSAN_BUILD) -R '^($(TSAN_SUITES))$$'
 
 # Each libFuzzer target of tests/fuzz for FUZZ_TIME seconds (clang).
 FUZZ_BUILD ?= build-fuzz

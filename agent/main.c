@@ -380,9 +380,15 @@ static int64_t ship_log(void *arg, int64_t id, int64_t offset, const char *buf, 
     int64_t size = -1;
     if (st == 0)
         ln->down = 1;
-    const cJSON *sz = cJSON_GetObjectItem(out, "size");
-    if (st == 200 && cJSON_IsNumber(sz))
+    /* "offset": how far cohortd took the output (past its log limit it takes
+     * and drops); "size", from a cohortd before the limit, says the same. */
+    const cJSON *sz = cJSON_GetObjectItem(out, "offset");
+    if (!cJSON_IsNumber(sz))
+        sz = cJSON_GetObjectItem(out, "size");
+    if (st == 200 && cJSON_IsNumber(sz) && sz->valuedouble >= 0 && sz->valuedouble < 9e15)
         size = (int64_t)sz->valuedouble;
+    if (st == 200 && cJSON_IsTrue(cJSON_GetObjectItem(out, "cut")))
+        size = SUP_LOG_CUT; /* its job's log limit: send no more of it */
     else if (st == 404)
         size = offset + (int64_t)n; /* the job is gone: drop its output */
     cJSON_Delete(out);

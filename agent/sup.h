@@ -51,8 +51,11 @@ void sup_tick(sup *s);
 /* Stops every worker (lease lost, or the agent stops). */
 void sup_stop_all(sup *s);
 /* Ships what each worker printed since the last call.  ship() sends n
- * bytes at offset and returns the size of the server's copy after it, or
- * -1.  Chunks end at a line end while the worker runs, so no line is split. */
+ * bytes at offset and returns the offset the server took the output to, or
+ * -1, or SUP_LOG_CUT when the server stores no more of this worker's output
+ * (its job's log limit): nothing more of it is sent.  Chunks end at a line
+ * end while the worker runs, so no line is split. */
+#define SUP_LOG_CUT INT64_MAX
 typedef int64_t (*sup_ship_fn)(void *arg, int64_t id, int64_t offset, const char *buf, size_t n);
 /* Returns 1 when some finished worker's output is now wholly shipped. */
 int sup_ship_logs(sup *s, sup_ship_fn ship, void *arg);

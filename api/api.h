@@ -39,7 +39,10 @@ typedef struct api_ctx {
     int64_t min_hold_s;      /* the scheduler's, for quotes */
     int64_t budget_grace_s;
     int web_fd;              /* the console's web root (api_web_open); -1: none */
+    struct api_log_budget *logs; /* stored output per job (api_logs_open); NULL: unbounded */
 } api_ctx;
+
+#define API_DEFAULT_LOG_LIMIT ((int64_t)256 << 20)
 
 /* Where a worker finds its volumes inside its sandbox. */
 #define API_MOUNT_ROOT "/cohort"
@@ -168,6 +171,16 @@ int api_bootstrap_admin(api_ctx *ctx, const char *token, char out[UTIL_TOKEN_LEN
 int api_web_open(api_ctx *ctx, const char *dir, char *err, size_t errlen);
 void api_web_close(api_ctx *ctx);
 int api_web_serve(api_ctx *ctx, const char *path, api_resp *rs);
+
+/*
+ * Workers' output (api_logs.c): api_logs_open bounds what is stored of one
+ * job, every rank and attempt together, to limit bytes; past it a rank's
+ * log ends with a line saying so, the job gets one event, and the rest is
+ * dropped (the agent is told it was taken, so the job is never held up).
+ * 0, or -1 with a message.  api_logs_close frees it.
+ */
+int api_logs_open(api_ctx *ctx, int64_t limit, char *err, size_t errlen);
+void api_logs_close(api_ctx *ctx);
 
 /* Sent with every response: the console's scripts and styles come only from
  * cohortd itself, never inline, and no page of it may be framed. */

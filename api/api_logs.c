@@ -7,9 +7,17 @@
  * appended at the offsets the agent sends: a chunk that was sent before is
  * recognised by its offset and never written twice.  Lines that begin with
  * "COHORT_METRIC " and carry one JSON object are also stored as metrics.
+ *
+ * What one job stores is bounded (api_logs_open): a table of recent jobs'
+ * stored bytes, each filled from the files on disk the first time a job
+ * is seen (or seen again after its slot was taken), and charged as chunks
+ * arrive.  The files stay the truth; the table only spares a directory walk
+ * per chunk.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,6 +53,153 @@ static int log_path(api_ctx *ctx, int64_t job, int64_t attempt, int64_t rank, in
             return -1;
     }
     return snprintf(out, n, "%s/%lld.log", dir, (long long)rank) >= (int)n ? -1 : 0;
+}
+
+#define LOG_BUDGET_SLOTS 4096
+#define LOG_LIMIT_MARK "\n[cohort] this job's stored output reached its limit (cohortd --log-limit); "\
+                       "the rest of this rank's output was dropped\n"
+
+struct api_log_budget {
+    pthread_mutex_t lock;
+    int64_t limit;
+    struct {
+        int64_t job;   /* 0: empty */
+        int64_t bytes; /* stored (and reserved) */
+    } slot[LOG_BUDGET_SLOTS];
+};
+
+int api_logs_open(api_ctx *ctx, int64_t limit, char *err, size_t errlen)
+{
+    struct api_log_budget *b = calloc(1, sizeof *b);
+    if (!b) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    pthread_mutex_init(&b->lock, NULL);
+    b->limit = limit;
+    ctx->logs = b;
+    return 0;
+}
+
+void api_logs_close(api_ctx *ctx)
+{
+    if (!ctx->logs)
+        return;
+    pthread_mutex_destroy(&ctx->logs->lock);
+    free(ctx->logs);
+    ctx->logs = NULL;
+}
+
+/* Bytes of a job's logs on disk: logs/<job>/<attempt>/<rank>.log. */
+static int64_t job_log_bytes(api_ctx *ctx, int64_t job)
+{
+    char dir[4200];
+    int64_t sum = 0;
+    snprintf(dir, sizeof dir, "%s/logs/%lld", ctx->data_dir, (long long)job);
+    DIR *jd = opendir(dir);
+    struct dirent *a, *r;
+    while (jd && (a = readdir(jd)) != NULL) {
+        if (a->d_name[0] == '.')
+            continue;
+        int afd = openat(dirfd(jd), a->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        DIR *ad = afd >= 0 ? fdopendir(afd) : NULL;
+        if (!ad && afd >= 0)
+            close(afd);
+        while (ad && (r = readdir(ad)) != NULL) {
+            struct stat sb;
+            if (r->d_name[0] != '.' && fstatat(dirfd(ad), r->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+                S_ISREG(sb.st_mode))
+                sum += sb.st_size;
+        }
+        if (ad)
+            closedir(ad);
+    }
+    if (jd)
+        closedir(jd);
+    return sum;
+}
+
+/* Reserves up to n of the job's remaining bytes; returns how many (n when
+ * unbounded).  n = 0 asks only whether any are left (1 or 0). */
+static int64_t budget_take(api_ctx *ctx, int64_t job, int64_t n)
+{
+    struct api_log_budget *b = ctx->logs;
+    int64_t got;
+    if (!b)
+        return n ? n : 1;
+    size_t i = (size_t)job % LOG_BUDGET_SLOTS;
+    pthread_mutex_lock(&b->lock);
+    if (b->slot[i].job != job) {
+        pthread_mutex_unlock(&b->lock);
+        int64_t on_disk = job_log_bytes(ctx, job); /* outside the lock: a directory walk */
+        pthread_mutex_lock(&b->lock);
+        if (b->slot[i].job != job) {
+            b->slot[i].job = job;
+            b->slot[i].bytes = on_disk;
+        }
+    }
+    int64_t left = b->limit - b->slot[i].bytes;
+    if (left < 0)
+        left = 0;
+    if (n == 0) {
+        got = left > 0;
+    } else {
+        got = n < left ? n : left;
+        b->slot[i].bytes += got;
+    }
+    pthread_mutex_unlock(&b->lock);
+    return got;
+}
+
+/* Gives back bytes reserved but not written. */
+static void budget_give_back(api_ctx *ctx, int64_t job, int64_t n)
+{
+    struct api_log_budget *b = ctx->logs;
+    if (!b || n <= 0)
+        return;
+    size_t i = (size_t)job % LOG_BUDGET_SLOTS;
+    pthread_mutex_lock(&b->lock);
+    if (b->slot[i].job == job)
+        b->slot[i].bytes -= n;
+    pthread_mutex_unlock(&b->lock);
+}
+
+struct log_note {
+    int64_t job, attempt;
+    char reason[160];
+};
+
+static int note_write(store_tx *tx, void *arg)
+{
+    struct log_note *n = arg;
+    int rc = store_job_note(tx, n->job, n->attempt, n->reason);
+    return rc == STORE_NOTFOUND ? STORE_OK : rc; /* deleted meanwhile: nothing to say */
+}
+
+/* A rank's log was cut: its file ends with the mark (once), and the job
+ * gets one event saying so (the first rank to be cut writes it). */
+static void mark_cut(api_ctx *ctx, int fd, const store_worker *w)
+{
+    char tail[sizeof LOG_LIMIT_MARK], flag[4200];
+    size_t ml = strlen(LOG_LIMIT_MARK);
+    struct stat sb;
+    if (fstat(fd, &sb) == 0 && sb.st_size >= (off_t)ml &&
+        pread(fd, tail, ml, sb.st_size - (off_t)ml) == (ssize_t)ml && !memcmp(tail, LOG_LIMIT_MARK, ml))
+        return;
+    if (write(fd, LOG_LIMIT_MARK, ml) != (ssize_t)ml)
+        return; /* a full disk: the cut shows in the job's event */
+    snprintf(flag, sizeof flag, "%s/logs/%lld/.log-limit", ctx->data_dir, (long long)w->job_id);
+    int ffd = open(flag, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
+    if (ffd < 0)
+        return; /* another rank said it already */
+    close(ffd);
+    struct log_note n = {w->job_id, w->attempt, ""};
+    snprintf(n.reason, sizeof n.reason,
+             "output past %lld bytes was not stored (cohortd --log-limit), from rank %lld on",
+             (long long)ctx->logs->limit, (long long)w->rank);
+    if (store_write(ctx->st, note_write, &n) != STORE_OK)
+        fprintf(stderr, "cohortd: job %lld: cannot record that its log was cut\n",
+                (long long)w->job_id);
 }
 
 struct metrics {
@@ -113,7 +268,7 @@ void api_agent_log(api_ctx *ctx, const api_req *rq, api_resp *rs)
         goto out;
     }
     if (log_path(ctx, w.job_id, w.attempt, w.rank, 1, path, sizeof path) != 0 ||
-        (fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640)) < 0) {
+        (fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0640)) < 0) {
         int e = errno;
         api_error(rs, e == ENOSPC || e == EDQUOT ? 507 : 500,
                   e == ENOSPC || e == EDQUOT ? "no_space" : "internal", NULL,
@@ -123,7 +278,12 @@ void api_agent_log(api_ctx *ctx, const api_req *rq, api_resp *rs)
     struct stat sb;
     fstat(fd, &sb);
     int64_t size = sb.st_size;
-    if (off > size) {
+    /* Where the agent's copy of the output goes on from (its offsets count
+     * what it sent, dropped bytes too). */
+    int64_t accepted = size;
+    if (off > size && !budget_take(ctx, w.job_id, 0)) {
+        accepted = off + (int64_t)rq->body_len; /* past the limit: taken, and dropped */
+    } else if (off > size) {
         api_error(rs, 409, "gap", "offset", "the log holds %lld bytes; send from there",
                   (long long)size);
         rs->xname = "X-Log-Size";
@@ -132,9 +292,10 @@ void api_agent_log(api_ctx *ctx, const api_req *rq, api_resp *rs)
     }
     /* Only what lies past the end is new: a resent chunk adds nothing. */
     int64_t skip = size - off;
-    if ((int64_t)rq->body_len > skip) {
+    if (off <= size && (int64_t)rq->body_len > skip) {
         const char *data = rq->body + skip;
-        size_t n = rq->body_len - (size_t)skip;
+        size_t want = rq->body_len - (size_t)skip;
+        size_t n = (size_t)budget_take(ctx, w.job_id, (int64_t)want);
         size_t done = 0;
         while (done < n) {
             ssize_t wr = write(fd, data + done, n - done);
@@ -142,6 +303,7 @@ void api_agent_log(api_ctx *ctx, const api_req *rq, api_resp *rs)
                 continue;
             if (wr < 0) {
                 int e = errno;
+                budget_give_back(ctx, w.job_id, (int64_t)(n - done));
                 api_error(rs, e == ENOSPC || e == EDQUOT ? 507 : 500,
                           e == ENOSPC || e == EDQUOT ? "no_space" : "internal", NULL,
                           "cannot write the log: %s", strerror(e));
@@ -150,6 +312,11 @@ void api_agent_log(api_ctx *ctx, const api_req *rq, api_resp *rs)
             done += (size_t)wr;
         }
         size += (int64_t)n;
+        accepted = size;
+        if (n < want) {
+            mark_cut(ctx, fd, &w);
+            accepted = off + (int64_t)rq->body_len;
+        }
         m = (struct metrics){w.job_id, w.attempt, w.rank, util_now_ms(), 0, {0}};
         scan_metrics(data, n, &m);
         if (m.n && (rc = store_write(ctx->st, metrics_write, &m)) != STORE_OK) {
@@ -159,6 +326,9 @@ void api_agent_log(api_ctx *ctx, const api_req *rq, api_resp *rs)
     }
     cJSON *res = cJSON_CreateObject();
     cJSON_AddNumberToObject(res, "size", (double)size);
+    cJSON_AddNumberToObject(res, "offset", (double)accepted);
+    if (accepted > size)
+        cJSON_AddBoolToObject(res, "cut", 1); /* the agent may stop sending this worker's output */
     api_json(rs, 200, res);
 out:
     for (int i = 0; i < m.n; i++)

@@ -40,6 +40,7 @@ struct config {
     int64_t budget_grace_s;
     const char *web_dir;   /* NULL: the built-in default, when it exists */
     int max_conns, max_conns_per_ip, idle_timeout_s, header_timeout_s;
+    int64_t log_limit;
 };
 
 static void usage(FILE *f)
@@ -63,6 +64,8 @@ static void usage(FILE *f)
             "  --web-dir DIR          the console's files (env COHORT_WEB_DIR; default %s;\n"
             "                         'off' serves no console)\n"
             "  --access-log FILE      one line per request; '-' for stderr (default), 'off'\n"
+            "  --log-limit BYTES      output stored per job, all ranks and attempts (default\n"
+            "                         %lld); past it a rank's log ends with a note\n"
             "  --max-conns N          open connections in all; past it new ones are closed at\n"
             "                         once (default %d)\n"
             "  --max-conns-per-ip N   open connections from one address (default %d; 0: no limit)\n"
@@ -78,7 +81,7 @@ static void usage(FILE *f)
             "new one, printed once and written to DATA_DIR/admin-token (mode 0600).\n",
             DEFAULT_LISTEN, DEFAULT_DATA_DIR, API_DEFAULT_BODY_LIMIT,
             (long long)API_DEFAULT_UPLOAD_LIMIT, SCHED_MIN_HOLD_S, SCHED_BUDGET_GRACE_S,
-            COHORT_WEB_DIR_DEFAULT, HTTP_DEFAULT_MAX_CONNS, HTTP_DEFAULT_MAX_CONNS_PER_IP,
+            COHORT_WEB_DIR_DEFAULT, (long long)API_DEFAULT_LOG_LIMIT, HTTP_DEFAULT_MAX_CONNS, HTTP_DEFAULT_MAX_CONNS_PER_IP,
             HTTP_DEFAULT_IDLE_TIMEOUT_S, HTTP_DEFAULT_HEADER_TIMEOUT_S);
 }
 
@@ -132,6 +135,7 @@ static int parse_args(int argc, char **argv, struct config *c)
         {"budget-grace", required_argument, NULL, 'G'},
         {"web-dir", required_argument, NULL, 'W'},
         {"max-conns", required_argument, NULL, 'C'},
+        {"log-limit", required_argument, NULL, 'g'},
         {"max-conns-per-ip", required_argument, NULL, 'P'},
         {"idle-timeout", required_argument, NULL, 'I'},
         {"header-timeout", required_argument, NULL, 'T'},
@@ -156,6 +160,7 @@ static int parse_args(int argc, char **argv, struct config *c)
     c->min_hold_s = SCHED_MIN_HOLD_S;
     c->budget_grace_s = SCHED_BUDGET_GRACE_S;
     c->max_conns = HTTP_DEFAULT_MAX_CONNS;
+    c->log_limit = API_DEFAULT_LOG_LIMIT;
     c->max_conns_per_ip = HTTP_DEFAULT_MAX_CONNS_PER_IP;
     c->idle_timeout_s = HTTP_DEFAULT_IDLE_TIMEOUT_S;
     c->header_timeout_s = HTTP_DEFAULT_HEADER_TIMEOUT_S;
@@ -215,6 +220,13 @@ static int parse_args(int argc, char **argv, struct config *c)
             break;
         case 'W':
             c->web_dir = optarg;
+            break;
+        case 'g':
+            if (parse_size(optarg, 4096, 1LL << 50, &v)) {
+                fprintf(stderr, "cohortd: --log-limit must be 4096..2^50 bytes\n");
+                return -1;
+            }
+            c->log_limit = v;
             break;
         case 'C':
         case 'P':
@@ -405,6 +417,10 @@ int main(int argc, char **argv)
     ctx->lease_s = cfg.lease_s;
     ctx->min_hold_s = cfg.min_hold_s;
     ctx->budget_grace_s = cfg.budget_grace_s;
+    if (api_logs_open(ctx, cfg.log_limit, err, sizeof err) != 0) {
+        fprintf(stderr, "cohortd: %s\n", err);
+        goto out;
+    }
     ctx->body_limit = cfg.body_limit;
     ctx->upload_limit = cfg.upload_limit;
     ctx->web_fd = -1;
@@ -474,6 +490,7 @@ out:
         sched_stop(ctx->sched);
         store_close(ctx->st);
         api_web_close(ctx);
+        api_logs_close(ctx);
         free(ctx);
     }
     alog_close(access); /* after the server: every request's line is in */

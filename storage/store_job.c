@@ -109,6 +109,25 @@ static int event_insert(store_conn *c, int64_t job_id, int64_t at, int64_t attem
     return store_step_change(c, st, NULL);
 }
 
+int store_job_note(store_tx *tx, int64_t job_id, int64_t attempt, const char *reason)
+{
+    static const char sql[] = "SELECT state FROM jobs WHERE id = ?1";
+    store_conn *c = store_tx_conn(tx);
+    sqlite3_stmt *st = store_stmt(c, sql);
+    char state[16];
+    int rc;
+    if (!st)
+        return STORE_EIO;
+    sqlite3_bind_int64(st, 1, job_id);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        snprintf(state, sizeof state, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_reset(st);
+    if (rc != SQLITE_ROW)
+        return rc == SQLITE_DONE ? STORE_NOTFOUND : store_rc(rc);
+    return event_insert(c, job_id, util_now_ms(), attempt, state, state, reason);
+}
+
 int store_job_insert(store_tx *tx, store_job *j)
 {
     static const char sql[] =

@@ -86,6 +86,9 @@ int store_job_list(store *s, const store_job_filter *f,
  * the state implies.  STORE_NOTFOUND when the job is absent. */
 int store_job_transition(store_tx *tx, int64_t id, const char *from, const char *to,
                          const char *reason);
+/* An event that changes no state (from and to are the job's state now):
+ * something the job's owner should know, such as its log being cut. */
+int store_job_note(store_tx *tx, int64_t job_id, int64_t attempt, const char *reason);
 /* Deletes a job and its events. */
 int store_job_delete(store_tx *tx, int64_t id);
 int store_job_events(store *s, int64_t job_id, int64_t after, int limit,

@@ -50,11 +50,13 @@ TestSuite(containers, .fini = teardown, .timeout = 120);
 
 /* cohortd, one agent running containers, tenant acme (member alice, "ws",
  * dataset "ds") and tenant globex (member bob, "ws"). */
+static const char *const *cohortd_args; /* a test's own cohortd options, or NULL */
+
 static void platform_base(void)
 {
     if (!th_can_sandbox())
         cr_skip_test("needs root to run containers");
-    th_start(&d, NULL);
+    th_start(&d, cohortd_args);
     th_user(&d, "acme", "alice", "member", tok);
     th_user(&d, "globex", "bob", "member", tok_b);
     const char *toks[] = {tok, tok_b};
@@ -618,4 +620,85 @@ Test(containers, refused_credentials_fail_the_attempt_and_say_so)
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "grep -rqs -e right-pw -e wrong-pw '%s' '%s.log'", ag.dir, ag.dir);
     cr_expect_neq(system(cmd), 0, "a password lies in the agent's files or log");
+}
+
+/* ---- a log flood ---- */
+
+#define FLOOD_LIMIT (1 << 20)
+#define FLOOD_MARK "this job's stored output reached its limit"
+
+static long file_size(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+/*
+ * A job prints 300 MB as fast as it can beside a quiet one, under a 1 MB
+ * --log-limit: the flood ends as soon as it would without the limit (never
+ * held up by its log), cohortd stores at most the limit of it, ending with a
+ * line that says so, the job's events say so once, and the quiet job's log
+ * is whole.
+ */
+Test(containers, a_log_flood_stores_only_the_jobs_limit_and_spares_other_jobs, .timeout = 240)
+{
+    static const char *const args[] = {"--log-limit", "1048576", NULL};
+    char seen[64], path[512];
+    cohortd_args = args;
+    platform(NULL);
+    th_put_text(&d, tok, "ws", "flood.sh",
+                "#!/bin/sh\nyes 0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvw"
+                " | head -c 300000000\necho flood-done\n",
+                "755");
+    th_put_text(&d, tok, "ws", "quiet.sh",
+                "#!/bin/sh\ni=0\nwhile [ $i -lt 1000 ]; do echo quiet-line-$i; i=$((i+1)); done\n"
+                "echo quiet-done\n",
+                "755");
+    long flood = submit_as(tok, "flood.sh", "native", NULL);
+    long quiet = submit_as(tok, "quiet.sh", "native", NULL);
+    cr_assert_eq(th_wait_state(&d, tok, flood, "SUCCEEDED", 180000, seen), 1, "flood: %s", seen);
+    cr_assert_eq(th_wait_state(&d, tok, quiet, "SUCCEEDED", 60000, seen), 1, "quiet: %s", seen);
+
+    /* What cohortd keeps of the flood: the limit, then the note. */
+    snprintf(path, sizeof path, "%s/logs/%ld/1/0.log", d.dir, flood);
+    long size = file_size(path);
+    cr_expect(size > 0 && size <= FLOOD_LIMIT + 200, "the flood's stored log is %ld bytes", size);
+    char lp[128];
+    snprintf(lp, sizeof lp, "/v1/jobs/%ld/logs?rank=0&tail=300", flood);
+    th_resp r = th_get(&d, lp, tok);
+    cr_expect_eq(r.status, 200);
+    cr_expect(r.body && strstr(r.body, FLOOD_MARK), "the log does not say it was cut: %s",
+              r.body ? r.body : "");
+    th_free(&r);
+    snprintf(lp, sizeof lp, "/v1/jobs/%ld/events", flood);
+    r = th_get(&d, lp, tok);
+    int notes = 0;
+    for (const char *p = r.body; p && (p = strstr(p, "--log-limit")) != NULL; p++)
+        notes++;
+    cr_expect_eq(notes, 1, "events of the flood: %s", r.body);
+    th_free(&r);
+    /* The quiet job's log is whole. */
+    snprintf(lp, sizeof lp, "/v1/jobs/%ld/logs?rank=0", quiet);
+    r = th_get(&d, lp, tok);
+    cr_expect(r.body && strstr(r.body, "quiet-line-0\n") && strstr(r.body, "quiet-line-999\n") &&
+                  strstr(r.body, "quiet-done"),
+              "the quiet job lost output");
+    cr_expect(r.body && !strstr(r.body, FLOOD_MARK), "the quiet job was cut");
+    th_free(&r);
+    long total = 0;
+    snprintf(path, sizeof path, "%s/logs", d.dir);
+    char cmd[600], out[64] = "";
+    snprintf(cmd, sizeof cmd, "du -sb '%s' | cut -f1", path);
+    FILE *f = popen(cmd, "r");
+    if (f && fgets(out, sizeof out, f))
+        total = atol(out);
+    if (f)
+        pclose(f);
+    cr_expect_lt(total, 4L << 20, "cohortd's logs hold %ld bytes", total);
+    snprintf(lp, sizeof lp, "/v1/jobs/%ld", flood);
+    r = th_get(&d, lp, tok);
+    const char *st = th_str(&r, "started_at"), *fin = th_str(&r, "finished_at");
+    cr_log_info("flood: 300 MB printed (%s to %s), %ld bytes stored for it, %ld in all logs",
+                st ? st : "?", fin ? fin : "?", size, total);
+    th_free(&r);
 }
