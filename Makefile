@@ -55,10 +55,11 @@ bench: test-deps build
 	@bench/train/run $(BUILD)
 	@node bench/console/console.bench.mjs $(BUILD) 1000 15
 
-# ThreadSanitizer over the suites that drive cohortd's threads (not in
-# make test: time).  Any report stops cohortd and fails its suite.
+# ThreadSanitizer over the suites that drive cohortd's threads, the
+# scheduler's and billing's included, over HTTP (not in make test: time).
+# Any report stops cohortd (or an agent) and fails its suite.
 TSAN_BUILD ?= build-tsan
-TSAN_SUITES ?= api_flow|sched|billing|roles|isolation|durability|limits
+TSAN_SUITES ?= api_flow|billing|roles|isolation|durability|limits
 tsan: test-deps
 	@cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOHORT_SANITIZE=thread -DCOHORT_WERROR=ON >/dev/null
 	@cmake --build $(TSAN_BUILD) -j$(JOBS)
