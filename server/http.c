@@ -20,6 +20,7 @@
 #include <microhttpd.h>
 
 #include "server/metrics.h"
+#include "server/ratelimit.h"
 
 struct req_state;
 
@@ -42,6 +43,8 @@ struct http_server {
     struct conn_watch *watched;
     int64_t header_timeout_ms;
     uint64_t cut_slow; /* connections closed at the header deadline */
+    ratelimit *rate;   /* per API token; NULL: none */
+    double rate_per_s;
 };
 
 /*
@@ -461,6 +464,17 @@ static void admit(struct req_state *st)
             return;
         }
         st->rq.who = &st->who;
+        int64_t wait_ms = srv->rate ? ratelimit_take(srv->rate, st->who.token_id, mono_ms()) : 0;
+        if (wait_ms > 0) {
+            int64_t secs = (wait_ms + 999) / 1000;
+            api_error(rs, 429, "rate_limited", NULL,
+                      "more than %.0f requests a second with this token: retry in %lld s",
+                      srv->rate_per_s, (long long)secs);
+            rs->xname = "Retry-After";
+            snprintf(rs->xvalue, sizeof rs->xvalue, "%lld", (long long)secs);
+            st->ready = 1;
+            return;
+        }
     } else if (st->route->auth == API_AUTH_NODE) {
         if (api_authenticate_node(srv->ctx, get_header(st->conn, MHD_HTTP_HEADER_AUTHORIZATION),
                                   &st->node, rs) != 0) {
@@ -731,6 +745,11 @@ http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t 
     s->header_timeout_ms =
         1000LL * (cfg->header_timeout_s > 0 ? cfg->header_timeout_s : HTTP_DEFAULT_HEADER_TIMEOUT_S);
     pthread_mutex_init(&s->cwlock, NULL);
+    s->rate_per_s = cfg->rate_per_s;
+    if (cfg->rate_per_s > 0 && !(s->rate = ratelimit_new(cfg->rate_per_s, cfg->rate_burst))) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
     int n = 0;
     for (const api_route *r = api_routes(); r->pattern && n < METRICS_ROUTES - 3; r++)
         labels[n++] = r->pattern;
@@ -781,6 +800,7 @@ http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t 
     sched_on_bump(ctx->sched, on_bump, s);
     return s;
 fail:
+    ratelimit_free(s->rate);
     pthread_mutex_destroy(&s->cwlock);
     free(s);
     return NULL;

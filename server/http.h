@@ -31,7 +31,13 @@ typedef struct http_config {
      * after it opened (or after its last request ended) is closed however
      * slowly bytes trickle in. */
     int max_conns, max_conns_per_ip, idle_timeout_s, header_timeout_s;
+    /* Requests a second per API token (0: no limit) and the burst allowed;
+     * past it 429 with Retry-After.  Agents' node tokens are not limited. */
+    double rate_per_s, rate_burst;
 } http_config;
+
+#define HTTP_DEFAULT_RATE_PER_S 500
+#define HTTP_DEFAULT_RATE_BURST 1000
 
 /* Starts serving; NULL with a message in err on failure. */
 http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t errlen);

@@ -41,6 +41,7 @@ struct config {
     const char *web_dir;   /* NULL: the built-in default, when it exists */
     int max_conns, max_conns_per_ip, idle_timeout_s, header_timeout_s;
     int64_t log_limit;
+    double rate_per_s, rate_burst;
 };
 
 static void usage(FILE *f)
@@ -66,6 +67,9 @@ static void usage(FILE *f)
             "  --access-log FILE      one line per request; '-' for stderr (default), 'off'\n"
             "  --log-limit BYTES      output stored per job, all ranks and attempts (default\n"
             "                         %lld); past it a rank's log ends with a note\n"
+            "  --rate-limit N         requests a second per API token, on average (default %d;\n"
+            "                         0: no limit); past it 429 with Retry-After\n"
+            "  --rate-burst N         requests one token may make at once (default %d)\n"
             "  --max-conns N          open connections in all; past it new ones are closed at\n"
             "                         once (default %d)\n"
             "  --max-conns-per-ip N   open connections from one address (default %d; 0: no limit)\n"
@@ -81,7 +85,8 @@ static void usage(FILE *f)
             "new one, printed once and written to DATA_DIR/admin-token (mode 0600).\n",
             DEFAULT_LISTEN, DEFAULT_DATA_DIR, API_DEFAULT_BODY_LIMIT,
             (long long)API_DEFAULT_UPLOAD_LIMIT, SCHED_MIN_HOLD_S, SCHED_BUDGET_GRACE_S,
-            COHORT_WEB_DIR_DEFAULT, (long long)API_DEFAULT_LOG_LIMIT, HTTP_DEFAULT_MAX_CONNS, HTTP_DEFAULT_MAX_CONNS_PER_IP,
+            COHORT_WEB_DIR_DEFAULT, (long long)API_DEFAULT_LOG_LIMIT, HTTP_DEFAULT_RATE_PER_S,
+            HTTP_DEFAULT_RATE_BURST, HTTP_DEFAULT_MAX_CONNS, HTTP_DEFAULT_MAX_CONNS_PER_IP,
             HTTP_DEFAULT_IDLE_TIMEOUT_S, HTTP_DEFAULT_HEADER_TIMEOUT_S);
 }
 
@@ -136,6 +141,8 @@ static int parse_args(int argc, char **argv, struct config *c)
         {"web-dir", required_argument, NULL, 'W'},
         {"max-conns", required_argument, NULL, 'C'},
         {"log-limit", required_argument, NULL, 'g'},
+        {"rate-limit", required_argument, NULL, 'R'},
+        {"rate-burst", required_argument, NULL, 'B'},
         {"max-conns-per-ip", required_argument, NULL, 'P'},
         {"idle-timeout", required_argument, NULL, 'I'},
         {"header-timeout", required_argument, NULL, 'T'},
@@ -161,6 +168,8 @@ static int parse_args(int argc, char **argv, struct config *c)
     c->budget_grace_s = SCHED_BUDGET_GRACE_S;
     c->max_conns = HTTP_DEFAULT_MAX_CONNS;
     c->log_limit = API_DEFAULT_LOG_LIMIT;
+    c->rate_per_s = HTTP_DEFAULT_RATE_PER_S;
+    c->rate_burst = HTTP_DEFAULT_RATE_BURST;
     c->max_conns_per_ip = HTTP_DEFAULT_MAX_CONNS_PER_IP;
     c->idle_timeout_s = HTTP_DEFAULT_IDLE_TIMEOUT_S;
     c->header_timeout_s = HTTP_DEFAULT_HEADER_TIMEOUT_S;
@@ -220,6 +229,15 @@ static int parse_args(int argc, char **argv, struct config *c)
             break;
         case 'W':
             c->web_dir = optarg;
+            break;
+        case 'R':
+        case 'B':
+            if (parse_size(optarg, o == 'R' ? 0 : 1, 1000000, &v)) {
+                fprintf(stderr, "cohortd: --%s must be %s..1000000\n",
+                        o == 'R' ? "rate-limit" : "rate-burst", o == 'R' ? "0" : "1");
+                return -1;
+            }
+            *(o == 'R' ? &c->rate_per_s : &c->rate_burst) = (double)v;
             break;
         case 'g':
             if (parse_size(optarg, 4096, 1LL << 50, &v)) {
@@ -458,7 +476,8 @@ int main(int argc, char **argv)
 
     http_config hc = {cfg.host,      cfg.port,          cfg.threads,
                       access,        cfg.max_conns,     cfg.max_conns_per_ip,
-                      cfg.idle_timeout_s, cfg.header_timeout_s};
+                      cfg.idle_timeout_s, cfg.header_timeout_s, cfg.rate_per_s,
+                      cfg.rate_burst};
     srv = http_start(&hc, ctx, err, sizeof err);
     if (!srv) {
         fprintf(stderr, "cohortd: %s\n", err);

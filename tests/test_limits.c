@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -200,4 +201,98 @@ Test(limits, one_address_past_its_limit_is_refused_at_once)
     close(extra);
     for (int i = 0; i < PER_IP; i++)
         close(fds[i]);
+}
+
+/* ---- per-token rate limits ---- */
+
+/* A raw GET with a bearer token; the whole response (headers too) into out. */
+static void raw_get(int port, const char *path, const char *token, char *out, size_t n)
+{
+    char req[512];
+    int fd = connect_from("127.0.0.1", port);
+    snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+             "Connection: close\r\n\r\n", path, token);
+    cr_assert_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
+    size_t got = 0;
+    ssize_t k;
+    while (got + 1 < n && (k = recv(fd, out + got, n - 1 - got, 0)) > 0)
+        got += (size_t)k;
+    out[got] = '\0';
+    close(fd);
+}
+
+/*
+ * One tenant's token floods the API as fast as it can; another tenant's
+ * client, at 20 requests a second, is never refused and keeps its latency.
+ * The flood gets 429 with Retry-After past 50 requests a second.
+ */
+Test(limits, a_token_flooding_the_api_gets_429_and_another_tenant_is_served)
+{
+    static const char *const args[] = {"--rate-limit", "50", "--rate-burst", "50", NULL};
+    th_daemon rd;
+    char flood_tok[80], calm_tok[80], resp[4096];
+    th_start(&rd, args);
+    th_user(&rd, "floodco", "fred", "member", flood_tok);
+    th_user(&rd, "calmco", "carol", "member", calm_tok);
+    int pipefd[2];
+    cr_assert_eq(pipe(pipefd), 0);
+    pid_t flood = fork();
+    cr_assert(flood >= 0);
+    if (flood == 0) {
+        long ok = 0, limited = 0, other = 0;
+        double end = now_s() + 3.0;
+        while (now_s() < end) {
+            th_resp r = th_get(&rd, "/v1/jobs", flood_tok);
+            if (r.status == 200)
+                ok++;
+            else if (r.status == 429)
+                limited++;
+            else
+                other++;
+            th_free(&r);
+        }
+        char line[96];
+        int len = snprintf(line, sizeof line, "%ld %ld %ld\n", ok, limited, other);
+        _exit(write(pipefd[1], line, (size_t)len) == len ? 0 : 1);
+    }
+    close(pipefd[1]);
+    static double lat[100];
+    int n = 0, refused = 0;
+    double start = now_s();
+    for (; n < 60; n++) {
+        double due = start + n / 20.0, a;
+        while ((a = now_s()) < due) {
+            struct timespec ts = {0, 2 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        th_resp r = th_get(&rd, "/v1/jobs", calm_tok);
+        lat[n] = (now_s() - a) * 1000;
+        refused += r.status != 200;
+        th_free(&r);
+    }
+    char line[96] = "";
+    ssize_t got = read(pipefd[0], line, sizeof line - 1);
+    close(pipefd[0]);
+    int st;
+    waitpid(flood, &st, 0);
+    long ok = 0, limited = 0, other = 0;
+    cr_assert(got > 0 && sscanf(line, "%ld %ld %ld", &ok, &limited, &other) == 3, "flood: %s",
+              line);
+    cr_expect_eq(refused, 0, "the calm tenant was refused %d of %d times", refused, n);
+    cr_expect_gt(limited, 0, "the flood was never limited (%ld answered)", ok);
+    cr_expect_eq(other, 0, "the flood got %ld answers that were neither 200 nor 429", other);
+    /* 3 s at 50 a second plus the burst of 50, and some slack for the clock */
+    cr_expect_leq(ok, 50 * 3 + 50 + 15, "the flood got %ld answers in 3 s", ok);
+    raw_get(port_of(&rd), "/v1/jobs", flood_tok, resp, sizeof resp);
+    for (int i = 0; i < 200 && strstr(resp, " 200 "); i++)
+        raw_get(port_of(&rd), "/v1/jobs", flood_tok, resp, sizeof resp);
+    cr_expect(strstr(resp, " 429 ") && strstr(resp, "Retry-After: 1\r\n"),
+              "no 429 with Retry-After: %s", resp);
+    cr_expect(strstr(resp, "\"rate_limited\""), "%s", resp);
+    qsort(lat, (size_t)n, sizeof lat[0], cmp_double);
+    cr_log_info("flood: %ld answered, %ld limited in 3 s; calm tenant: %d requests, none refused, "
+                "p50 %.1f ms, p99 %.1f ms",
+                ok, limited, n, lat[n / 2], lat[n * 99 / 100]);
+    th_stop(&rd);
+    th_cleanup(&rd);
 }

@@ -41,7 +41,7 @@ function webBytes(dir) {
   return { n, files };
 }
 
-const plat = await new Platform({ cohortd: join(build, 'cohortd'), agent: join(build, 'cohort-agent'), webDir: join(root, 'web') }).start();
+const plat = await new Platform({ cohortd: join(build, 'cohortd'), agent: join(build, 'cohort-agent'), webDir: join(root, 'web'), cohortdArgs: ['--rate-limit', '0'] }).start();
 let browser;
 try {
   const tok = await plat.user('bench', 'ben', 'member');

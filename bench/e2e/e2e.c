@@ -229,8 +229,9 @@ int main(int argc, char **argv)
     curl_global_init(CURL_GLOBAL_DEFAULT);
     curl = curl_easy_init();
     snprintf(path, sizeof path, "%s/cohortd.log", dir);
+    /* One token submits everything: no per-token rate limit. */
     char *cargs[] = {cohortd, "--listen", "127.0.0.1:0", "--data-dir", dir, "--access-log", "off",
-                     NULL};
+                     "--rate-limit", "0", NULL};
     pid_t cpid = spawn(cargs, path);
     char addr_file[256], line[128] = "";
     snprintf(addr_file, sizeof addr_file, "%s/cohortd.addr", dir);

@@ -24,8 +24,10 @@ import { setTimeout as sleep } from 'node:timers/promises';
 export const ADMIN = 'coh_console_test_admin_token_0001';
 
 export class Platform {
-  constructor({ cohortd, agent, webDir }) {
+  // cohortdArgs: more options for cohortd (a bench lifts the rate limit).
+  constructor({ cohortd, agent, webDir, cohortdArgs = [] }) {
     this.bins = { cohortd, agent };
+    this.cohortdArgs = cohortdArgs;
     this.webDir = webDir;
     this.dir = mkdtempSync(join(tmpdir(), 'cohort-web-'));
     chmodSync(this.dir, 0o711); // the agent's image cache inside: containers' uids walk through
@@ -37,7 +39,7 @@ export class Platform {
   async start() {
     const log = openSync(join(this.dir, 'cohortd.log'), 'a');
     const p = spawn(this.bins.cohortd, ['--listen', '127.0.0.1:0', '--data-dir', this.dir,
-      '--threads', '4', '--access-log', 'off', '--web-dir', this.webDir], {
+      '--threads', '4', '--access-log', 'off', '--web-dir', this.webDir, ...this.cohortdArgs], {
       env: { ...process.env, COHORT_ADMIN_TOKEN: ADMIN }, stdio: ['ignore', log, log],
     });
     this.procs.push(p);

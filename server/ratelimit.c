@@ -1,0 +1,71 @@
+/*
+ * ratelimit.c: token buckets in a fixed table (see ratelimit.h).  A slot
+ * belongs to the last key that used it; locks are striped over the slots.
+ */
+#include "server/ratelimit.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#define RL_SLOTS 8192
+#define RL_LOCKS 64
+
+struct bucket {
+    int64_t key; /* 0: empty (API token ids start at 1) */
+    int64_t last_ms;
+    double tokens;
+};
+
+struct ratelimit {
+    double per_ms, burst;
+    pthread_mutex_t lock[RL_LOCKS];
+    struct bucket slot[RL_SLOTS];
+};
+
+ratelimit *ratelimit_new(double per_s, double burst)
+{
+    ratelimit *r;
+    if (per_s <= 0 || !(r = calloc(1, sizeof *r)))
+        return NULL;
+    r->per_ms = per_s / 1000.0;
+    r->burst = burst >= 1 ? burst : 1;
+    for (int i = 0; i < RL_LOCKS; i++)
+        pthread_mutex_init(&r->lock[i], NULL);
+    return r;
+}
+
+void ratelimit_free(ratelimit *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; i < RL_LOCKS; i++)
+        pthread_mutex_destroy(&r->lock[i]);
+    free(r);
+}
+
+int64_t ratelimit_take(ratelimit *r, int64_t key, int64_t now_ms)
+{
+    /* Fibonacci hashing spreads consecutive ids over the table. */
+    size_t i = (size_t)(((uint64_t)key * 11400714819323198485ull) >> 51) % RL_SLOTS;
+    pthread_mutex_t *m = &r->lock[i % RL_LOCKS];
+    struct bucket *b = &r->slot[i];
+    int64_t wait = 0;
+    pthread_mutex_lock(m);
+    if (b->key != key) {
+        b->key = key;
+        b->tokens = r->burst;
+        b->last_ms = now_ms;
+    }
+    if (now_ms > b->last_ms) {
+        b->tokens += (double)(now_ms - b->last_ms) * r->per_ms;
+        if (b->tokens > r->burst)
+            b->tokens = r->burst;
+        b->last_ms = now_ms;
+    }
+    if (b->tokens >= 1.0)
+        b->tokens -= 1.0;
+    else
+        wait = (int64_t)((1.0 - b->tokens) / r->per_ms) + 1;
+    pthread_mutex_unlock(m);
+    return wait;
+}

@@ -1,0 +1,23 @@
+/*
+ * ratelimit: a token bucket per key (cohortd keys them by API token), so
+ * that one client flooding the API cannot starve the others.  Each key may
+ * make per_s requests a second on average and burst at once.  Buckets live
+ * in a fixed table; a key whose slot another key took starts again with a
+ * full bucket, so the table's size bounds the memory, never the fairness
+ * for a key in use.  Thread-safe.
+ */
+#ifndef COHORT_RATELIMIT_H
+#define COHORT_RATELIMIT_H
+
+#include <stdint.h>
+
+typedef struct ratelimit ratelimit;
+
+/* NULL when per_s <= 0 (no limit) or out of memory. */
+ratelimit *ratelimit_new(double per_s, double burst);
+void ratelimit_free(ratelimit *r);
+/* Takes one request of key at now_ms (monotonic): 0 when it may go,
+ * otherwise the milliseconds until it may (nothing is taken). */
+int64_t ratelimit_take(ratelimit *r, int64_t key, int64_t now_ms);
+
+#endif
