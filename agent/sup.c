@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -128,6 +129,23 @@ static void read_usage(sup *s, struct worker *w)
         snprintf(w->message, sizeof w->message, "out of memory");
 }
 
+/* When the file system of dir is (nearly) full: a reason saying so, in out,
+ * and 1.  A shim that cannot write its files dies without a word. */
+static int disk_full_note(const char *dir, char *out, size_t n)
+{
+    struct statvfs vs;
+    if (statvfs(dir, &vs) != 0)
+        return 0;
+    unsigned long long avail = (unsigned long long)vs.f_bavail * vs.f_frsize;
+    if (avail >= (1ull << 20) && (vs.f_files == 0 || vs.f_favail > 16))
+        return 0;
+    snprintf(out, n,
+             "the node's disk is full (%llu KB left under %.80s): the worker could not be "
+             "started",
+             avail >> 10, dir);
+    return 1;
+}
+
 /* Reads one worker's directory into w; 1 when its state changed. */
 static int refresh(sup *s, struct worker *w)
 {
@@ -187,7 +205,8 @@ static int refresh(sup *s, struct worker *w)
         w->seen_at = now_ms();
     if (now_ms() - w->seen_at > 10000) {
         w->state = W_FAILED;
-        snprintf(w->message, sizeof w->message, "the worker's shim vanished");
+        if (!disk_full_note(s->cfg.dir, w->message, sizeof w->message))
+            snprintf(w->message, sizeof w->message, "the worker's shim vanished");
         write_small(s->cfg.dir, w->id, "status", "error the worker's shim vanished\n");
         return 1;
     }

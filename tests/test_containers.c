@@ -38,8 +38,11 @@ static void auth_registry_stop(void)
     }
 }
 
+static void node_unmount(void);
+
 static void teardown(void)
 {
+    node_unmount();
     auth_registry_stop();
     th_agent_cleanup(&ag);
     th_stop(&d);
@@ -701,4 +704,80 @@ Test(containers, a_log_flood_stores_only_the_jobs_limit_and_spares_other_jobs, .
     cr_log_info("flood: 300 MB printed (%s to %s), %ld bytes stored for it, %ld in all logs",
                 st ? st : "?", fin ? fin : "?", size, total);
     th_free(&r);
+}
+
+/* ---- a full disk on the node ---- */
+
+static char node_mount[600];
+
+static void node_unmount(void)
+{
+    char cmd[700];
+    if (!node_mount[0])
+        return;
+    th_agent_cleanup(&ag);
+    snprintf(cmd, sizeof cmd, "umount '%s'", node_mount);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cannot unmount %s\n", node_mount);
+    node_mount[0] = '\0';
+}
+
+static void fill_node(const char *dir, int on)
+{
+    char path[700], block[65536];
+    snprintf(path, sizeof path, "%s/filler", dir);
+    if (!on) {
+        cr_assert_eq(unlink(path), 0);
+        return;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    cr_assert(fd >= 0);
+    memset(block, 'x', sizeof block);
+    for (size_t chunk = sizeof block; chunk > 0; chunk /= 2)
+        while (write(fd, block, chunk) == (ssize_t)chunk)
+            ;
+    close(fd);
+}
+
+/*
+ * The agent's data dir on a 64 MB file system, filled to the last byte: a
+ * job started there fails with a reason that says the node's disk is full,
+ * the agent runs on and reports, and once space is freed the next job runs.
+ */
+Test(containers, a_full_disk_on_the_node_fails_the_job_and_spares_the_agent, .timeout = 180)
+{
+    char seen[64], cmd[700], lp[128];
+    platform_base();
+    snprintf(node_mount, sizeof node_mount, "%s/agent-n1", d.dir);
+    cr_assert_eq(mkdir(node_mount, 0711), 0);
+    snprintf(cmd, sizeof cmd, "mount -t tmpfs -o size=64m,mode=0711 cohort-node '%s'", node_mount);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    const char *base[] = {"--cpus", "8", "--memory-mb", "65536", NULL};
+    th_agent_start(&ag, &d, "n1", base);
+    th_put_text(&d, tok, "ws", "talk.sh",
+                "#!/bin/sh\ni=0\nwhile [ $i -lt 200 ]; do echo line-$i; i=$((i+1)); done\n", "755");
+    long warm = submit_as(tok, "talk.sh", "native", NULL);
+    cr_assert_eq(th_wait_state(&d, tok, warm, "SUCCEEDED", 60000, seen), 1, "warm-up: %s", seen);
+
+    fill_node(node_mount, 1);
+    long full = submit_as(tok, "talk.sh", "native", NULL);
+    int failed = th_wait_state(&d, tok, full, "FAILED", 60000, seen);
+    snprintf(lp, sizeof lp, "/v1/jobs/%ld", full);
+    th_resp r = th_get(&d, lp, tok);
+    const char *reason = th_str(&r, "reason");
+    cr_expect_eq(failed, 1, "a job on a full node: %s (%s)", seen, reason ? reason : "");
+    cr_expect(reason && (strstr(reason, "space") || strstr(reason, "disk")),
+              "the reason does not say the disk is full: %s", reason ? reason : "(none)");
+    cr_log_info("full node: job %ld %s: %s", full, seen, reason ? reason : "");
+    th_free(&r);
+    cr_expect_eq(kill(ag.pid, 0), 0, "the agent died");
+    r = th_get(&d, "/v1/nodes?limit=10", TH_ADMIN);
+    cr_expect(r.body && strstr(r.body, "\"state\":\"up\""), "the node is not up: %s", r.body);
+    th_free(&r);
+
+    fill_node(node_mount, 0);
+    long after = submit_as(tok, "talk.sh", "native", NULL);
+    cr_expect_eq(th_wait_state(&d, tok, after, "SUCCEEDED", 60000, seen), 1,
+                 "after space was freed: %s", seen);
+    node_unmount();
 }
