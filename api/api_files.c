@@ -342,7 +342,8 @@ static void scan_dir(int fd, const char *prefix, struct scan *sc, int depth)
         if (S_ISDIR(sb.st_mode) && depth < 64) {
             int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
             if (sub >= 0) {
-                strcat(path, "/");
+                path[n] = '/'; /* n <= UTIL_PATH_MAX: room for the slash and the NUL */
+                path[n + 1] = '\0';
                 scan_dir(sub, path, sc, depth + 1);
             }
             continue;

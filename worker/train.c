@@ -140,7 +140,7 @@ static int parse_hidden(const char *v, struct opts *o)
     o->nsizes = 0;
     if (!v || strlen(v) >= sizeof buf)
         goto bad;
-    strcpy(buf, v);
+    memcpy(buf, v, strlen(v) + 1);
     for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         long long n;
         if (o->nsizes == MLP_MAX_LAYERS - 1 || parse_int("--hidden", tok, 1, 65536, &n) < 0)

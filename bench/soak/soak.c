@@ -283,11 +283,11 @@ static int setup_tenant(CURL *c, int t)
     char body[256], path[128], uid[32];
     int rc = -1;
     snprintf(ten[t].name, sizeof ten[t].name, "t%03d", t);
-    snprintf(body, sizeof body, "{\"name\":\"%s\"}", ten[t].name);
+    snprintf(body, sizeof body, "{\"name\":\"%.15s\"}", ten[t].name);
     if (call(c, ADMIN, "POST", "/v1/tenants", "application/json", body, strlen(body), NULL,
              &out) != 201)
         goto out;
-    snprintf(path, sizeof path, "/v1/tenants/%s/users", ten[t].name);
+    snprintf(path, sizeof path, "/v1/tenants/%.15s/users", ten[t].name);
     snprintf(body, sizeof body, "{\"name\":\"u%03d\",\"role\":\"member\"}", t);
     if (call(c, ADMIN, "POST", path, "application/json", body, strlen(body), NULL, &out) != 201)
         goto out;
