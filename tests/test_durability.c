@@ -24,9 +24,12 @@
 static th_daemon d;
 static char tok[80];
 
+/* Eight clients share one token here: no per-token rate limit (test_limits has it). */
+static const char *const unlimited[] = {"--rate-limit", "0", NULL};
+
 static void setup(void)
 {
-    th_start(&d, NULL);
+    th_start(&d, unlimited);
     th_user(&d, "acme", "alice", "member", tok);
     th_resp r = th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}");
     cr_assert_eq(r.status, 201);
@@ -88,7 +91,7 @@ Test(durability, kill9_during_submits_loses_no_acknowledged_job)
     for (int c = 0; c < CLIENTS; c++)
         waitpid(kids[c], NULL, 0);
 
-    th_restart(&d, NULL);
+    th_restart(&d, unlimited);
     int acked = 0;
     for (int c = 0; c < CLIENTS; c++) {
         char path[300], name[64];
