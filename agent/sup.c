@@ -79,26 +79,34 @@ static int read_small(const char *dir, int64_t id, const char *name, char *out, 
     return 0;
 }
 
-/* Writes dir/id/name atomically (rename); durable (fsync) when sync is set. */
-static void write_file(const char *dir, int64_t id, const char *name, const char *text, int sync)
+/* Writes dir/id/name atomically (rename); durable (fsync) when sync is set.
+ * 0, or -1 after saying on stderr what failed (a full disk, say); the old
+ * file, if any, is left as it was and no temporary file stays behind. */
+static int write_file(const char *dir, int64_t id, const char *name, const char *text, int sync)
 {
     char path[4200], tmp[4300];
+    int ok = 0, e;
     snprintf(path, sizeof path, "%s/%lld/%s", dir, (long long)id, name);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
-    if (!f)
-        return;
-    fputs(text, f);
-    int ok = fflush(f) == 0 && (!sync || fsync(fileno(f)) == 0);
-    fclose(f);
-    if (ok)
-        rename(tmp, path);
+    if (f) {
+        ok = fputs(text, f) >= 0 && fflush(f) == 0 && (!sync || fsync(fileno(f)) == 0);
+        ok = fclose(f) == 0 && ok;
+        ok = ok && rename(tmp, path) == 0;
+    }
+    e = errno;
+    if (f && !ok)
+        unlink(tmp);
+    if (!ok)
+        fprintf(stderr, "cohort-agent: worker %lld: cannot write its %s: %s\n", (long long)id,
+                name, strerror(e));
+    return ok ? 0 : -1;
 }
 
 /* Worker state files need no fsync, for the reason in shim.c. */
-static void write_small(const char *dir, int64_t id, const char *name, const char *text)
+static int write_small(const char *dir, int64_t id, const char *name, const char *text)
 {
-    write_file(dir, id, name, text, 0);
+    return write_file(dir, id, name, text, 0);
 }
 
 /* The usage lines of an ended worker's status file (shim.h): what its
