@@ -248,7 +248,7 @@ static void start_agent(int i)
                     "4",           "--memory-mb", "16384",   "--address",    addr,
                     "--port-range", ports,      "--registry", reg,           "--insecure-registry",
                     reg,           "--image-cache", cache,   NULL};
-    char ns[40];
+    char ns[sizeof net_tag + 16];
     snprintf(ns, sizeof ns, "%s-%d", net_tag, i + 1);
     agent_pid[i] = spawn(i < 2 ? NULL : ns, argv, log);
 }
