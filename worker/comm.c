@@ -30,6 +30,7 @@ struct comm {
     void *state;
     int failed;
     int timeout_ms;
+    int roll_call_ms; /* 0: derived from timeout_ms */
     char err[1280];   /* what failed (64), the backend's why (768), the roll call (256) */
 };
 
@@ -72,7 +73,8 @@ int comm_config_from_env(struct comm_config *cfg, char *err, size_t errlen)
     if (env_int("WORLD_SIZE", 1, 65536, 1, &cfg->world_size, err, errlen) < 0 ||
         env_int("RANK", 0, cfg->world_size - 1, 0, &cfg->rank, err, errlen) < 0 ||
         env_int("LOCAL_RANK", 0, 65535, cfg->rank, &cfg->local_rank, err, errlen) < 0 ||
-        env_int("COHORT_COMM_TIMEOUT", 1, 86400, 30, &secs, err, errlen) < 0)
+        env_int("COHORT_COMM_TIMEOUT", 1, 86400, 30, &secs, err, errlen) < 0 ||
+        env_int("COHORT_ROLL_CALL_MS", 0, 600000, 0, &cfg->roll_call_ms, err, errlen) < 0)
         return -1;
     cfg->timeout_ms = secs * 1000;
     if (!b || !*b || !strcmp(b, "gloo")) {
@@ -154,6 +156,7 @@ int comm_init(const struct comm_config *cfg, comm **out, char *err, size_t errle
     c->local_rank = cfg->local_rank;
     c->backend = cfg->backend;
     c->timeout_ms = timeout;
+    c->roll_call_ms = cfg->roll_call_ms;
     if (cfg->rank < 0 || cfg->world_size < 1 || cfg->rank >= cfg->world_size) {
         seterr(err, errlen, "rank %d is outside a world of %d", cfg->rank, cfg->world_size);
         goto fail;
@@ -267,7 +270,9 @@ static void linger_for_roll_call(comm *c, int window)
 static void roll_call(comm *c, char *out, size_t len)
 {
     char key[48];
-    int window = c->timeout_ms / 5 < ROLL_CALL_MS ? c->timeout_ms / 5 : ROLL_CALL_MS;
+    int window = c->roll_call_ms > 0 ? c->roll_call_ms
+                 : c->timeout_ms / 5 < ROLL_CALL_MS ? c->timeout_ms / 5
+                                                    : ROLL_CALL_MS;
     int missing = 0;
     size_t used = 0;
     struct timespec t0;

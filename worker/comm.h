@@ -36,6 +36,9 @@ struct comm_config {
     int local_rank;
     enum comm_backend backend;
     int timeout_ms;            /* 0: the default, 30 s */
+    /* How long a failed rank waits for the others to answer its roll call;
+     * 0: a fifth of the timeout, at most 2 s (COHORT_ROLL_CALL_MS). */
+    int roll_call_ms;
 };
 
 /* Fills cfg from the environment.  Returns 0, or -1 with a message naming
