@@ -836,5 +836,6 @@ void http_stop(http_server *s, int grace_ms)
     pthread_mutex_destroy(&s->wlock);
     pthread_mutex_destroy(&s->cwlock);
     pthread_cond_destroy(&s->wcond);
+    ratelimit_free(s->rate);
     free(s);
 }
