@@ -327,9 +327,9 @@ static int submit(int i)
     int workers = j->kind == 1 ? 2 : 1 + i % 2;
     snprintf(body, sizeof body,
              "{\"name\":\"soak-%d\",\"image\":\"native\",\"workspace\":\"ws\",\"code_path\":\"%s\","
-             "\"epochs\":1,\"lr\":0.1,\"batch_size\":1,\"worker_spec\":\"cpu-small\","
+             "\"epochs\":1,\"lr\":0.1,\"batch_size\":1,\"worker_spec\":\"%s\","
              "\"worker_count\":%d,\"max_retries\":%d}",
-             i, prog[j->kind], workers, j->kind == 1 ? 1 : 0);
+             i, prog[j->kind], i % 3 ? "soak" : "soak-odd", workers, j->kind == 1 ? 1 : 0);
     snprintf(key, sizeof key, "soak-%d", i);
     double until = now_s() + 60;
     long st = 0;
@@ -447,6 +447,19 @@ int main(int argc, char **argv)
         json_str(out.buf, "token", join[i], sizeof join[i]);
         start_agent(i);
     }
+    /* Priced so that every second of a rank shows in the ledger (3,600 an
+     * hour: one a second) and rounding is exercised (1,000 an hour). */
+    static const char *const specs[] = {
+        "{\"name\":\"soak\",\"cpus\":1,\"memory_mb\":256,\"price_per_hour\":3600,"
+        "\"currency\":\"USD\"}",
+        "{\"name\":\"soak-odd\",\"cpus\":1,\"memory_mb\":256,\"price_per_hour\":1000,"
+        "\"currency\":\"USD\"}"};
+    for (int k = 0; k < 2; k++)
+        if (call(admin, ADMIN, "POST", "/v1/worker-specs", "application/json", specs[k],
+                 strlen(specs[k]), NULL, &out) != 201) {
+            fprintf(stderr, "bench/soak: worker spec: %s\n", out.buf ? out.buf : "no answer");
+            return 1;
+        }
     for (int t = 0; t < ntenants; t++)
         if (setup_tenant(admin, t) != 0)
             return 1;
