@@ -39,8 +39,20 @@ static void setup(void)
     th_free(&r);
 }
 
+/* The full-disk test's cohortd and mount: undone here too if it fails half-way. */
+static th_daemon full;
+static char full_dir[64];
+
 static void teardown(void)
 {
+    if (full_dir[0]) {
+        char cmd[200];
+        th_stop(&full);
+        snprintf(cmd, sizeof cmd, "umount '%s' && rmdir '%s'", full_dir, full_dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "cannot unmount %s\n", full_dir);
+        full_dir[0] = '\0';
+    }
     th_stop(&d);
     th_cleanup(&d);
 }
@@ -230,18 +242,22 @@ Test(durability, a_full_disk_answers_507_and_keeps_nothing_half_done)
 {
     if (geteuid() != 0)
         cr_skip_test("mounting a small file system needs root");
-    char dir[64] = "/tmp/cohort-full-XXXXXX", tk[80], body[512], out[256];
-    cr_assert(mkdtemp(dir));
+    char *dir = full_dir, tk[80], body[512], out[256];
+    snprintf(full_dir, sizeof full_dir, "/tmp/cohort-full-XXXXXX");
+    cr_assert(mkdtemp(full_dir));
     char cmd[200];
     snprintf(cmd, sizeof cmd, "mount -t tmpfs -o size=16m,mode=0711 cohort-full '%s'", dir);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
-    th_daemon f;
-    th_start_in(&f, dir, NULL);
-    th_user(&f, "acme", "alice", "member", tk);
-    th_resp r = th_post(&f, "/v1/workspaces", tk, "{\"name\":\"ws\"}");
+    if (system(cmd) != 0) {
+        rmdir(full_dir);
+        full_dir[0] = '\0';
+        cr_assert_fail("%s failed", cmd);
+    }
+    th_start_in(&full, dir, unlimited);
+    th_user(&full, "acme", "alice", "member", tk);
+    th_resp r = th_post(&full, "/v1/workspaces", tk, "{\"name\":\"ws\"}");
     cr_assert_eq(r.status, 201);
     th_free(&r);
-    r = th_put_file(&f, "/v1/workspaces/ws/files/t.py", tk, "x", 1);
+    r = th_put_file(&full, "/v1/workspaces/ws/files/t.py", tk, "x", 1);
     cr_assert_eq(r.status, 201);
     th_free(&r);
 
@@ -250,7 +266,7 @@ Test(durability, a_full_disk_answers_507_and_keeps_nothing_half_done)
      * disk really refuses one, and each answer tells the truth. */
     int acked = 0, refused = 0, i;
     for (i = 0; i < 2000 && !refused; i++) {
-        r = th_post(&f, "/v1/jobs", tk, job_body(i, body, sizeof body));
+        r = th_post(&full, "/v1/jobs", tk, job_body(i, body, sizeof body));
         cr_assert(r.status == 201 || r.status == 507, "job create on a full disk: %ld %s",
                   r.status, r.body);
         if (r.status == 507) {
@@ -262,39 +278,40 @@ Test(durability, a_full_disk_answers_507_and_keeps_nothing_half_done)
         th_free(&r);
     }
     cr_assert(refused, "%d job creates on a full disk all succeeded", i);
-    r = th_post(&f, "/v1/workspaces", tk, "{\"name\":\"ws2\"}");
+    r = th_post(&full, "/v1/workspaces", tk, "{\"name\":\"ws2\"}");
     cr_expect_eq(r.status, 507, "workspace create on a full disk: %ld %s", r.status, r.body);
     cr_expect_str_eq(th_err_code(&r), "no_space", "%s", r.body);
     th_free(&r);
     static char big[1 << 20];
-    r = th_put_file(&f, "/v1/workspaces/ws/files/big.bin", tk, big, sizeof big);
+    r = th_put_file(&full, "/v1/workspaces/ws/files/big.bin", tk, big, sizeof big);
     cr_expect_eq(r.status, 507, "upload on a full disk: %ld %s", r.status, r.body);
     th_free(&r);
     /* Reads work, and what was refused is not there. */
-    r = th_get(&f, "/v1/jobs?limit=200", tk);
+    r = th_get(&full, "/v1/jobs?limit=200", tk);
     cr_expect_eq(r.status, 200);
     th_free(&r);
-    r = th_get(&f, "/v1/workspaces/ws2", tk);
+    r = th_get(&full, "/v1/workspaces/ws2", tk);
     cr_expect_eq(r.status, 404, "a refused workspace is listed: %s", r.body);
     th_free(&r);
-    r = th_get(&f, "/v1/workspaces/ws/files/big.bin", tk);
+    r = th_get(&full, "/v1/workspaces/ws/files/big.bin", tk);
     cr_expect_eq(r.status, 404, "a refused upload left a file: %ld", r.status);
     th_free(&r);
 
     free_disk(dir);
-    r = th_post(&f, "/v1/jobs", tk, job_body(i, body, sizeof body));
+    r = th_post(&full, "/v1/jobs", tk, job_body(i, body, sizeof body));
     cr_expect_eq(r.status, 201, "after space is freed: %ld %s", r.status, r.body);
     th_free(&r);
-    r = th_post(&f, "/v1/workspaces", tk, "{\"name\":\"ws2\"}");
+    r = th_post(&full, "/v1/workspaces", tk, "{\"name\":\"ws2\"}");
     cr_expect_eq(r.status, 201, "after space is freed: %ld %s", r.status, r.body);
     th_free(&r);
-    th_stop(&f);
-    th_db_query(&f, "SELECT count(*) FROM jobs", out, sizeof out);
+    th_stop(&full);
+    th_db_query(&full, "SELECT count(*) FROM jobs", out, sizeof out);
     cr_expect_eq(atoi(out), acked + 1, "%d acknowledged + 1 after, the database has %s", acked,
                  out);
-    th_db_query(&f, "PRAGMA integrity_check", out, sizeof out);
+    th_db_query(&full, "PRAGMA integrity_check", out, sizeof out);
     cr_expect_str_eq(out, "ok\n");
     cr_log_info("full disk: %d job creates acknowledged before the first 507", acked);
     snprintf(cmd, sizeof cmd, "umount '%s' && rmdir '%s'", dir, dir);
     cr_expect_eq(system(cmd), 0, "%s", cmd);
+    full_dir[0] = '\0';
 }

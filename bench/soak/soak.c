@@ -12,7 +12,8 @@
  *   - the ledger equals the workers' own times x price, to the minor unit;
  *   - cohortd's RSS and open descriptors, sampled every 10 s (flat after
  *     the warm-up is what to look for; the restart starts them again).
- * Needs root.  Exits 1 when a check fails (the data dir is kept then).
+ * Each agent offers SOAK_AGENT_CPUS (16) CPUs.  Needs root.  Exits 1 when a
+ * check fails (the data dir is kept then).
  * usage: bench_soak BUILD_DIR [MINUTES] [JOBS] [TENANTS]
  */
 #include <curl/curl.h>
@@ -38,6 +39,9 @@ static int net;
 static pid_t cohortd_pid, reg_pid, agent_pid[NAGENTS];
 static char join[NAGENTS][128];
 static volatile int sampling = 1;
+/* Each agent's CPUs (SOAK_AGENT_CPUS, default 16): its slots for cpu-1 workers.
+ * The jobs mostly sleep, so this is how many may wait at once, not load. */
+static char agent_cpus[16] = "16";
 
 struct sink {
     char *buf;
@@ -245,7 +249,7 @@ static void start_agent(int i)
     snprintf(ports, sizeof ports, "%d-%d", 33000 + 100 * i, 33099 + 100 * i);
     char *argv[] = {bin,           "--server",  base,        "--join-token", join[i],
                     "--name",      name,        "--data-dir", adir,          "--cpus",
-                    "4",           "--memory-mb", "16384",   "--address",    addr,
+                    agent_cpus,    "--memory-mb", "65536",   "--address",    addr,
                     "--port-range", ports,      "--registry", reg,           "--insecure-registry",
                     reg,           "--image-cache", cache,   NULL};
     char ns[sizeof net_tag + 16];
@@ -426,6 +430,8 @@ int main(int argc, char **argv)
         return 1;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (getenv("SOAK_AGENT_CPUS"))
+        snprintf(agent_cpus, sizeof agent_cpus, "%d", atoi(getenv("SOAK_AGENT_CPUS")));
     snprintf(dir, sizeof dir, "/tmp/cohort-soak-XXXXXX");
     if (!mkdtemp(dir))
         return 1;
@@ -567,8 +573,8 @@ int main(int argc, char **argv)
                             " HAVING count(*) > 1);");
     long long stored = db_ll("SELECT count(*) FROM jobs;");
     printf("RESULT op=jobs acked=%d stored=%lld not_final_or_missing=%d twice=%lld "
-           "drained_after_s=%.0f\n",
-           acked, stored, missing, twice, drained);
+           "drained_after_s=%.0f jobs_per_s=%.1f\n",
+           acked, stored, missing, twice, drained, drained > 0 ? acked / drained : 0);
     failures += missing > 0 || twice > 0 || open_jobs != 0;
 
     /* No container or worker mount left on any node. */
