@@ -13,6 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -154,6 +155,36 @@ static int disk_full_note(const char *dir, char *out, size_t n)
     return 1;
 }
 
+static const char *jstr(const cJSON *o, const char *k);
+
+/* A worker whose shim was killed while crun was creating its container
+ * (stop_starting) may leave crun's state behind: crun delete -f it, as the
+ * shim would have.  Nothing when the node runs host processes. */
+static void crun_leftover(sup *s, const struct worker *w)
+{
+    const char *crun = jstr(s->cfg.container, "crun"), *root = jstr(s->cfg.container, "crun_root");
+    char id[32], state[4400];
+    struct stat sb;
+    if (!crun || !root)
+        return;
+    snprintf(id, sizeof id, "w%lld", (long long)w->id);
+    snprintf(state, sizeof state, "%s/%s", root, id);
+    if (stat(state, &sb) != 0)
+        return;
+    pid_t p = fork();
+    if (p == 0) {
+        int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (null >= 0) {
+            dup2(null, 1);
+            dup2(null, 2);
+        }
+        execl(crun, crun, "--root", root, "delete", "-f", id, (char *)NULL);
+        _exit(127);
+    }
+    while (p > 0 && waitpid(p, NULL, 0) < 0 && errno == EINTR)
+        ;
+}
+
 /* Reads one worker's directory into w; 1 when its state changed. */
 static int refresh(sup *s, struct worker *w)
 {
@@ -202,10 +233,11 @@ static int refresh(sup *s, struct worker *w)
         }
         return 0;
     }
-    if (shim > 0 && w->stop_at) { /* stopped while it pulled */
+    if (shim > 0 && w->stop_at) { /* stopped while it pulled or started */
         w->state = W_EXITED;
         w->signal = SIGTERM;
         snprintf(w->message, sizeof w->message, "stopped before it started");
+        crun_leftover(s, w);
         write_small(s->cfg.dir, w->id, "status", "signal 15\n");
         return 1;
     }

@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,11 +266,14 @@ struct tenant {
 };
 
 struct job {
-    long id;      /* 0: not acknowledged */
+    long id;      /* 0: not acknowledged (set by its submitter, read after the join) */
     int tenant;
     int kind;     /* 0 ok, 1 a failing rank (retried once), 2 cancelled while it runs */
-    double cancel_at;
+    int cancel_after_s;
+    int64_t cancel_at_ms; /* atomic: 0 none yet, > 0 due (monotonic ms), -1 done */
 };
+
+#define SUBMITTERS 8
 
 static struct tenant ten[MAX_TENANTS];
 static struct job *jobs;
@@ -321,7 +325,7 @@ out:
 
 /* Submits job i, retrying with its Idempotency-Key while cohortd is away
  * (up to 60 s): 0 once acknowledged. */
-static int submit(int i)
+static int submit(CURL *c, int i)
 {
     struct job *j = &jobs[i];
     struct tenant *t = &ten[j->tenant];
@@ -338,7 +342,7 @@ static int submit(int i)
     double until = now_s() + 60;
     long st = 0;
     while (now_s() < until) {
-        st = call(t->c, t->token, "POST", "/v1/jobs", "application/json", body, strlen(body), key,
+        st = call(c, t->token, "POST", "/v1/jobs", "application/json", body, strlen(body), key,
                   &out);
         if (st == 201 || (st >= 400 && st < 500 && st != 429))
             break;
@@ -353,14 +357,43 @@ static int submit(int i)
     return st == 201 ? 0 : -1;
 }
 
-static void cancel(int i)
+static void cancel(CURL *c, int i)
 {
     struct sink out = {0};
     char path[64];
     snprintf(path, sizeof path, "/v1/jobs/%ld/cancel", jobs[i].id);
-    call(ten[jobs[i].tenant].c, ten[jobs[i].tenant].token, "POST", path, NULL, NULL, 0, NULL,
-         &out);
+    call(c, ten[jobs[i].tenant].token, "POST", path, NULL, NULL, 0, NULL, &out);
     free(out.buf);
+}
+
+static double t0, span;
+static int acked, lost;
+
+static int64_t mono_ms(void)
+{
+    return (int64_t)(now_s() * 1000);
+}
+
+/* Submits jobs k, k + SUBMITTERS, ... each at its time, on a handle of its own. */
+static void *submitter(void *arg)
+{
+    int k = (int)(intptr_t)arg;
+    CURL *c = curl_easy_init();
+    for (int i = k; c && i < njobs; i += SUBMITTERS) {
+        double due = t0 + span * i / njobs;
+        while (now_s() < due)
+            usleep(2000);
+        if (submit(c, i) == 0) {
+            __atomic_add_fetch(&acked, 1, __ATOMIC_RELAXED);
+            if (jobs[i].kind == 2)
+                __atomic_store_n(&jobs[i].cancel_at_ms,
+                                 mono_ms() + 1000LL * jobs[i].cancel_after_s, __ATOMIC_RELEASE);
+        } else {
+            __atomic_add_fetch(&lost, 1, __ATOMIC_RELAXED);
+        }
+    }
+    curl_easy_cleanup(c);
+    return NULL;
 }
 
 /* cohortd's RSS (kB) and open descriptors, every 10 s. */
@@ -486,48 +519,55 @@ int main(int argc, char **argv)
         int r = rand() % 100;
         jobs[i].tenant = rand() % ntenants;
         jobs[i].kind = r < 80 ? 0 : r < 90 ? 1 : 2;
+        jobs[i].cancel_after_s = 2 + rand() % 5;
     }
+    CURL *admin_cancel = curl_easy_init(); /* the main thread's, for the cancels */
     pthread_t samp;
     pthread_create(&samp, NULL, sampler, NULL);
-    double t0 = now_s(), span = minutes * 60;
-    int agent_killed = 0, cohortd_killed = 0, acked = 0, lost = 0, cancels = 0;
-    for (int i = 0; i < njobs; i++) {
-        double due = t0 + span * i / njobs;
-        while (now_s() < due)
-            usleep(2000);
-        if (!agent_killed && i >= njobs * 4 / 10) {
-            printf("EVENT t=%.0f kill -9 agent n2\n", now_s() - t0);
+    t0 = now_s();
+    span = minutes * 60;
+    int agent_killed = 0, cohortd_killed = 0, cancels = 0;
+    pthread_t sub[SUBMITTERS];
+    for (int k = 0; k < SUBMITTERS; k++)
+        pthread_create(&sub[k], NULL, submitter, (void *)(intptr_t)k);
+    /* Meanwhile: the kills at 40% and 50% of the time, and the cancels when due. */
+    for (;;) {
+        double t = now_s() - t0;
+        if (!agent_killed && t >= span * 0.4) {
+            printf("EVENT t=%.0f kill -9 agent n2\n", t);
             kill(agent_pid[1], SIGKILL);
             waitpid(agent_pid[1], NULL, 0);
             sleep(3);
             start_agent(1);
             agent_killed = 1;
         }
-        if (!cohortd_killed && i >= njobs / 2) {
-            printf("EVENT t=%.0f kill -9 cohortd\n", now_s() - t0);
+        if (!cohortd_killed && t >= span * 0.5) {
+            printf("EVENT t=%.0f kill -9 cohortd\n", t);
             kill(cohortd_pid, SIGKILL);
             waitpid(cohortd_pid, NULL, 0);
             sleep(1);
             start_cohortd(listen);
             cohortd_killed = 1;
         }
-        if (submit(i) == 0) {
-            acked++;
-            if (jobs[i].kind == 2)
-                jobs[i].cancel_at = now_s() + 2 + rand() % 5;
-        } else {
-            lost++;
-        }
-        for (int k = 0; k <= i; k++)
-            if (jobs[k].cancel_at > 0 && now_s() >= jobs[k].cancel_at) {
-                cancel(k);
-                jobs[k].cancel_at = -1;
+        int64_t now = mono_ms();
+        for (int k = 0; k < njobs; k++) {
+            int64_t at = __atomic_load_n(&jobs[k].cancel_at_ms, __ATOMIC_ACQUIRE);
+            if (at > 0 && now >= at) {
+                cancel(admin_cancel, k);
+                __atomic_store_n(&jobs[k].cancel_at_ms, -1, __ATOMIC_RELEASE);
                 cancels++;
             }
+        }
+        if (t > span && __atomic_load_n(&acked, __ATOMIC_RELAXED) +
+                                __atomic_load_n(&lost, __ATOMIC_RELAXED) == njobs)
+            break;
+        usleep(100000);
     }
+    for (int k = 0; k < SUBMITTERS; k++)
+        pthread_join(sub[k], NULL);
     for (int k = 0; k < njobs; k++)
-        if (jobs[k].cancel_at > 0) {
-            cancel(k);
+        if (jobs[k].cancel_at_ms > 0) {
+            cancel(admin_cancel, k);
             cancels++;
         }
     printf("RESULT op=submitted jobs=%d acked=%d unacked=%d cancels=%d seconds=%.0f\n", njobs,
