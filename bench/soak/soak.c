@@ -19,6 +19,7 @@
 #include <curl/curl.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -147,11 +148,15 @@ static double now_s(void)
 
 static pid_t spawn(const char *netns, char *const argv[], const char *log)
 {
+    fflush(stdout); /* nothing buffered may be written twice, by the child too */
     pid_t p = fork();
     if (p == 0) {
-        FILE *f = freopen(log, "a", stdout);
-        (void)f;
-        dup2(1, 2);
+        /* No stdio in the child: another thread may have held its lock at the fork. */
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
         setenv("COHORT_ADMIN_TOKEN", ADMIN, 1);
         if (netns) {
             char *nargv[40] = {"/usr/sbin/ip", "netns", "exec", (char *)netns};
