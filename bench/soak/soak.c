@@ -157,7 +157,6 @@ static pid_t spawn(const char *netns, char *const argv[], const char *log)
             dup2(fd, 1);
             dup2(fd, 2);
         }
-        setenv("COHORT_ADMIN_TOKEN", ADMIN, 1);
         if (netns) {
             char *nargv[40] = {"/usr/sbin/ip", "netns", "exec", (char *)netns};
             int n = 4;
@@ -468,6 +467,7 @@ int main(int argc, char **argv)
         return 1;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+    setenv("COHORT_ADMIN_TOKEN", ADMIN, 1); /* for cohortd; set before any thread starts */
     if (getenv("SOAK_AGENT_CPUS"))
         snprintf(agent_cpus, sizeof agent_cpus, "%d", atoi(getenv("SOAK_AGENT_CPUS")));
     snprintf(dir, sizeof dir, "/tmp/cohort-soak-XXXXXX");
