@@ -92,7 +92,7 @@ static int find_hierarchy(char *out, size_t n)
         char dev[256], dir[2048], type[64];
         if (sscanf(line, "%255s %2047s %63s", dev, dir, type) == 3 && !strcmp(type, "cgroup2") &&
             strlen(dir) < n) {
-            snprintf(out, n, "%s", dir);
+            memcpy(out, dir, strlen(dir) + 1); /* fits: checked just above */
             rc = 0;
         }
     }

@@ -363,7 +363,7 @@ Test(agent, a_failed_rank_stops_the_gang_retries_then_fails)
                      "\"worker_spec\":\"cpu-small\",\"worker_count\":2,\"max_retries\":1}");
     char seen[16];
     cr_assert(th_wait_state(&d, tok, id, "FAILED", 40000, seen), "job ended %s", seen);
-    char p[64];
+    char p[128];
     snprintf(p, sizeof p, "/v1/jobs/%ld", id);
     th_resp r = th_get(&d, p, tok);
     cr_expect(strstr(th_str(&r, "reason"), "rank 1 on node n1 exited with status 3") != NULL,
