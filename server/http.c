@@ -43,6 +43,7 @@ struct http_server {
     struct conn_watch *watched;
     int64_t header_timeout_ms;
     uint64_t cut_slow; /* connections closed at the header deadline */
+    int64_t open_conns; /* connections MHD has accepted and not closed */
     ratelimit *rate;   /* per API token; NULL: none */
     double rate_per_s;
 };
@@ -383,8 +384,22 @@ static enum MHD_Result complete(struct req_state *st)
 
 static void metrics_answer(struct req_state *st)
 {
+    http_server *srv = st->srv;
     util_buf b = {0};
-    metrics_render(&b, st->srv->ctx->st);
+    metrics_render(&b, srv->ctx->st);
+    pthread_mutex_lock(&srv->cwlock);
+    int64_t open = srv->open_conns;
+    uint64_t cut = srv->cut_slow;
+    pthread_mutex_unlock(&srv->cwlock);
+    util_buf_printf(&b,
+                    "# HELP cohort_http_connections Connections open now.\n"
+                    "# TYPE cohort_http_connections gauge\n"
+                    "cohort_http_connections %lld\n"
+                    "# HELP cohort_http_connections_cut_total Connections closed because their "
+                    "request headers missed the header deadline.\n"
+                    "# TYPE cohort_http_connections_cut_total counter\n"
+                    "cohort_http_connections_cut_total %llu\n",
+                    (long long)open, (unsigned long long)cut);
     st->rs.status = b.oom ? 500 : 200;
     st->rs.body = b.buf;
     st->rs.len = b.len;
@@ -688,25 +703,30 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        if (!ci || !(w = calloc(1, sizeof *w)))
-            return; /* unwatched: only the idle timeout bounds it */
-        w->fd = ci->connect_fd;
-        w->since_ms = mono_ms();
+        w = ci ? calloc(1, sizeof *w) : NULL; /* NULL: only the idle timeout bounds it */
         pthread_mutex_lock(&srv->cwlock);
-        w->next = srv->watched;
-        if (w->next)
-            w->next->prev = w;
-        srv->watched = w;
+        srv->open_conns++;
+        if (w) {
+            w->fd = ci->connect_fd;
+            w->since_ms = mono_ms();
+            w->next = srv->watched;
+            if (w->next)
+                w->next->prev = w;
+            srv->watched = w;
+        }
         pthread_mutex_unlock(&srv->cwlock);
         *socket_context = w;
-    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED && w) {
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
         pthread_mutex_lock(&srv->cwlock);
-        if (w->prev)
-            w->prev->next = w->next;
-        else
-            srv->watched = w->next;
-        if (w->next)
-            w->next->prev = w->prev;
+        srv->open_conns--;
+        if (w) {
+            if (w->prev)
+                w->prev->next = w->next;
+            else
+                srv->watched = w->next;
+            if (w->next)
+                w->next->prev = w->prev;
+        }
         pthread_mutex_unlock(&srv->cwlock);
         free(w);
         *socket_context = NULL;
