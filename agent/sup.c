@@ -21,6 +21,8 @@
 
 #define MAX_WORKERS 4096
 #define LOG_CHUNK (256 * 1024)
+/* The newest output of a worker that its node keeps once shipped. */
+#define LOG_KEEP (1024 * 1024)
 
 enum wstate { W_STARTING, W_RUNNING, W_EXITED, W_FAILED };
 
@@ -38,6 +40,7 @@ struct worker {
     int64_t log_off;    /* bytes of output.log the server has */
     int log_done;       /* finished and every byte shipped */
     int log_fd;         /* output.log, kept open while shipping: 0 = not open yet */
+    int64_t log_punched; /* output.log's blocks below this are freed (INT64_MAX: cannot) */
     int64_t cpu_us, memory_peak; /* what its cgroup counted: -1 when not known */
     uint64_t gpus;      /* GPUs it holds (bit i: GPU i) while it lives */
     int64_t job_id, attempt, local_rank;
@@ -660,6 +663,50 @@ void sup_stop_all(sup *s)
         stop(&s->w[i]);
 }
 
+/* Opens a worker's output.log to ship it, or returns -1.  Read and write:
+ * what is shipped is punched out of it (punch_shipped).  A file whose start
+ * is already a hole was shipped that far by an earlier run of the agent:
+ * shipping resumes where its data begins. */
+static int open_log(sup *s, struct worker *w)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%lld/output.log", s->cfg.dir, (long long)w->id);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0 && errno != ENOENT) {
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        w->log_punched = INT64_MAX;
+    }
+    if (fd >= 0 && w->log_off == 0 && w->log_punched == 0) {
+        off_t data = lseek(fd, 0, SEEK_DATA);
+        if (data > 0)
+            w->log_off = w->log_punched = data;
+    }
+    return fd;
+}
+
+/*
+ * Frees the disk blocks of the output the server already has, all but the
+ * newest LOG_KEEP bytes.  The file keeps its size and offsets (a hole reads
+ * as zeros), so a worker that prints without end costs its node no more
+ * disk than what is not shipped yet: cohortd's --log-limit bounds the rest.
+ * A file system without holes (EOPNOTSUPP) keeps everything.
+ */
+static void punch_shipped(struct worker *w, int fd)
+{
+    struct stat sb;
+    if (w->log_punched == INT64_MAX || fstat(fd, &sb) != 0)
+        return;
+    int64_t shipped = w->log_off < sb.st_size ? w->log_off : sb.st_size;
+    int64_t to = (shipped - LOG_KEEP) & ~(int64_t)4095;
+    if (to <= w->log_punched)
+        return;
+    if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, w->log_punched,
+                  to - w->log_punched) == 0)
+        w->log_punched = to;
+    else
+        w->log_punched = INT64_MAX;
+}
+
 int sup_ship_logs(sup *s, sup_ship_fn ship, void *arg)
 {
     static char buf[LOG_CHUNK];
@@ -669,11 +716,8 @@ int sup_ship_logs(sup *s, sup_ship_fn ship, void *arg)
         if (w->log_done || w->state == W_STARTING)
             continue;
         int done = w->state == W_EXITED || w->state == W_FAILED;
-        if (w->log_fd <= 0) {
-            char path[4200];
-            snprintf(path, sizeof path, "%s/%lld/output.log", s->cfg.dir, (long long)w->id);
-            w->log_fd = open(path, O_RDONLY | O_CLOEXEC);
-        }
+        if (w->log_fd <= 0)
+            w->log_fd = open_log(s, w);
         int fd = w->log_fd;
         if (fd < 0) {
             w->log_fd = 0;
@@ -709,6 +753,7 @@ int sup_ship_logs(sup *s, sup_ship_fn ship, void *arg)
                 break;
             w->log_off = size;
         }
+        punch_shipped(w, fd);
         if (w->log_done) {
             close(fd);
             w->log_fd = 0;

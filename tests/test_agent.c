@@ -1288,6 +1288,78 @@ Test(agent, a_restarted_agent_adopts_its_running_workers)
     free(t);
 }
 
+/* Bytes written to, and bytes on disk of, every output.log of an agent's
+ * workers; returns how many there are. */
+static int node_logs(const th_agent *a, long *written, long *disk)
+{
+    char cmd[600];
+    long sz, blocks;
+    int n = 0;
+    *written = *disk = 0;
+    snprintf(cmd, sizeof cmd, "find '%s/workers' -name output.log -printf '%%s %%b\\n'", a->dir);
+    FILE *f = popen(cmd, "r");
+    while (f && fscanf(f, "%ld %ld", &sz, &blocks) == 2) {
+        *written += sz;
+        *disk += blocks * 512;
+        n++;
+    }
+    if (f)
+        pclose(f);
+    return n;
+}
+
+/*
+ * The node frees what it has shipped of a worker's output.log (all but the
+ * newest MB).  An agent killed after it did so, restarted, ships the rest
+ * from where the file's data begins: the log cohortd keeps is whole, in
+ * order, once, with no byte of the freed part (zeros) in it.
+ */
+Test(agent, a_restarted_agent_resumes_a_log_it_has_trimmed, .timeout = 90)
+{
+    platform(NULL);
+    agents(1, "8");
+    th_put_text(&d, tok, "ws", "long.sh",
+                "#!/bin/sh\nseq 0 299999 | sed 's/^/line /'\nsleep 3\n"
+                "seq 300000 309999 | sed 's/^/line /'\n",
+                "755");
+    long id = submit("{\"name\":\"long\",\"image\":\"native\",\"workspace\":\"ws\","
+                     "\"code_path\":\"long.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                     "\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
+    char seen[16];
+    cr_assert(th_wait_state(&d, tok, id, "RUNNING", 20000, seen), "job is %s", seen);
+    /* Wait until the first 3.4 MB are printed and all but a MB of them freed. */
+    long written = 0, disk = 0;
+    for (int i = 0; i < 200; i++) {
+        if (node_logs(&ag[0], &written, &disk) == 1 && written > 3000000 &&
+            disk < written - 1500000)
+            break;
+        usleep(25000);
+    }
+    cr_assert_lt(disk, written - 1500000, "the node kept %ld of %ld bytes", disk, written);
+    th_agent_kill9(&ag[0]);
+    usleep(300000);
+    th_agent_restart(&ag[0], &d, NULL);
+    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 30000, seen), "job ended %s", seen);
+    char p[128];
+    snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=0&limit=8388608", id);
+    th_resp r = th_get(&d, p, tok);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_expect_eq(strlen(r.body), r.len, "the log has a zero byte at %zu", strlen(r.body));
+    long next = 0;
+    for (char *line = strtok(r.body, "\n"); line; line = strtok(NULL, "\n")) {
+        long v;
+        if (sscanf(line, "line %ld", &v) != 1 || v != next) {
+            cr_expect_fail("after line %ld came '%.40s'", next - 1, line);
+            break;
+        }
+        next++;
+    }
+    cr_expect_eq(next, 310000, "%ld lines arrived in order", next);
+    th_free(&r);
+    node_logs(&ag[0], &written, &disk);
+    cr_log_info("output.log on the node: %ld bytes written, %ld on disk", written, disk);
+}
+
 Test(agent, max_runtime_ends_a_job_as_timeout)
 {
     platform(NULL);

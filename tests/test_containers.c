@@ -698,11 +698,26 @@ Test(containers, a_log_flood_stores_only_the_jobs_limit_and_spares_other_jobs, .
     if (f)
         pclose(f);
     cr_expect_lt(total, 4L << 20, "cohortd's logs hold %ld bytes", total);
+    /* On the node: the flood's output.log went through all 300 MB, but only
+     * its newest MB is still on disk (what cohortd took or cut is punched). */
+    long node_size = 0, node_disk = 0;
+    snprintf(cmd, sizeof cmd, "find '%s/workers' -name output.log -printf '%%s %%b\\n'", ag.dir);
+    f = popen(cmd, "r");
+    long sz, blocks;
+    while (f && fscanf(f, "%ld %ld", &sz, &blocks) == 2) {
+        node_size = sz > node_size ? sz : node_size;
+        node_disk += blocks * 512;
+    }
+    if (f)
+        pclose(f);
+    cr_expect_geq(node_size, 300000000L, "the node's largest output.log is %ld bytes", node_size);
+    cr_expect_lt(node_disk, 3L << 20, "the node's output.logs take %ld bytes of disk", node_disk);
     snprintf(lp, sizeof lp, "/v1/jobs/%ld", flood);
     r = th_get(&d, lp, tok);
     const char *st = th_str(&r, "started_at"), *fin = th_str(&r, "finished_at");
-    cr_log_info("flood: 300 MB printed (%s to %s), %ld bytes stored for it, %ld in all logs",
-                st ? st : "?", fin ? fin : "?", size, total);
+    cr_log_info("flood: 300 MB printed (%s to %s), %ld bytes stored for it, %ld in all logs; "
+                "on the node: %ld bytes written, %ld on disk",
+                st ? st : "?", fin ? fin : "?", size, total, node_size, node_disk);
     th_free(&r);
 }
 
