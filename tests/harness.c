@@ -50,6 +50,7 @@ static void launch(th_daemon *d, const char *const *extra)
         FILE *f = freopen(logp, "a", stdout);
         (void)f;
         dup2(1, 2);
+        close_range(3, ~0U, 0); /* none of the test's sockets or files */
         execv(COHORTD_BIN, (char *const *)argv);
         _exit(127);
     }
@@ -487,6 +488,7 @@ static void registry_start(const char *ip, pid_t *pid, char *addr, size_t an)
         FILE *lf = freopen(logp, "a", stdout);
         (void)lf;
         dup2(1, 2);
+        close_range(3, ~0U, 0);
         execlp("docker-registry", "docker-registry", "serve", conf, (char *)NULL);
         _exit(127);
     }
@@ -588,6 +590,7 @@ static void agent_launch(th_agent *a, th_daemon *d, const char *const *extra)
         FILE *f = freopen(logp, "a", stdout);
         (void)f;
         dup2(1, 2);
+        close_range(3, ~0U, 0);
         execv(argv[0], (char *const *)argv);
         _exit(127);
     }

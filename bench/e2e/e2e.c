@@ -105,6 +105,7 @@ static pid_t spawn(char *const argv[], const char *log)
         (void)f;
         dup2(1, 2);
         setenv("COHORT_ADMIN_TOKEN", ADMIN, 1);
+        close_range(3, ~0U, 0);
         execv(argv[0], argv);
         _exit(127);
     }

@@ -157,6 +157,9 @@ static pid_t spawn(const char *netns, char *const argv[], const char *log)
             dup2(fd, 1);
             dup2(fd, 2);
         }
+        /* Nothing of the soak's own: a cohortd restarted mid-run would
+         * otherwise hold every socket its clients had open then. */
+        close_range(3, ~0U, 0);
         if (netns) {
             char *nargv[40] = {"/usr/sbin/ip", "netns", "exec", (char *)netns};
             int n = 4;
