@@ -44,13 +44,17 @@ struct sched_service {
 
 /* ---- growable arrays for one pass ---- */
 
-#define PUSH(arr, n, cap, v)                                                               \
+/* Appends v to arr (n used of cap), growing it; on out-of-memory appends
+ * nothing and sets *oom, which the caller turns into STORE_NOMEM. */
+#define PUSH(arr, n, cap, v, oom)                                                          \
     do {                                                                                   \
         if ((n) == (cap)) {                                                                \
             size_t nc_ = (cap) ? (cap) * 2 : 64;                                           \
             void *np_ = realloc((arr), nc_ * sizeof *(arr));                               \
-            if (!np_)                                                                      \
+            if (!np_) {                                                                    \
+                *(oom) = 1;                                                                \
                 break;                                                                     \
+            }                                                                              \
             (arr) = np_;                                                                   \
             (cap) = nc_;                                                                   \
         }                                                                                  \
@@ -143,10 +147,7 @@ static void add_node(void *arg, const store_node *n)
                      n->cpus - n->used_cpus,
                      n->memory_mb - n->used_memory_mb,
                      n->gpus - n->used_gpus};
-    size_t before = p->nnodes;
-    PUSH(p->nodes, p->nnodes, p->capn, sn);
-    if (p->nnodes == before)
-        p->oom = 1;
+    PUSH(p->nodes, p->nnodes, p->capn, sn, &p->oom);
 }
 
 static struct use *use_of(struct pass *p, int64_t tenant)
@@ -156,7 +157,7 @@ static struct use *use_of(struct pass *p, int64_t tenant)
             return &p->use[i];
     struct use u = {tenant, 0, 0, 0, 0, 0.0};
     size_t before = p->nuse;
-    PUSH(p->use, p->nuse, p->capu, u);
+    PUSH(p->use, p->nuse, p->capu, u, &p->oom);
     return p->nuse > before ? &p->use[p->nuse - 1] : NULL;
 }
 
@@ -164,7 +165,7 @@ static void add_alloc(void *arg, int64_t job_id, int64_t node_id, int64_t worker
 {
     struct pass *p = arg;
     struct alloc a = {job_id, node_id, workers};
-    PUSH(p->al, p->nal, p->capal, a);
+    PUSH(p->al, p->nal, p->capal, a, &p->oom);
 }
 
 static int64_t end_of(int64_t now, int64_t started_at, int64_t max_runtime_s)
@@ -179,7 +180,7 @@ static void add_active(void *arg, const store_job_brief *b)
     struct pass *p = arg;
     struct active a = {b->id, end_of(p->now, b->started_at, b->max_runtime_seconds), b->cpus,
                        b->memory_mb, b->gpus};
-    PUSH(p->act, p->nact, p->capa, a);
+    PUSH(p->act, p->nact, p->capa, a, &p->oom);
     struct use *u = use_of(p, b->tenant_id);
     if (!u) {
         p->oom = 1;
@@ -196,10 +197,8 @@ static void add_pending(void *arg, const store_job_brief *b)
     struct pass *p = arg;
     sched_job j = {b->id,        b->tenant_id,  b->priority,         0.0, b->created_at,
                    b->worker_count, b->workers_per_node, b->cpus, b->memory_mb, b->gpus};
-    PUSH(p->jobs, p->njobs, p->capj, j);
-    PUSH(p->briefs, p->nbriefs, p->capb, *b);
-    if (p->njobs != p->nbriefs)
-        p->oom = 1;
+    PUSH(p->jobs, p->njobs, p->capj, j, &p->oom);
+    PUSH(p->briefs, p->nbriefs, p->capb, *b, &p->oom);
 }
 
 static void add_usage(void *arg, int64_t tenant, int64_t cpus, int64_t gpus, int64_t start,
@@ -214,7 +213,7 @@ static void add_usage(void *arg, int64_t tenant, int64_t cpus, int64_t gpus, int
 static void add_quota(void *arg, const store_quota *q)
 {
     struct pass *p = arg;
-    PUSH(p->quota, p->nquota, p->capq, *q);
+    PUSH(p->quota, p->nquota, p->capq, *q, &p->oom);
 }
 
 static const store_job_brief *brief_of(struct pass *p, int64_t id)
@@ -292,25 +291,21 @@ static struct budget *budget_of(struct pass *p, int64_t tenant)
 
 static int read_budgets(store_tx *tx, struct pass *p)
 {
-    int64_t ids[1024];
-    int n;
-    int rc = store_budget_tenants_tx(tx, ids, 1024, &n);
-    for (int i = 0; rc == STORE_OK && i < n; i++) {
+    util_i64s ids = {0};
+    int rc = store_budget_tenants_tx(tx, &ids);
+    for (size_t i = 0; rc == STORE_OK && !p->oom && i < ids.n; i++) {
         store_money m;
-        rc = store_money_tx(tx, ids[i], p->now, &m, NULL, NULL);
+        rc = store_money_tx(tx, ids.v[i], p->now, &m, NULL, NULL);
         if (rc != STORE_OK)
             break;
-        struct budget b = {ids[i], money_left(&m), m.acct.balance, m.reserved, ""};
+        struct budget b = {ids.v[i], money_left(&m), m.acct.balance, m.reserved, ""};
         snprintf(b.currency, sizeof b.currency, "%s", m.acct.currency);
-        size_t before = p->nbud;
-        PUSH(p->bud, p->nbud, p->capbud, b);
-        if (p->nbud == before)
-            return STORE_NOMEM;
+        PUSH(p->bud, p->nbud, p->capbud, b, &p->oom);
     }
-    return rc;
+    free(ids.v);
+    return rc == STORE_OK && p->oom ? STORE_NOMEM : rc;
 }
 
-/* Why j cannot be admitted on its tenant's money, or NULL when it can. */
 static const char *over_budget(const struct budget *b, const store_job_brief *jb, int64_t hold,
                                int64_t need, char *buf, size_t n)
 {
@@ -330,21 +325,12 @@ static const char *over_budget(const struct budget *b, const store_job_brief *jb
     return buf;
 }
 
-/* The lowest free port of the node's range, or -1. */
-static int64_t free_port(store_tx *tx, const store_node *n)
+/* The lowest free port of the node's range into *port; STORE_CONFLICT when
+ * every one is held. */
+static int free_port(store_tx *tx, const store_node *n, int64_t *port)
 {
-    static int64_t used[4096];
-    int k = store_port_used(tx, n->id, used, 4096);
-    if (k < 0)
-        return -1;
-    int i = 0;
-    for (int64_t port = n->port_lo; port <= n->port_hi; port++) {
-        while (i < k && used[i] < port)
-            i++;
-        if (i == k || used[i] != port)
-            return port;
-    }
-    return -1;
+    int rc = store_port_lowest_free(tx, n->id, n->port_lo, n->port_hi, port);
+    return rc == STORE_OK && *port < 0 ? STORE_CONFLICT : rc;
 }
 
 /*
@@ -390,9 +376,10 @@ static int commit_placement(store_tx *tx, const struct placement *pl)
         if (r == 0)
             master = n;
     }
-    int64_t port = free_port(tx, &master);
-    if (port < 0)
-        return STORE_CONFLICT;
+    int64_t port;
+    rc = free_port(tx, &master, &port);
+    if (rc != STORE_OK)
+        return rc;
     rc = store_port_reserve(tx, master.id, port, pl->job_id, pl->attempt, 0);
     for (int64_t r = 0; rc == STORE_OK && r < m; r++) {
         store_node n = master;
@@ -401,9 +388,10 @@ static int commit_placement(store_tx *tx, const struct placement *pl)
         for (int64_t l = 0; rc == STORE_OK && l < pl->per_node; l++) {
             int64_t rank = r * pl->per_node + l;
             if (port_per_rank && rank > 0) {
-                int64_t p = free_port(tx, &n);
-                rc = p < 0 ? STORE_CONFLICT
-                           : store_port_reserve(tx, n.id, p, pl->job_id, pl->attempt, rank);
+                int64_t p;
+                rc = free_port(tx, &n, &p);
+                if (rc == STORE_OK)
+                    rc = store_port_reserve(tx, n.id, p, pl->job_id, pl->attempt, rank);
                 if (rc != STORE_OK)
                     break;
             }
@@ -522,10 +510,10 @@ static void note_placed(struct pass *p, const sched_job *j, const store_job_brie
 {
     struct active a = {j->id, end_of(p->now, 0, b->max_runtime_seconds), j->cpus, j->mem,
                        j->gpus};
-    PUSH(p->act, p->nact, p->capa, a);
+    PUSH(p->act, p->nact, p->capa, a, &p->oom);
     for (int64_t r = 0; r < j->workers / per_node; r++) {
         struct alloc al = {j->id, p->nodes[idx[r]].id, per_node};
-        PUSH(p->al, p->nal, p->capal, al);
+        PUSH(p->al, p->nal, p->capal, al, &p->oom);
     }
 }
 
@@ -643,9 +631,14 @@ static int plan(store_tx *tx, struct pass *p)
             if (bud)
                 bud->left -= hold;
             if (pl.nodes) {
+                size_t before = p->npl;
                 for (int64_t r = 0; r < j->workers / shape; r++)
                     pl.nodes[r] = p->nodes[idx[r]].id;
-                PUSH(p->pl, p->npl, p->cappl, pl);
+                PUSH(p->pl, p->npl, p->cappl, pl, &p->oom);
+                if (p->npl == before)
+                    free(pl.nodes);
+            } else {
+                p->oom = 1;
             }
             note_placed(p, j, b, shape, idx);
             u->jobs++;
@@ -656,12 +649,12 @@ static int plan(store_tx *tx, struct pass *p)
         }
         struct position ps = {j->id, ++position, ""};
         snprintf(ps.reason, sizeof ps.reason, "%.159s", wait ? wait : "resources");
-        PUSH(p->pos, p->npos, p->capp, ps);
+        PUSH(p->pos, p->npos, p->capp, ps, &p->oom);
     }
     free(live);
     free(idx);
     sched_cluster_free(cl);
-    return STORE_OK;
+    return p->oom ? STORE_NOMEM : STORE_OK;
 }
 
 struct tick {
@@ -684,33 +677,33 @@ static void node_down(void *arg, int64_t node_id)
     store_worker_lose_node(t->tx, node_id, t->now, job_lost, t);
 }
 
+/* The running jobs past their max_runtime_seconds, all of them. */
 struct timeout_scan {
     int64_t now;
-    int64_t ids[256];
-    int64_t limits[256];
-    int n;
+    util_i64s ids, limits;
+    int oom;
 };
 
 static void find_timeouts(void *arg, const store_job_brief *b)
 {
     struct timeout_scan *s = arg;
     if (b->max_runtime_seconds > 0 && b->started_at > 0 &&
-        s->now - b->started_at > b->max_runtime_seconds * 1000 && s->n < 256) {
-        s->ids[s->n] = b->id;
-        s->limits[s->n++] = b->max_runtime_seconds;
-    }
+        s->now - b->started_at > b->max_runtime_seconds * 1000 &&
+        (util_i64s_push(&s->ids, b->id) != 0 ||
+         util_i64s_push(&s->limits, b->max_runtime_seconds) != 0))
+        s->oom = 1;
 }
 
 struct unbounded {
-    int64_t ids[256];
-    int n;
+    util_i64s ids;
+    int oom;
 };
 
 static void add_unbounded(void *arg, int64_t job_id)
 {
     struct unbounded *u = arg;
-    if (u->n < 256)
-        u->ids[u->n++] = job_id;
+    if (util_i64s_push(&u->ids, job_id) != 0)
+        u->oom = 1;
 }
 
 /*
@@ -721,32 +714,35 @@ static void add_unbounded(void *arg, int64_t job_id)
  */
 static int stop_exhausted(struct tick *t)
 {
-    int64_t ids[1024];
-    int n;
-    int rc = store_budget_tenants_tx(t->tx, ids, 1024, &n);
-    for (int i = 0; rc == STORE_OK && i < n; i++) {
+    util_i64s ids = {0};
+    int rc = store_budget_tenants_tx(t->tx, &ids);
+    for (size_t i = 0; rc == STORE_OK && i < ids.n; i++) {
         store_money m;
-        struct unbounded u = {.n = 0};
-        rc = store_money_tx(t->tx, ids[i], t->now, &m, add_unbounded, &u);
-        if (rc != STORE_OK || u.n == 0)
-            continue;
+        struct unbounded u = {{0}, 0};
+        rc = store_money_tx(t->tx, ids.v[i], t->now, &m, add_unbounded, &u);
+        if (rc == STORE_OK && u.oom)
+            rc = STORE_NOMEM;
         int64_t left = money_left(&m);
         int64_t need = store_bill_amount(t->cfg->budget_grace_s, m.unbounded_rate);
-        if (left > need)
+        if (rc != STORE_OK || u.ids.n == 0 || left > need) {
+            free(u.ids.v);
             continue;
+        }
         char why[256];
         snprintf(why, sizeof why,
                  "budget_exhausted: %lld %s left to spend (balance %lld) would not pay for "
                  "%lld s more of the tenant's jobs without max_runtime_seconds",
                  (long long)(left > 0 ? left : 0), m.acct.currency, (long long)m.acct.balance,
                  (long long)t->cfg->budget_grace_s);
-        for (int k = 0; rc == STORE_OK && k < u.n; k++) {
-            int r = sched_job_end(t->tx, 0, u.ids[k], "FAILED", why);
+        for (size_t k = 0; rc == STORE_OK && k < u.ids.n; k++) {
+            int r = sched_job_end(t->tx, 0, u.ids.v[k], "FAILED", why);
             if (r != STORE_OK && r != SCHED_FINAL)
                 rc = r;
             t->changed = 1;
         }
+        free(u.ids.v);
     }
+    free(ids.v);
     return rc;
 }
 
@@ -764,15 +760,19 @@ static int tick(store_tx *tx, void *arg)
     struct timeout_scan s = {.now = t->now};
     if (rc == STORE_OK)
         rc = store_job_briefs_tx(tx, "RUNNING", find_timeouts, &s);
-    for (int i = 0; rc == STORE_OK && i < s.n; i++) {
+    if (rc == STORE_OK && s.oom)
+        rc = STORE_NOMEM;
+    for (size_t i = 0; rc == STORE_OK && i < s.ids.n; i++) {
         char why[128];
         snprintf(why, sizeof why, "timeout: ran longer than max_runtime_seconds (%lld)",
-                 (long long)s.limits[i]);
-        int r = sched_job_end(tx, 0, s.ids[i], "FAILED", why);
+                 (long long)s.limits.v[i]);
+        int r = sched_job_end(tx, 0, s.ids.v[i], "FAILED", why);
         if (r != STORE_OK && r != SCHED_FINAL)
             rc = r;
         t->changed = 1;
     }
+    free(s.ids.v);
+    free(s.limits.v);
     return rc;
 }
 
@@ -977,13 +977,14 @@ int64_t sched_position(sched_service *s, int64_t job_id, char *reason, size_t n)
 struct fit_scan {
     sched_node *nodes;
     size_t n, cap;
+    int oom;
 };
 
 static void fit_node(void *arg, const store_node *n)
 {
     struct fit_scan *f = arg;
     sched_node sn = {n->id, 1, n->cpus, n->memory_mb, n->gpus, n->cpus, n->memory_mb, n->gpus};
-    PUSH(f->nodes, f->n, f->cap, sn);
+    PUSH(f->nodes, f->n, f->cap, sn, &f->oom);
 }
 
 int sched_could_fit(store *st, const sched_job *j, char *why, size_t n)

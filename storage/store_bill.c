@@ -4,6 +4,7 @@
 #include "storage/store_bill.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "storage/store_int.h"
@@ -245,8 +246,6 @@ static int live_cost(store_conn *c, int64_t job_id, int64_t attempt, int64_t pri
     return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
 }
 
-#define HOLDS_MAX 4096 /* admitted attempts of one tenant looked at in one call */
-
 int store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money *out,
                    void (*unbounded)(void *arg, int64_t job_id), void *arg)
 {
@@ -266,7 +265,8 @@ int store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money 
         int64_t job, attempt, amount, price, cap, charged;
         int bounded, active;
     };
-    static __thread struct hold holds[HOLDS_MAX];
+    struct hold *holds = NULL;
+    size_t n = 0, cap = 0;
     memset(out, 0, sizeof *out);
     store_conn *c = store_tx_conn(tx);
     int rc = store_account_get_tx(tx, tenant_id, &out->acct);
@@ -290,9 +290,18 @@ int store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money 
         return rc;
     if (!(st = store_stmt(c, holds_sql)))
         return STORE_EIO;
+    /* Every hold is read first (the live costs below use statements of
+     * their own, and unbounded() may write); as many as the tenant has. */
     sqlite3_bind_int64(st, 1, tenant_id);
-    int n = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && n < HOLDS_MAX) {
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 64;
+            struct hold *more = realloc(holds, ncap * sizeof *holds);
+            if (!more)
+                break;
+            holds = more;
+            cap = ncap;
+        }
         struct hold *h = &holds[n++];
         h->job = sqlite3_column_int64(st, 0);
         h->attempt = sqlite3_column_int64(st, 1);
@@ -304,15 +313,17 @@ int store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money 
         h->charged = sqlite3_column_int64(st, 7);
     }
     sqlite3_reset(st);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-        return store_rc(rc);
-    for (int i = 0; i < n; i++) {
+    if (rc == SQLITE_ROW)
+        rc = STORE_NOMEM;
+    else
+        rc = rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
         struct hold *h = &holds[i];
         int64_t live, running;
         rc = live_cost(c, h->job, h->attempt, h->price, h->bounded ? h->cap : 0, now_ms, &live,
                        &running);
         if (rc != STORE_OK)
-            return rc;
+            break;
         int64_t accrued = h->charged + live;
         out->held += h->amount;
         out->live += live;
@@ -323,10 +334,11 @@ int store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money 
                 unbounded(arg, h->job);
         }
     }
-    return STORE_OK;
+    free(holds);
+    return rc;
 }
 
-int store_budget_tenants_tx(store_tx *tx, int64_t *ids, int max, int *n)
+int store_budget_tenants_tx(store_tx *tx, util_i64s *ids)
 {
     static const char sql[] =
         "SELECT tenant_id FROM accounts WHERE enforce = 1 OR monthly_cap IS NOT NULL"
@@ -334,12 +346,13 @@ int store_budget_tenants_tx(store_tx *tx, int64_t *ids, int max, int *n)
     sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
     if (!st)
         return STORE_EIO;
-    int rc;
-    *n = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max)
-        ids[(*n)++] = sqlite3_column_int64(st, 0);
+    int rc, nomem = 0;
+    while (!nomem && (rc = sqlite3_step(st)) == SQLITE_ROW)
+        nomem = util_i64s_push(ids, sqlite3_column_int64(st, 0)) != 0;
     sqlite3_reset(st);
-    return rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : store_rc(rc);
+    if (nomem)
+        return STORE_NOMEM;
+    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
 }
 
 /* ---- queries ---- */

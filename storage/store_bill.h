@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "storage/store.h"
+#include "storage/util.h"
 
 #define STORE_NOTE_MAX 200
 #define STORE_MONEY_MAX 1000000000000000LL /* 10^15 minor units: no sum overflows */
@@ -75,8 +76,9 @@ typedef struct store_money {
  * called for each job whose admitted attempt has no max_runtime_seconds. */
 int store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money *out,
                    void (*unbounded)(void *arg, int64_t job_id), void *arg);
-/* Tenants whose account enforces a balance or has a monthly cap. */
-int store_budget_tenants_tx(store_tx *tx, int64_t *ids, int max, int *n);
+/* Appends to ids every tenant whose account enforces a balance or has a
+ * monthly cap, in id order. */
+int store_budget_tenants_tx(store_tx *tx, util_i64s *ids);
 
 /* One ledger entry. */
 typedef struct store_entry {

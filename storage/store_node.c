@@ -9,6 +9,7 @@
 
 #include "storage/store_bill.h"
 #include "storage/store_int.h"
+#include "storage/util.h"
 
 /* Live workers hold their node's resources until the agent reports them done. */
 #define NODE_SELECT                                                                        \
@@ -203,16 +204,20 @@ int store_node_mark_down(store_tx *tx, int64_t cutoff_ms, void (*row)(void *arg,
     if (!st)
         return STORE_EIO;
     sqlite3_bind_int64(st, 1, cutoff_ms);
-    int64_t ids[256];
-    int n = 0, rc;
+    util_i64s ids = {0};
+    int nomem = 0, rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        if (n < 256)
-            ids[n++] = sqlite3_column_int64(st, 0);
+        nomem |= util_i64s_push(&ids, sqlite3_column_int64(st, 0)) != 0;
     sqlite3_reset(st);
+    if (rc != SQLITE_DONE)
+        rc = store_rc(rc);
+    else
+        rc = nomem ? STORE_NOMEM : STORE_OK; /* an error rolls the marks back */
     /* Told after the statement is done, so row() may write. */
-    for (int i = 0; i < n; i++)
-        row(arg, ids[i]);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    for (size_t i = 0; rc == STORE_OK && i < ids.n; i++)
+        row(arg, ids.v[i]);
+    free(ids.v);
+    return rc;
 }
 
 #define WORKER_COLS                                                                        \
@@ -610,19 +615,31 @@ int store_job_live_tx(store_tx *tx, int64_t job_id)
     return rc != STORE_NOTFOUND; /* an error counts as live: nothing is deleted */
 }
 
-int store_port_used(store_tx *tx, int64_t node_id, int64_t *ports, int n)
+int store_port_lowest_free(store_tx *tx, int64_t node_id, int64_t lo, int64_t hi, int64_t *port)
 {
-    static const char sql[] = "SELECT port FROM job_ports WHERE node_id = ?1 ORDER BY port";
+    static const char sql[] = "SELECT port FROM job_ports WHERE node_id = ?1"
+                              " AND port BETWEEN ?2 AND ?3 ORDER BY port";
     sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
     if (!st)
         return STORE_EIO;
     sqlite3_bind_int64(st, 1, node_id);
-    int k = 0, rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        if (k < n)
-            ports[k++] = sqlite3_column_int64(st, 0);
+    sqlite3_bind_int64(st, 2, lo);
+    sqlite3_bind_int64(st, 3, hi);
+    /* The ports in use come in order: the first gap is the answer. */
+    int64_t want = lo;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t used = sqlite3_column_int64(st, 0);
+        if (used > want)
+            break;
+        if (used == want)
+            want++;
+    }
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? k : store_rc(rc);
+    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
+        return store_rc(rc);
+    *port = want <= hi ? want : -1;
+    return STORE_OK;
 }
 
 int store_quota_get(store *s, int64_t tenant_id, store_quota *out)

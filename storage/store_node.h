@@ -128,8 +128,9 @@ int store_port_release_idle(store_tx *tx);
 int store_attempt_live(store *s, int64_t job_id, int64_t attempt);
 /* 1 when a worker of any attempt of the job is still assigned or running. */
 int store_job_live_tx(store_tx *tx, int64_t job_id);
-/* Ports in use on node, into ports[] (at most n); returns the count or < 0. */
-int store_port_used(store_tx *tx, int64_t node_id, int64_t *ports, int n);
+/* The lowest port of lo..hi that no job holds on node into *port, -1 when
+ * every one is held. */
+int store_port_lowest_free(store_tx *tx, int64_t node_id, int64_t lo, int64_t hi, int64_t *port);
 
 int store_quota_get(store *s, int64_t tenant_id, store_quota *out);
 int store_quota_put(store_tx *tx, const store_quota *q);

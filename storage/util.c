@@ -234,6 +234,20 @@ void util_buf_append(util_buf *b, const void *data, size_t n)
     b->buf[b->len] = '\0';
 }
 
+int util_i64s_push(util_i64s *a, int64_t x)
+{
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? a->cap * 2 : 64;
+        int64_t *v = cap > SIZE_MAX / sizeof *v ? NULL : realloc(a->v, cap * sizeof *v);
+        if (!v)
+            return -1;
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n++] = x;
+    return 0;
+}
+
 void util_buf_printf(util_buf *b, const char *fmt, ...)
 {
     va_list ap;

@@ -83,4 +83,13 @@ void util_buf_append(util_buf *b, const void *data, size_t n);
 void util_buf_printf(util_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Growable array of int64_t, zeroed to start.  The owner frees v with free(). */
+typedef struct util_i64s {
+    int64_t *v;
+    size_t n, cap;
+} util_i64s;
+
+/* Appends x; -1, and nothing appended, when memory runs out. */
+int util_i64s_push(util_i64s *a, int64_t x);
+
 #endif

@@ -348,8 +348,9 @@ void th_db_digest(th_daemon *d, char out[65])
 
 void th_db_query(th_daemon *d, const char *sql, char *out, size_t n)
 {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "sqlite3 '%s' \"%s\"", d->db, sql);
+    char cmd[8192];
+    cr_assert_lt((size_t)snprintf(cmd, sizeof cmd, "sqlite3 '%s' \"%s\"", d->db, sql),
+                 sizeof cmd, "SQL too long for th_db_query");
     run_capture(cmd, out, n);
 }
 

@@ -736,3 +736,130 @@ Test(billing, usage_invoices_csv_and_metrics_match_the_ledger_and_stay_with_thei
     th_db_query(&d, money_sql, after, sizeof after);
     cr_expect_str_eq(before, after, "a refused request changed the money");
 }
+
+/* ---- no silent limits: more tenants, holds and timeouts than once fit ---- */
+
+/* Runs SQL on the running cohortd's database (waiting out its writes). */
+static void db(const char *sql, char *out, size_t n)
+{
+    char q[7000];
+    cr_assert_lt((size_t)snprintf(q, sizeof q, "PRAGMA busy_timeout = 10000; %s", sql), sizeof q);
+    th_db_query(&d, q, out, n);
+}
+
+/* Makes n copies of job id in the database, then runs set (an UPDATE of
+ * the jobs whose name is copy-<id>). */
+static void copy_job(long id, int n, const char *set)
+{
+    char cols[1024], sql[6000], out[256];
+    th_db_query(&d, "SELECT group_concat(name, ',') FROM pragma_table_info('jobs')"
+                    " WHERE name NOT IN ('id', 'name')", cols, sizeof cols);
+    cols[strcspn(cols, "\n")] = '\0';
+    cr_assert(strstr(cols, "tenant_id"), "columns of jobs: %s", cols);
+    snprintf(sql, sizeof sql,
+             "WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < %d)"
+             " INSERT INTO jobs(name, %s) SELECT 'copy-%ld', %s FROM jobs, k WHERE id = %ld;"
+             " %s; SELECT count(*) FROM jobs WHERE name = 'copy-%ld';",
+             n, cols, id, cols, id, set, id);
+    db(sql, out, sizeof out);
+    char *last = strrchr(out, '\n');
+    while (last && last > out && last[1] == '\0') {
+        *last = '\0';
+        last = strrchr(out, '\n');
+    }
+    cr_assert_eq(atol(last ? last + 1 : out), n, "copies made: %s", out);
+}
+
+/*
+ * 1,100 tenants with budgets, and one more whose monthly cap is 1: its job
+ * waits for budget.  (The scheduler once read only the first 1,024 budgeted
+ * tenants, and the rest ran unchecked.)
+ */
+Test(billing, a_budget_past_a_thousand_budgeted_tenants_still_holds)
+{
+    platform(NULL, 1, "1");
+    char out[256];
+    db("WITH RECURSIVE k(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM k WHERE i < 1100)"
+       " INSERT INTO tenants(name, created_at) SELECT 'bulk-' || i, 0 FROM k;"
+       " INSERT INTO accounts(tenant_id, currency, balance, enforce)"
+       " SELECT id, 'USD', 1000000000, 1 FROM tenants WHERE name LIKE 'bulk-%';"
+       " SELECT count(*) FROM accounts WHERE enforce = 1;",
+       out, sizeof out);
+    cr_assert(strstr(out, "1100"), "budgeted tenants: %s", out);
+    char late[80];
+    th_user(&d, "late", "lee", "member", late);
+    th_resp r = put_json("/v1/tenants/late/budget", TH_ADMIN, "{\"monthly_cap\":1}");
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    th_free(&r);
+    r = th_post(&d, "/v1/workspaces", late, "{\"name\":\"ws\"}");
+    cr_assert_eq(r.status, 201);
+    th_free(&r);
+    th_put_text(&d, late, "ws", "x.sh", "#!/bin/sh\ntrue\n", "755");
+    long id = submit_as(late, "capped", "x.sh", "meter", 1, "\"max_runtime_seconds\":60");
+    char reason[256] = "";
+    for (int i = 0; i < 100 && !strstr(reason, "budget"); i++) {
+        usleep(50000);
+        cJSON *j = get_json(late, "/v1/jobs/%ld", id);
+        const cJSON *why = cJSON_GetObjectItem(j, "reason");
+        snprintf(reason, sizeof reason, "%s", cJSON_IsString(why) ? why->valuestring : "");
+        cJSON_Delete(j);
+    }
+    cr_expect(strstr(reason, "budget: admitting it holds 60"), "the 1,101st budgeted tenant's "
+              "job waits for: %s", reason);
+}
+
+/*
+ * 5,000 admitted attempts of one tenant, each holding 7: the quota shows
+ * 35,000 held, every one counted.  (Once only the first 4,096 were.)
+ */
+Test(billing, five_thousand_live_holds_are_all_reserved)
+{
+    platform(NULL, 0, "1");
+    th_put_text(&d, tok, "ws", "x.sh", "#!/bin/sh\ntrue\n", "755");
+    long id = submit("one", "x.sh", "meter", 1, "\"max_runtime_seconds\":3600");
+    char set[512];
+    snprintf(set, sizeof set,
+             "UPDATE jobs SET state = 'RUNNING', attempt = 1,"
+             " started_at = CAST(strftime('%%s', 'now') AS INTEGER) * 1000"
+             " WHERE name = 'copy-%ld';"
+             " INSERT INTO job_holds(job_id, attempt, tenant_id, amount, bounded, created_at)"
+             " SELECT id, 1, tenant_id, 7, 1, 0 FROM jobs WHERE name = 'copy-%ld'",
+             id, id);
+    copy_job(id, 5000, set);
+    cJSON *q = get_path(tok, "/v1/quota");
+    const cJSON *m = cJSON_GetObjectItem(q, "money");
+    cr_expect_eq(num(m, "held"), 35000, "held: %.0f", num(m, "held"));
+    cJSON_Delete(q);
+}
+
+/*
+ * 300 running jobs past their max_runtime_seconds end in one tick (ticks
+ * are 1 s apart): all FAILED with the timeout reason, within half a second
+ * of each other.  (Once 256 a tick, and the rest a tick later.)
+ */
+Test(billing, three_hundred_timeouts_end_in_one_tick)
+{
+    platform(NULL, 0, "1");
+    th_put_text(&d, tok, "ws", "x.sh", "#!/bin/sh\ntrue\n", "755");
+    long id = submit("one", "x.sh", "meter", 1, "\"max_runtime_seconds\":1");
+    char set[512], out[512];
+    snprintf(set, sizeof set,
+             "UPDATE jobs SET state = 'RUNNING', attempt = 1,"
+             " started_at = CAST(strftime('%%s', 'now') AS INTEGER) * 1000 - 60000"
+             " WHERE name = 'copy-%ld'",
+             id);
+    copy_job(id, 300, set);
+    snprintf(set, sizeof set,
+             "SELECT count(*), max(finished_at) - min(finished_at) FROM jobs WHERE name = 'copy-%ld'"
+             " AND state = 'FAILED' AND reason LIKE 'timeout:%%'",
+             id);
+    for (int i = 0; i < 100; i++) {
+        usleep(100000);
+        db(set, out, sizeof out);
+        if (strstr(out, "300|"))
+            break;
+    }
+    const char *bar = strstr(out, "300|");
+    cr_assert(bar, "ended (count|spread of their end times in ms): %s", out);
+    cr_expect_lt(atol(bar + 4), 500, "300 timeouts ended %ld ms apart", atol(bar + 4));
+}

@@ -360,3 +360,17 @@ Test(util, utf8_is_checked_as_rfc_3629_defines_it)
     cr_expect_eq(util_relpath_valid("d\xc3\xa9j\xc3\xa0/vu.py", 12), 1);
     cr_expect_eq(util_relpath_valid("bad\xff.py", 7), 0);
 }
+
+Test(util, i64s_grows_past_any_fixed_size_and_keeps_order)
+{
+    util_i64s a = {0};
+    for (int64_t i = 0; i < 100000; i++)
+        cr_assert_eq(util_i64s_push(&a, i * 3), 0);
+    cr_expect_eq(a.n, 100000);
+    cr_expect_geq(a.cap, a.n);
+    int ok = 1;
+    for (size_t i = 0; i < a.n; i++)
+        ok &= a.v[i] == (int64_t)i * 3;
+    cr_expect(ok, "values out of place");
+    free(a.v);
+}
