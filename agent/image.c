@@ -27,13 +27,6 @@
 #define OUT_MAX (4 << 20) /* a manifest or an image config */
 #define ERR_MAX 4096
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- references ---- */
 
 int img_reference_valid(const char *ref)
@@ -99,15 +92,15 @@ static int run(char *const argv[], int want_out, int every_ms, void (*tick)(void
     close(pe[1]);
     size_t cap = 0, elen = 0;
     int open_fds = want_out ? 2 : 1;
-    int64_t next = every_ms > 0 ? mono_ms() + every_ms : 0;
+    int64_t next = every_ms > 0 ? util_mono_ms() + every_ms : 0;
     while (open_fds > 0) {
         struct pollfd pf[2] = {{pe[0], POLLIN, 0}, {want_out ? po[0] : -1, POLLIN, 0}};
         int got = poll(pf, 2, every_ms > 0 ? every_ms : -1);
         if (got < 0 && errno != EINTR)
             break;
-        if (every_ms > 0 && mono_ms() >= next) {
+        if (every_ms > 0 && util_mono_ms() >= next) {
             tick(arg);
-            next = mono_ms() + every_ms;
+            next = util_mono_ms() + every_ms;
         }
         char buf[8192];
         if (pf[0].revents) {
@@ -377,7 +370,7 @@ static int pull_unpack(const img_cache *c, const img_source *src, const char *di
     snprintf(tmp, sizeof tmp, "%s.tmp", bundle);
     rm_tree(layout);
     rm_tree(tmp);
-    int64_t t0 = mono_ms();
+    int64_t t0 = util_mono_ms();
     struct pull_watch w = {src, layout, manifest_bytes(manifest), progress, arg};
     char *copy[16];
     int n = 0;
@@ -400,7 +393,7 @@ static int pull_unpack(const img_cache *c, const img_source *src, const char *di
     }
     int64_t pulled_bytes = du(layout);
     fprintf(stderr, "cohort-shim: pulled %s (%s, %lld MB) in %.1f s\n", src->reference, digest,
-            (long long)(pulled_bytes >> 20), (double)(mono_ms() - t0) / 1000.0);
+            (long long)(pulled_bytes >> 20), (double)(util_mono_ms() - t0) / 1000.0);
     if (progress) {
         snprintf(path, sizeof path, "unpacking image %.500s", src->reference);
         progress(arg, path);
@@ -412,7 +405,7 @@ static int pull_unpack(const img_cache *c, const img_source *src, const char *di
         pull_error(src->reference, "reading its configuration", &r, err, errlen);
         goto out;
     }
-    int64_t t1 = mono_ms();
+    int64_t t1 = util_mono_ms();
     char image_ref[4300];
     snprintf(image_ref, sizeof image_ref, "%s:img", layout);
     char *unpack[] = {(char *)c->umoci, "unpack", "--image", image_ref, tmp, NULL};
@@ -455,7 +448,7 @@ static int pull_unpack(const img_cache *c, const img_source *src, const char *di
         fclose(f);
     }
     fprintf(stderr, "cohort-shim: unpacked %s (%s) in %.1f s\n", src->reference, digest,
-            (double)(mono_ms() - t1) / 1000.0);
+            (double)(util_mono_ms() - t1) / 1000.0);
     rc = 0;
 out:
     free(r.out);

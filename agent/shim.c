@@ -5,6 +5,7 @@
 #include "agent/shim.h"
 
 #include "agent/oci.h"
+#include "storage/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -228,13 +229,6 @@ static void __attribute__((noreturn)) ns_init(const shim_spec *sp, int logfd, in
     _exit(0);
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* 1 when an agent holds its lock now. */
 static int agent_alive(int lockfd)
 {
@@ -256,7 +250,7 @@ struct lease {
  * (target): SIGTERM, then SIGKILL after the grace period. */
 static void lease_step(struct lease *l, int lockfd, const shim_spec *sp, pid_t target)
 {
-    int64_t now = mono_ms();
+    int64_t now = util_mono_ms();
     if (agent_alive(lockfd)) {
         l->gone_since = 0;
     } else if (!l->gone_since) {

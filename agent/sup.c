@@ -54,11 +54,6 @@ struct sup {
     int n;
 };
 
-static int64_t now_ms(void)
-{
-    return util_mono_us() / 1000;
-}
-
 static struct worker *find(sup *s, int64_t id)
 {
     for (int i = 0; i < s->n; i++)
@@ -245,8 +240,8 @@ static int refresh(sup *s, struct worker *w)
         return 1;
     }
     if (!w->seen_at)
-        w->seen_at = now_ms();
-    if (now_ms() - w->seen_at > 10000) {
+        w->seen_at = util_mono_ms();
+    if (util_mono_ms() - w->seen_at > 10000) {
         w->state = W_FAILED;
         if (!disk_full_note(s->cfg.dir, w->message, sizeof w->message))
             snprintf(w->message, sizeof w->message, "the worker's shim vanished");
@@ -459,7 +454,7 @@ static void stop(struct worker *w)
 {
     if (w->stop_at || (w->state != W_RUNNING && w->state != W_STARTING))
         return;
-    w->stop_at = now_ms();
+    w->stop_at = util_mono_ms();
     if (w->pid > 0)
         kill(w->pid, SIGTERM);
 }
@@ -637,7 +632,7 @@ void sup_reconcile(sup *s, const cJSON *workers)
 
 void sup_tick(sup *s)
 {
-    int64_t now = now_ms();
+    int64_t now = util_mono_ms();
     for (int i = 0; i < s->n; i++) {
         struct worker *w = &s->w[i];
         if (w->stop_at && !w->killed && w->pid > 0 && w->state == W_RUNNING &&

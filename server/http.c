@@ -141,7 +141,6 @@ static void log_line(struct req_state *st, const char *url)
 
 #define STREAM_POLL_MS 250
 
-static int64_t mono_ms(void);
 
 /* A streamed body, owned by its libmicrohttpd response: freed with it,
  * which may be after the request's state. */
@@ -167,7 +166,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
     http_server *srv = st->srv;
     st->streaming = 1;
     st->wait_version = UINT64_MAX;
-    st->wait_until = mono_ms() + STREAM_POLL_MS;
+    st->wait_until = util_mono_ms() + STREAM_POLL_MS;
     MHD_suspend_connection(st->conn);
     pthread_mutex_lock(&srv->wlock);
     st->wnext = srv->waiting;
@@ -249,11 +248,6 @@ static void write_done(void *arg, int rc)
     MHD_resume_connection(st->conn);
 }
 
-static int64_t mono_ms(void)
-{
-    return util_mono_us() / 1000;
-}
-
 /* Resumes every parked request whose version moved or whose time is up.
  * Called with wlock held. */
 static void wake_due(http_server *srv, int64_t now)
@@ -277,7 +271,7 @@ static void on_bump(void *arg)
 {
     http_server *srv = arg;
     pthread_mutex_lock(&srv->wlock);
-    wake_due(srv, mono_ms());
+    wake_due(srv, util_mono_ms());
     pthread_mutex_unlock(&srv->wlock);
 }
 
@@ -312,7 +306,7 @@ static void *waiter_main(void *arg)
             ts.tv_nsec -= 1000000000L;
         }
         pthread_cond_timedwait(&srv->wcond, &srv->wlock, &ts);
-        int64_t now = mono_ms();
+        int64_t now = util_mono_ms();
         wake_due(srv, srv->wstop ? INT64_MAX : now);
         pthread_mutex_unlock(&srv->wlock);
         cut_slow_headers(srv, now);
@@ -329,7 +323,7 @@ static void park(struct req_state *st)
 {
     http_server *srv = st->srv;
     st->wait_version = st->rs.wait_version;
-    st->wait_until = mono_ms() + st->rs.wait_ms;
+    st->wait_until = util_mono_ms() + st->rs.wait_ms;
     st->rs.wait_ms = 0;
     st->ready = 0;
     st->phase = P_PARKED;
@@ -337,7 +331,7 @@ static void park(struct req_state *st)
     pthread_mutex_lock(&srv->wlock);
     st->wnext = srv->waiting;
     srv->waiting = st;
-    wake_due(srv, mono_ms());
+    wake_due(srv, util_mono_ms());
     pthread_mutex_unlock(&srv->wlock);
 }
 
@@ -479,7 +473,7 @@ static void admit(struct req_state *st)
             return;
         }
         st->rq.who = &st->who;
-        int64_t wait_ms = srv->rate ? ratelimit_take(srv->rate, st->who.token_id, mono_ms()) : 0;
+        int64_t wait_ms = srv->rate ? ratelimit_take(srv->rate, st->who.token_id, util_mono_ms()) : 0;
         if (wait_ms > 0) {
             int64_t secs = (wait_ms + 999) / 1000;
             api_error(rs, 429, "rate_limited", NULL,
@@ -666,7 +660,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     struct conn_watch *w = ci ? ci->socket_context : NULL;
     if (w) {
         /* The next request's headers are due from now. */
-        __atomic_store_n(&w->since_ms, mono_ms(), __ATOMIC_RELEASE);
+        __atomic_store_n(&w->since_ms, util_mono_ms(), __ATOMIC_RELEASE);
         __atomic_store_n(&w->in_request, 0, __ATOMIC_RELEASE);
     }
     if (!st)
@@ -708,7 +702,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         srv->open_conns++;
         if (w) {
             w->fd = ci->connect_fd;
-            w->since_ms = mono_ms();
+            w->since_ms = util_mono_ms();
             w->next = srv->watched;
             if (w->next)
                 w->next->prev = w;

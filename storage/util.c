@@ -24,13 +24,6 @@ int64_t util_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-int64_t util_mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /*
  * Civil date from days since 1970-01-01 (proleptic Gregorian), by whole
  * 400-year eras.  Pure arithmetic: gmtime_r would take glibc's global

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "storage/clock.h"
+
 #define UTIL_TOKEN_BYTES 32            /* 256 random bits */
 #define UTIL_TOKEN_PREFIX "coh_"
 #define UTIL_TOKEN_LEN (4 + 2 * UTIL_TOKEN_BYTES) /* prefix + hex */
@@ -16,9 +18,8 @@
 #define UTIL_NAME_MAX 63
 #define UTIL_PATH_MAX 1024
 
-/* Wall clock in milliseconds since the epoch; monotonic clock in microseconds. */
+/* Wall clock in milliseconds since the epoch (the monotonic clock: clock.h). */
 int64_t util_now_ms(void);
-int64_t util_mono_us(void);
 
 /* Formats ms since the epoch as RFC 3339 UTC with milliseconds into out[32]. */
 void util_rfc3339(int64_t ms, char out[32]);

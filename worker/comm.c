@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "storage/clock.h"
 #include "worker/comm_impl.h"
 
 #define DEFAULT_TIMEOUT_MS 30000
@@ -222,12 +223,10 @@ const char *comm_errmsg(const comm *c) { return c->err; }
 #define ROLL_CALL_MS 2000
 #define ROLL_CALL_NAMED 8   /* missing ranks named one by one; then a count */
 
-/* Elapsed milliseconds since t0 on the monotonic clock. */
-static long ms_since(const struct timespec *t0)
+/* Elapsed milliseconds since t0 (util_mono_ms). */
+static long ms_since(int64_t t0)
 {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (t.tv_sec - t0->tv_sec) * 1000L + (t.tv_nsec - t0->tv_nsec) / 1000000L;
+    return (long)(util_mono_ms() - t0);
 }
 
 /*
@@ -240,14 +239,14 @@ static long ms_since(const struct timespec *t0)
 static void linger_for_roll_call(comm *c, int window)
 {
     char key[48];
-    struct timespec t0;
+    int64_t t0;
 
     snprintf(key, sizeof key, "cohort/rolled/%d", c->rank);
     if (comm_store_set(c->store, key, "", 0) < 0 || !c->server)
         return;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    t0 = util_mono_ms();
     for (int r = 0; r < c->size; r++) {
-        long left = window - ms_since(&t0);
+        long left = window - ms_since(t0);
         if (r == c->rank)
             continue;
         snprintf(key, sizeof key, "cohort/alive/%d", r);
@@ -275,7 +274,7 @@ static void roll_call(comm *c, char *out, size_t len)
                                                     : ROLL_CALL_MS;
     int missing = 0;
     size_t used = 0;
-    struct timespec t0;
+    int64_t t0;
 
     if (c->ops) {
         c->ops->destroy(c->state);
@@ -288,10 +287,10 @@ static void roll_call(comm *c, char *out, size_t len)
                  comm_store_errmsg(c->store));
         return;
     }
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    t0 = util_mono_ms();
     out[0] = '\0';
     for (int r = 0; r < c->size; r++) {
-        long left = window - ms_since(&t0);
+        long left = window - ms_since(t0);
         if (r == c->rank)
             continue;
         snprintf(key, sizeof key, "cohort/alive/%d", r);

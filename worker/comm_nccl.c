@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "storage/clock.h"
 #include "worker/comm_impl.h"
 
 #define ID_KEY "cohort/nccl/unique-id"
@@ -30,9 +31,7 @@ struct nccl_state {
 
 static double now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+    return (double)util_mono_us() / 1e3;
 }
 
 /* Polls until the communicator is no longer in progress (and, when

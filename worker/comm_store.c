@@ -28,6 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "storage/clock.h"
+
 #define HDR 4u
 #define BODY_MIN 4u  /* op, pad, key_len */
 #define BODY_MAX (BODY_MIN + COMM_STORE_MAX_KEY + COMM_STORE_MAX_VALUE)
@@ -55,13 +57,6 @@ static void put64(uint8_t *p, uint64_t v)
 static uint64_t get64(const uint8_t *p)
 {
     return (uint64_t)get32(p) << 32 | get32(p + 4);
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 size_t comm_store_frame(uint8_t *buf, size_t cap, int op, const char *key,
@@ -227,7 +222,7 @@ static int handle(comm_store_server *s, struct conn *c)
         c->wait_key = strdup(key);
         if (!c->wait_key)
             return -1;
-        c->wait_deadline = now_ms() + get32(val);
+        c->wait_deadline = util_mono_ms() + get32(val);
         return 0;
     case COMM_STORE_ADD: {
         struct entry *e = find(s, key);
@@ -365,7 +360,7 @@ static int conn_write(struct conn *c)
  * Returns the ms until the nearest remaining deadline (capped at 1000). */
 static int settle_waits(comm_store_server *s)
 {
-    int64_t now = now_ms(), next = 1000;
+    int64_t now = util_mono_ms(), next = 1000;
     for (int i = 0; i < s->nconns; i++) {
         struct conn *c = s->conns[i];
         int status = -1;
@@ -566,7 +561,7 @@ int comm_store_connect(const char *host, int port, int timeout_ms,
                        comm_store **out, char *err, size_t errlen)
 {
     comm_store *c = calloc(1, sizeof *c);
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = util_mono_ms() + timeout_ms;
     char portstr[16], last[256] = "no attempt made";
     int delay = 20;
 
@@ -599,7 +594,7 @@ int comm_store_connect(const char *host, int port, int timeout_ms,
         }
         if (c->fd >= 0)
             break;
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - util_mono_ms();
         if (left <= 0) {
             seterr(err, errlen,
                    "cannot reach the rendezvous store of rank 0 at %s within %d ms: %s",

@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "storage/clock.h"
 #include "worker/ckpt.h"
 #include "worker/comm.h"
 #include "worker/data.h"
@@ -72,9 +73,7 @@ struct opts {
 
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    return (double)util_mono_us() / 1e6;
 }
 
 static void usage(FILE *f)
