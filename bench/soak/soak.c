@@ -673,6 +673,24 @@ int main(int argc, char **argv)
     kill(reg_pid, SIGTERM);
     waitpid(reg_pid, NULL, 0);
     net_down();
+
+    /* On a sanitizer build: every report any of its programs wrote (cohortd
+     * and the agents to their logs, shims to their workers' files). */
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd,
+             "grep -rIhcE 'ERROR: (Address|Leak)Sanitizer|runtime error: |WARNING: "
+             "ThreadSanitizer' '%s' --exclude-dir=images --exclude-dir=rootfs 2>/dev/null"
+             " | awk '{n += $1} END {print n + 0}'",
+             dir);
+    long long reports = -1;
+    FILE *g = popen(cmd, "r");
+    char line[64];
+    if (g && fgets(line, sizeof line, g))
+        reports = atoll(line);
+    if (g)
+        pclose(g);
+    printf("RESULT op=sanitizers reports=%lld\n", reports);
+    failures += reports != 0;
     printf("RESULT op=soak %s\n", failures ? "FAILED" : "passed");
     if (!failures)
         sh("rm -rf '%s'", dir);
