@@ -11,23 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent/jget.h"
 #include "storage/util.h"
-
-static const char *jstr(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-static int64_t jint(const cJSON *o, const char *k, int64_t dflt)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    /* Only integers a double holds exactly: no cast of inf, NaN or 1e300. */
-    if (!cJSON_IsNumber(v) || !(v->valuedouble >= -9007199254740992.0 &&
-                                v->valuedouble <= 9007199254740992.0))
-        return dflt;
-    return (int64_t)v->valuedouble;
-}
 
 static int bad(char *err, size_t errlen, const char *fmt, ...)
 {
@@ -97,23 +82,23 @@ static int container_setup(const cJSON *ct, const cJSON *spec, shim_req *r, char
 {
     shim_spec *sp = &r->sp;
     char host[256];
-    const char *want = jstr(spec, "image_ref"), *reg = jstr(ct, "registry");
-    int64_t uid_base = jint(spec, "uid_base", 0);
-    sp->crun = jstr(ct, "crun");
-    sp->crun_root = jstr(ct, "crun_root");
-    sp->init = jstr(ct, "init");
-    sp->cache.dir = jstr(ct, "image_cache");
-    sp->cache.skopeo = jstr(ct, "skopeo");
-    sp->cache.umoci = jstr(ct, "umoci");
-    sp->cache.max_bytes = jint(ct, "image_cache_max", 0);
-    sp->cache.resolve_ttl_s = jint(ct, "resolve_ttl", 10);
+    const char *want = jget_str(spec, "image_ref"), *reg = jget_str(ct, "registry");
+    int64_t uid_base = jget_int(spec, "uid_base", 0);
+    sp->crun = jget_str(ct, "crun");
+    sp->crun_root = jget_str(ct, "crun_root");
+    sp->init = jget_str(ct, "init");
+    sp->cache.dir = jget_str(ct, "image_cache");
+    sp->cache.skopeo = jget_str(ct, "skopeo");
+    sp->cache.umoci = jget_str(ct, "umoci");
+    sp->cache.max_bytes = jget_int(ct, "image_cache_max", 0);
+    sp->cache.resolve_ttl_s = jget_int(ct, "resolve_ttl", 10);
     sp->cache.tmp_dir = r->dir;
     if (!sp->crun || !sp->crun_root || !sp->init || !sp->cache.dir || !sp->cache.skopeo ||
         !sp->cache.umoci)
         return bad(err, errlen, "the agent's container settings are incomplete");
     if (!want)
         return bad(err, errlen, "image %.64s has no reference: register it with one",
-                   jstr(spec, "image") ? jstr(spec, "image") : "?");
+                   jget_str(spec, "image") ? jget_str(spec, "image") : "?");
     if (strlen(want) > IMG_REF_MAX || (reg && strlen(reg) > 255))
         return bad(err, errlen, "image reference %.64s... is too long", want);
     if (unqualified(want))
@@ -130,10 +115,10 @@ static int container_setup(const cJSON *ct, const cJSON *spec, shim_req *r, char
     sp->image.reference = r->ref;
     sp->image.insecure = host_listed(cJSON_GetObjectItemCaseSensitive(ct, "insecure"), host);
     sp->uid_base = (uint32_t)uid_base;
-    sp->framework = jstr(spec, "framework");
+    sp->framework = jget_str(spec, "framework");
     const cJSON *res = cJSON_GetObjectItemCaseSensitive(spec, "resources");
     /* PyTorch's DataLoader and NCCL want a large /dev/shm: half the memory. */
-    sp->shm_mb = jint(res, "memory_mb", 128) / 2;
+    sp->shm_mb = jget_int(res, "memory_mb", 128) / 2;
     if (sp->shm_mb < 64)
         sp->shm_mb = 64;
     sp->devices = gpu_devices(spec, r);
@@ -188,15 +173,15 @@ int shim_req_parse(const char *text, shim_req *r, char *err, size_t errlen)
 
     memset(r, 0, sizeof *r);
     r->json = text ? cJSON_Parse(text) : NULL;
-    r->dir = jstr(r->json, "dir");
+    r->dir = jget_str(r->json, "dir");
     spec = cJSON_GetObjectItemCaseSensitive(r->json, "spec");
     if (!r->dir || !r->dir[0] || !cJSON_IsObject(spec))
         return bad(err, errlen, "the launch request is unreadable");
-    fw = jstr(spec, "framework");
-    r->sp.program = jstr(spec, "program");
-    r->sp.mount_root = jstr(spec, "mount_root");
-    r->sp.workspace = jstr(spec, "workspace");
-    r->sp.launcher = jstr(r->json, "launcher");
+    fw = jget_str(spec, "framework");
+    r->sp.program = jget_str(spec, "program");
+    r->sp.mount_root = jget_str(spec, "mount_root");
+    r->sp.workspace = jget_str(spec, "workspace");
+    r->sp.launcher = jget_str(r->json, "launcher");
     if (!fw || !r->sp.program || !r->sp.mount_root || !r->sp.workspace ||
         !util_relpath_valid(r->sp.program, strlen(r->sp.program)))
         return bad(err, errlen, "the launch spec is incomplete (is the workspace gone?)");
@@ -205,10 +190,10 @@ int shim_req_parse(const char *text, shim_req *r, char *err, size_t errlen)
         return -1;
     if (!r->sp.crun && strcmp(fw, "native") && !r->sp.launcher)
         return bad(err, errlen, "no launcher on this node for image %.60s (see --launcher)",
-                   jstr(spec, "image") ? jstr(spec, "image") : fw);
+                   jget_str(spec, "image") ? jget_str(spec, "image") : fw);
     cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "datasets"))
     {
-        const char *name = jstr(d, "name"), *path = jstr(d, "path");
+        const char *name = jget_str(d, "name"), *path = jget_str(d, "path");
         if (!name || !util_name_valid(name) || !path || r->sp.ndatasets == SHIM_MAX_DATASETS)
             return bad(err, errlen, "dataset %.64s is missing", name ? name : "?");
         r->sp.ds_name[r->sp.ndatasets] = name;
@@ -219,8 +204,8 @@ int shim_req_parse(const char *text, shim_req *r, char *err, size_t errlen)
         if (cJSON_IsString(d) && r->sp.nhide < SHIM_MAX_HIDE - 1)
             r->sp.hide[r->sp.nhide++] = d->valuestring;
     }
-    if (jstr(r->json, "agent_dir"))
-        r->sp.hide[r->sp.nhide++] = jstr(r->json, "agent_dir");
+    if (jget_str(r->json, "agent_dir"))
+        r->sp.hide[r->sp.nhide++] = jget_str(r->json, "agent_dir");
     if (environment(spec, r, err, errlen) != 0)
         return -1;
     cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "args"))
@@ -230,23 +215,23 @@ int shim_req_parse(const char *text, shim_req *r, char *err, size_t errlen)
     }
     r->args[na] = NULL;
     r->sp.args = r->args;
-    r->sp.agent_lock = jstr(r->json, "agent_lock");
-    r->sp.lease_ms = jint(r->json, "lease_ms", 30000);
-    r->sp.grace_ms = jint(r->json, "grace_ms", 10000);
+    r->sp.agent_lock = jget_str(r->json, "agent_lock");
+    r->sp.lease_ms = jget_int(r->json, "lease_ms", 30000);
+    r->sp.grace_ms = jget_int(r->json, "grace_ms", 10000);
     cg = cJSON_GetObjectItemCaseSensitive(r->json, "cgroup");
-    if (jstr(cg, "path")) {
-        if (strlen(jstr(cg, "path")) >= sizeof r->sp.cgroup.path)
+    if (jget_str(cg, "path")) {
+        if (strlen(jget_str(cg, "path")) >= sizeof r->sp.cgroup.path)
             return bad(err, errlen, "the agent's cgroup path is too long");
-        snprintf(r->sp.cgroup.path, sizeof r->sp.cgroup.path, "%s", jstr(cg, "path"));
-        r->sp.cgroup.cpu = (int)jint(cg, "cpu", 0);
-        r->sp.cgroup.memory = (int)jint(cg, "memory", 0);
-        r->sp.cgroup.pids = (int)jint(cg, "pids", 0);
+        snprintf(r->sp.cgroup.path, sizeof r->sp.cgroup.path, "%s", jget_str(cg, "path"));
+        r->sp.cgroup.cpu = (int)jget_int(cg, "cpu", 0);
+        r->sp.cgroup.memory = (int)jget_int(cg, "memory", 0);
+        r->sp.cgroup.pids = (int)jget_int(cg, "pids", 0);
     }
     /* The worker spec's share of the node: what its cgroup is limited to. */
     res = cJSON_GetObjectItemCaseSensitive(spec, "resources");
-    r->sp.id = jint(spec, "id", 0);
-    r->sp.cpu_milli = jint(res, "cpus", 0);
-    r->sp.memory_mb = jint(res, "memory_mb", 0);
+    r->sp.id = jget_int(spec, "id", 0);
+    r->sp.cpu_milli = jget_int(res, "cpus", 0);
+    r->sp.memory_mb = jget_int(res, "memory_mb", 0);
     if (r->sp.cpu_milli < 0 || r->sp.cpu_milli > 1000000 || r->sp.memory_mb < 0 ||
         r->sp.memory_mb > ((int64_t)1 << 40))
         return bad(err, errlen, "the worker spec's resources are out of range");
@@ -255,8 +240,8 @@ int shim_req_parse(const char *text, shim_req *r, char *err, size_t errlen)
     r->auth = cJSON_DetachItemFromObjectCaseSensitive((cJSON *)spec, "registry_auth");
     while (cJSON_GetObjectItemCaseSensitive(spec, "registry_auth")) /* a repeated key too */
         cJSON_DeleteItemFromObjectCaseSensitive((cJSON *)spec, "registry_auth");
-    r->sp.image.username = jstr(r->auth, "username");
-    r->sp.image.password = jstr(r->auth, "password");
+    r->sp.image.username = jget_str(r->auth, "username");
+    r->sp.image.password = jget_str(r->auth, "password");
     r->note = cJSON_PrintUnformatted(spec);
     if (!r->note)
         return bad(err, errlen, "out of memory");

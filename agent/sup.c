@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/jget.h"
 #include "storage/util.h"
 
 #define MAX_WORKERS 4096
@@ -153,14 +154,13 @@ static int disk_full_note(const char *dir, char *out, size_t n)
     return 1;
 }
 
-static const char *jstr(const cJSON *o, const char *k);
 
 /* A worker whose shim was killed while crun was creating its container
  * (stop_starting) may leave crun's state behind: crun delete -f it, as the
  * shim would have.  Nothing when the node runs host processes. */
 static void crun_leftover(sup *s, const struct worker *w)
 {
-    const char *crun = jstr(s->cfg.container, "crun"), *root = jstr(s->cfg.container, "crun_root");
+    const char *crun = jget_str(s->cfg.container, "crun"), *root = jget_str(s->cfg.container, "crun_root");
     char id[32], state[4400];
     struct stat sb;
     if (!crun || !root)
@@ -263,7 +263,6 @@ static struct worker *add(sup *s, int64_t id)
     return w;
 }
 
-static int64_t jint(const cJSON *o, const char *k);
 
 /* A GPU worker a previous run of the agent started: its job, attempt and
  * local rank from its spec.json, so that workers of its attempt started
@@ -282,8 +281,8 @@ static void adopt_gpu_worker(const char *dir, struct worker *w)
     cJSON *spec = cJSON_Parse(text);
     const cJSON *lr = cJSON_GetObjectItemCaseSensitive(
         cJSON_GetObjectItemCaseSensitive(spec, "env"), "LOCAL_RANK");
-    w->job_id = jint(spec, "job_id");
-    w->attempt = jint(spec, "attempt");
+    w->job_id = jget_int(spec, "job_id", -1);
+    w->attempt = jget_int(spec, "attempt", -1);
     if (cJSON_IsString(lr))
         w->local_rank = strtoll(lr->valuestring, NULL, 10);
     cJSON_Delete(spec);
@@ -355,12 +354,6 @@ static const char *launcher_for(sup *s, const char *image, const char *framework
     return NULL;
 }
 
-static const char *jstr(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
 /* A worker that could not be launched: failed, with why, in its status. */
 static void fail_launch(sup *s, struct worker *w, const char *why)
 {
@@ -382,7 +375,7 @@ static void launch(sup *s, struct worker *w, const cJSON *spec)
     char dir[4200], err[300] = "";
     int pfd[2] = {-1, -1};
     snprintf(dir, sizeof dir, "%s/%lld", s->cfg.dir, (long long)w->id);
-    const char *image = jstr(spec, "image"), *fw = jstr(spec, "framework");
+    const char *image = jget_str(spec, "image"), *fw = jget_str(spec, "framework");
     cJSON *req = cJSON_CreateObject();
     cJSON_AddStringToObject(req, "dir", dir);
     cJSON_AddItemReferenceToObject(req, "spec", (cJSON *)spec);
@@ -472,16 +465,6 @@ static void stop_starting(sup *s, struct worker *w)
         kill(-shim, SIGKILL);
 }
 
-static int64_t jint(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    /* Only integers a double holds exactly: no cast of inf, NaN or 1e300. */
-    if (!cJSON_IsNumber(v) || !(v->valuedouble >= -9007199254740992.0 &&
-                                v->valuedouble <= 9007199254740992.0))
-        return -1;
-    return (int64_t)v->valuedouble;
-}
-
 /* GPUs held by workers that have not ended. */
 static uint64_t gpus_held(sup *s)
 {
@@ -536,7 +519,7 @@ static void assign_gpus(sup *s, struct worker **fresh, cJSON **specs, int nf,
     uint64_t held = gpus_held(s);
     for (int i = 0; i < nf; i++) {
         const cJSON *res = cJSON_GetObjectItemCaseSensitive(specs[i], "resources");
-        int64_t want = specs[i] ? jint(res, "gpus") : 0;
+        int64_t want = specs[i] ? jget_int(res, "gpus", -1) : 0;
         uint64_t got = 0;
         for (int g = 0; g < s->cfg.ngpus && g < 64 && want > 0; g++)
             if (!(held >> g & 1)) {
@@ -596,13 +579,13 @@ void sup_reconcile(sup *s, const cJSON *workers)
     const cJSON *spec;
     cJSON_ArrayForEach(spec, workers)
     {
-        int64_t id = jint(spec, "id");
+        int64_t id = jget_int(spec, "id", -1);
         if (id < 1)
             continue;
         struct worker *w = find(s, id);
         if (!w && nf < RECONCILE_BATCH && (w = add(s, id)) != NULL) {
-            w->job_id = jint(spec, "job_id");
-            w->attempt = jint(spec, "attempt");
+            w->job_id = jget_int(spec, "job_id", -1);
+            w->attempt = jget_int(spec, "attempt", -1);
             const cJSON *lr = cJSON_GetObjectItemCaseSensitive(
                 cJSON_GetObjectItemCaseSensitive(spec, "env"), "LOCAL_RANK");
             if (cJSON_IsString(lr))
