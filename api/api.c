@@ -9,6 +9,9 @@
 
 #define R(m, p, f, b, a) {API_##m, p, f, API_BODY_##b, a}
 
+#define API_ENV_NAME_(n) #n,
+const char *const api_env_names[API_ENV_COUNT + 1] = {API_CONTRACT_ENV(API_ENV_NAME_) NULL};
+
 static const api_route routes[] = {
     R(GET, "/healthz", api_healthz, NONE, 0),
     R(GET, "/v1/whoami", api_whoami, NONE, 1),

@@ -146,6 +146,22 @@ void api_invoice(api_ctx *, const api_req *, api_resp *);
 void api_credit_add(api_ctx *, const api_req *, api_resp *);
 void api_budget_get(api_ctx *, const api_req *, api_resp *);
 void api_budget_put(api_ctx *, const api_req *, api_resp *);
+/*
+ * The worker contract: the variables the platform sets in every worker's
+ * environment, which a job may not set itself.  One list, read by job
+ * validation (api_jobs.c) and by the launch document (api_nodes.c), which
+ * names each one as API_ENV(NAME) so that a name outside it cannot compile.
+ */
+#define API_CONTRACT_ENV(X)                                                                \
+    X(MASTER_ADDR) X(MASTER_PORT) X(WORLD_SIZE) X(RANK) X(LOCAL_RANK) X(NODE_RANK)         \
+    X(WORKER_PER_NODE) X(BACKEND) X(DATASETS_PATH) X(DATASETS) X(WORKSPACE) X(EPOCHS)      \
+    X(LR) X(BATCH_SIZE) X(TF_CONFIG) X(CUDA_VISIBLE_DEVICES)
+#define API_ENV_ENUM_(n) API_ENV_##n,
+enum api_env { API_CONTRACT_ENV(API_ENV_ENUM_) API_ENV_COUNT };
+/* Their names, in that order, then NULL. */
+extern const char *const api_env_names[API_ENV_COUNT + 1];
+#define API_ENV(n) (api_env_names[API_ENV_##n])
+
 /* Job submission limits, shared with quotes. */
 #define API_MAX_WORKERS 10000
 #define API_MAX_RUNTIME (30LL * 24 * 3600)

@@ -27,13 +27,6 @@
 #define MAX_ENV_VALUE 4096
 #define MAX_RUNTIME API_MAX_RUNTIME
 
-/* Names the platform sets in every worker's environment. */
-static const char *const reserved_env[] = {
-    "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK",
-    "WORKER_PER_NODE", "BACKEND", "DATASETS_PATH", "DATASETS", "WORKSPACE", "EPOCHS", "LR",
-    "BATCH_SIZE", "TF_CONFIG", "CUDA_VISIBLE_DEVICES", NULL,
-};
-
 static const char *const job_states[] = {"PENDING", "STARTING", "RUNNING", "SUCCEEDED",
                                          "FAILED", "CANCELLED", NULL};
 
@@ -276,7 +269,7 @@ static int job_env(const cJSON *in, store_job *j, api_resp *rs)
                           "'%.64s' is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", v->string);
                 return -1;
             }
-            for (const char *const *r = reserved_env; *r; r++) {
+            for (const char *const *r = api_env_names; *r; r++) {
                 if (!strcmp(*r, v->string)) {
                     api_error(rs, 422, "reserved", "env",
                               "%s is set by the platform and cannot be overridden", v->string);

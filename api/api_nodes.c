@@ -522,7 +522,7 @@ static void tf_config(api_ctx *ctx, const store_job *j, const store_worker *w,
                         (long long)(known ? t.port[r] : j->master_port + r));
     }
     util_buf_printf(&tf, "]},\"task\":{\"type\":\"worker\",\"index\":%lld}}", (long long)w->rank);
-    env_add(env, "TF_CONFIG", tf.buf ? tf.buf : "{}");
+    env_add(env, API_ENV(TF_CONFIG), tf.buf ? tf.buf : "{}");
     free(tf.buf);
     free(t.addr);
     free(t.port);
@@ -607,21 +607,21 @@ static cJSON *launch_spec(api_ctx *ctx, const store_worker *w, const store_job *
 
     /* The worker contract's environment, then the job's own variables. */
     cJSON *env = cJSON_AddObjectToObject(o, "env");
-    env_add(env, "MASTER_ADDR", master->address);
-    env_addi(env, "MASTER_PORT", j->master_port);
-    env_addi(env, "WORLD_SIZE", j->worker_count);
-    env_addi(env, "RANK", w->rank);
-    env_addi(env, "LOCAL_RANK", w->local_rank);
-    env_addi(env, "NODE_RANK", w->node_rank);
-    env_addi(env, "WORKER_PER_NODE", j->placed_per_node);
-    env_add(env, "BACKEND", j->gpus > 0 ? "nccl" : "gloo");
-    env_add(env, "DATASETS_PATH", API_MOUNT_ROOT "/datasets");
-    env_add(env, "DATASETS", dl.buf ? dl.buf : "");
-    env_add(env, "WORKSPACE", API_MOUNT_ROOT "/workspace");
-    env_addi(env, "EPOCHS", j->epochs);
+    env_add(env, API_ENV(MASTER_ADDR), master->address);
+    env_addi(env, API_ENV(MASTER_PORT), j->master_port);
+    env_addi(env, API_ENV(WORLD_SIZE), j->worker_count);
+    env_addi(env, API_ENV(RANK), w->rank);
+    env_addi(env, API_ENV(LOCAL_RANK), w->local_rank);
+    env_addi(env, API_ENV(NODE_RANK), w->node_rank);
+    env_addi(env, API_ENV(WORKER_PER_NODE), j->placed_per_node);
+    env_add(env, API_ENV(BACKEND), j->gpus > 0 ? "nccl" : "gloo");
+    env_add(env, API_ENV(DATASETS_PATH), API_MOUNT_ROOT "/datasets");
+    env_add(env, API_ENV(DATASETS), dl.buf ? dl.buf : "");
+    env_add(env, API_ENV(WORKSPACE), API_MOUNT_ROOT "/workspace");
+    env_addi(env, API_ENV(EPOCHS), j->epochs);
     fmt_double(j->lr, buf, sizeof buf);
-    env_add(env, "LR", buf);
-    env_addi(env, "BATCH_SIZE", j->batch_size);
+    env_add(env, API_ENV(LR), buf);
+    env_addi(env, API_ENV(BATCH_SIZE), j->batch_size);
     free(dl.buf);
     if (!strcmp(j->framework, "tensorflow"))
         tf_config(ctx, j, w, master, env);
