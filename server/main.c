@@ -376,15 +376,124 @@ static void raise_fd_limit(int max_conns)
                 (unsigned long long)rl.rlim_cur, max_conns);
 }
 
+/* Opens the access log the configuration names: NULL for "off", and for a
+ * file that cannot be opened (said on stderr, *failed set). */
+static alog *open_access_log(const struct config *cfg, int *failed)
+{
+    char err[512];
+    FILE *f = NULL;
+    *failed = 0;
+    if (!strcmp(cfg->access_log, "off"))
+        return NULL;
+    if (!strcmp(cfg->access_log, "-")) {
+        f = stderr;
+        setvbuf(stderr, NULL, _IOFBF, 1 << 16); /* flushed by the access log's writer */
+    } else if (!(f = fopen(cfg->access_log, "a"))) {
+        fprintf(stderr, "cohortd: cannot open access log %s: %s\n", cfg->access_log,
+                strerror(errno));
+        *failed = 1;
+        return NULL;
+    }
+    /* 16 MiB: seconds of lines at full speed, so a stalled disk never holds
+     * a request up.  The log owns f from here. */
+    alog *a = alog_open(f, 16 << 20, err, sizeof err);
+    if (!a) {
+        fprintf(stderr, "cohortd: %s\n", err);
+        if (f != stderr)
+            fclose(f);
+        *failed = 1;
+    }
+    return a;
+}
+
+/* Closes what ctx_open opened, in reverse; NULL is fine. */
+static void ctx_close(api_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    sched_stop(ctx->sched);
+    store_close(ctx->st);
+    api_web_close(ctx);
+    api_logs_close(ctx);
+    free(ctx);
+}
+
+/* Prints the platform admin token when this start made it (and no
+ * COHORT_ADMIN_TOKEN named it), and writes it to DATA_DIR/admin-token. */
+static int bootstrap_admin(api_ctx *ctx, const struct config *cfg)
+{
+    char token[UTIL_TOKEN_LEN + 1], err[512];
+    int created = 0;
+    const char *env_token = getenv("COHORT_ADMIN_TOKEN");
+    if (api_bootstrap_admin(ctx, env_token, token, &created, err, sizeof err) != 0) {
+        fprintf(stderr, "cohortd: %s\n", err);
+        return -1;
+    }
+    if (created && !(env_token && *env_token)) {
+        char line[UTIL_TOKEN_LEN + 2];
+        snprintf(line, sizeof line, "%s\n", token);
+        if (write_file(cfg->data_dir, "admin-token", line, 0600) != 0)
+            fprintf(stderr, "cohortd: warning: cannot write %s/admin-token\n", cfg->data_dir);
+        printf("cohortd: platform admin token (shown once): %s\n", token);
+        printf("cohortd: also written to %s/admin-token\n", cfg->data_dir);
+    }
+    return 0;
+}
+
+/* Everything the API serves from: the data dir's store, logs, console,
+ * admin token and scheduler.  NULL (and why on stderr) on failure. */
+static api_ctx *ctx_open(const struct config *cfg)
+{
+    char err[512], path[PATH_MAX];
+    api_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        fprintf(stderr, "cohortd: out of memory\n");
+        return NULL;
+    }
+    ctx->web_fd = -1;
+    ctx->heartbeat_s = cfg->heartbeat_s;
+    ctx->lease_s = cfg->lease_s;
+    ctx->min_hold_s = cfg->min_hold_s;
+    ctx->budget_grace_s = cfg->budget_grace_s;
+    ctx->body_limit = cfg->body_limit;
+    ctx->upload_limit = cfg->upload_limit;
+    /* Agents are told host paths of volumes: keep them absolute. */
+    if (!realpath(cfg->data_dir, ctx->data_dir)) {
+        fprintf(stderr, "cohortd: %s: %s\n", cfg->data_dir, strerror(errno));
+        goto fail;
+    }
+    if (api_logs_open(ctx, cfg->log_limit, err, sizeof err) != 0) {
+        fprintf(stderr, "cohortd: %s\n", err);
+        goto fail;
+    }
+    if (open_console(ctx, cfg->web_dir) != 0)
+        goto fail;
+    snprintf(path, sizeof path, "%s/cohort.db", cfg->data_dir);
+    if (!(ctx->st = store_open(path, err, sizeof err))) {
+        fprintf(stderr, "cohortd: %s\n", err);
+        goto fail;
+    }
+    if (bootstrap_admin(ctx, cfg) != 0)
+        goto fail;
+    sched_config sc = {cfg->node_timeout_s * 1000, 1000, cfg->min_hold_s, cfg->budget_grace_s};
+    if (!(ctx->sched = sched_start(ctx->st, &sc, err, sizeof err))) {
+        fprintf(stderr, "cohortd: %s\n", err);
+        goto fail;
+    }
+    return ctx;
+fail:
+    ctx_close(ctx);
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     struct config cfg = {0};
     char err[512], path[PATH_MAX];
     api_ctx *ctx = NULL;
     http_server *srv = NULL;
-    FILE *alog_file = NULL;
-    alog *access = NULL; /* owns alog_file once opened */
-    int rc = 1;
+    alog *access = NULL;
+    int rc = 1, failed;
     sigset_t sigs;
 
     if (parse_args(argc, argv, &cfg))
@@ -404,76 +513,9 @@ int main(int argc, char **argv)
     int lock_fd = lock_data_dir(cfg.data_dir);
     if (lock_fd < 0)
         return 1;
-    if (!strcmp(cfg.access_log, "-")) {
-        alog_file = stderr;
-        setvbuf(stderr, NULL, _IOFBF, 1 << 16); /* flushed by the access log's writer */
-    } else if (strcmp(cfg.access_log, "off")) {
-        alog_file = fopen(cfg.access_log, "a");
-        if (!alog_file) {
-            fprintf(stderr, "cohortd: cannot open access log %s: %s\n", cfg.access_log,
-                    strerror(errno));
-            return 1;
-        }
-    }
-    /* 16 MiB: seconds of lines at full speed, so a stalled disk never holds
-     * a request up. */
-    if (alog_file && !(access = alog_open(alog_file, 16 << 20, err, sizeof err))) {
-        fprintf(stderr, "cohortd: %s\n", err);
-        if (alog_file != stderr)
-            fclose(alog_file);
-        return 1;
-    }
-    ctx = calloc(1, sizeof *ctx);
-    if (!ctx)
+    access = open_access_log(&cfg, &failed);
+    if (failed || !(ctx = ctx_open(&cfg)))
         goto out;
-    /* Agents are told host paths of volumes: keep them absolute. */
-    if (!realpath(cfg.data_dir, ctx->data_dir)) {
-        fprintf(stderr, "cohortd: %s: %s\n", cfg.data_dir, strerror(errno));
-        goto out;
-    }
-    ctx->heartbeat_s = cfg.heartbeat_s;
-    ctx->lease_s = cfg.lease_s;
-    ctx->min_hold_s = cfg.min_hold_s;
-    ctx->budget_grace_s = cfg.budget_grace_s;
-    if (api_logs_open(ctx, cfg.log_limit, err, sizeof err) != 0) {
-        fprintf(stderr, "cohortd: %s\n", err);
-        goto out;
-    }
-    ctx->body_limit = cfg.body_limit;
-    ctx->upload_limit = cfg.upload_limit;
-    ctx->web_fd = -1;
-    if (open_console(ctx, cfg.web_dir) != 0)
-        goto out;
-    snprintf(path, sizeof path, "%s/cohort.db", cfg.data_dir);
-    ctx->st = store_open(path, err, sizeof err);
-    if (!ctx->st) {
-        fprintf(stderr, "cohortd: %s\n", err);
-        goto out;
-    }
-
-    char token[UTIL_TOKEN_LEN + 1];
-    int created = 0;
-    const char *env_token = getenv("COHORT_ADMIN_TOKEN");
-    if (api_bootstrap_admin(ctx, env_token, token, &created, err, sizeof err) != 0) {
-        fprintf(stderr, "cohortd: %s\n", err);
-        goto out;
-    }
-    if (created && !(env_token && *env_token)) {
-        char line[UTIL_TOKEN_LEN + 2];
-        snprintf(line, sizeof line, "%s\n", token);
-        if (write_file(cfg.data_dir, "admin-token", line, 0600) != 0)
-            fprintf(stderr, "cohortd: warning: cannot write %s/admin-token\n", cfg.data_dir);
-        printf("cohortd: platform admin token (shown once): %s\n", token);
-        printf("cohortd: also written to %s/admin-token\n", cfg.data_dir);
-    }
-
-    sched_config sc = {cfg.node_timeout_s * 1000, 1000, cfg.min_hold_s, cfg.budget_grace_s};
-    ctx->sched = sched_start(ctx->st, &sc, err, sizeof err);
-    if (!ctx->sched) {
-        fprintf(stderr, "cohortd: %s\n", err);
-        goto out;
-    }
-
     http_config hc = {cfg.host,      cfg.port,          cfg.threads,
                       access,        cfg.max_conns,     cfg.max_conns_per_ip,
                       cfg.idle_timeout_s, cfg.header_timeout_s, cfg.rate_per_s,
@@ -485,7 +527,8 @@ int main(int argc, char **argv)
     }
     char addr[300];
     snprintf(addr, sizeof addr, "%s:%d\n", cfg.host, http_port(srv));
-    write_file(cfg.data_dir, "cohortd.addr", addr, 0644);
+    if (write_file(cfg.data_dir, "cohortd.addr", addr, 0644) != 0)
+        fprintf(stderr, "cohortd: warning: cannot write %s/cohortd.addr\n", cfg.data_dir);
     printf("cohortd: listening on http://%s:%d (data dir %s, schema %d)\n", cfg.host,
            http_port(srv), cfg.data_dir, store_schema_version(ctx->st));
     fflush(stdout);
@@ -505,13 +548,7 @@ int main(int argc, char **argv)
 out:
     if (srv)
         http_stop(srv, 0);
-    if (ctx) {
-        sched_stop(ctx->sched);
-        store_close(ctx->st);
-        api_web_close(ctx);
-        api_logs_close(ctx);
-        free(ctx);
-    }
+    ctx_close(ctx);
     alog_close(access); /* after the server: every request's line is in */
     if (rc == 0)
         printf("cohortd: stopped cleanly\n");
