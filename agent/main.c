@@ -469,16 +469,239 @@ static void sleep_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
+/* The workers' cgroup subtree: this agent's, named by the node and its data
+ * dir, or none (cg->path "").  -1 when --cgroup names one that cannot be. */
+static int open_workers_cgroup(const struct config *cfg, cg_root *cg)
+{
+    char tag[128], ctl[64], err[512] = "", path[PATH_MAX + 64];
+    snprintf(tag, sizeof tag, "%s-%08x", cfg->name, hash32(cfg->data_dir));
+    if (cg_open(cfg->cgroup, tag, cg, err, sizeof err) != 0) {
+        fprintf(stderr, "cohort-agent: --cgroup: %s\n", err);
+        return -1;
+    }
+    if (!cg->path[0]) {
+        printf("cohort-agent: workers get no cgroup of their own (%s)\n",
+               cfg->cgroup ? "--cgroup off" : err[0] ? err : "no cgroup v2 hierarchy is mounted");
+        return 0;
+    }
+    printf("cohort-agent: workers get cgroups under %s (controllers: %s)\n", cg->path,
+           cg_controllers(cg, ctl, sizeof ctl));
+    /* For whoever cleans up after an agent that could not (kill -9). */
+    snprintf(path, sizeof path, "%s/cgroup", cfg->data_dir);
+    FILE *f = fopen(path, "w");
+    if (!f || fprintf(f, "%s\n", cg->path) < 0)
+        fprintf(stderr, "cohort-agent: warning: cannot write %s\n", path);
+    if (f)
+        fclose(f);
+    return 0;
+}
+
+/* The paths a sup_config points at: they live as long as the sup. */
+struct sup_paths {
+    char shim[PATH_MAX + 16], lock[PATH_MAX + 64], dir[PATH_MAX + 64], python[PATH_MAX];
+};
+
+/* The worker table, with the shim, the runtime (crun's settings into
+ * *container, which the caller deletes) and the launchers.  NULL, and why
+ * on stderr, on failure. */
+static sup *open_sup(const struct config *cfg, cg_root *cg, struct sup_paths *sp,
+                     cJSON **container)
+{
+    char err[512];
+    sup_config sc = {0};
+    if (cfg->shim) {
+        snprintf(sp->shim, sizeof sp->shim, "%s", cfg->shim);
+    } else {
+        ssize_t n = readlink("/proc/self/exe", sp->shim, PATH_MAX);
+        sp->shim[n > 0 ? n : 0] = '\0';
+        char *slash = strrchr(sp->shim, '/');
+        snprintf(slash ? slash + 1 : sp->shim, 16, "cohort-shim");
+    }
+    if (access(sp->shim, X_OK) != 0) {
+        fprintf(stderr, "cohort-agent: cannot run the shim %s: %s\n", sp->shim, strerror(errno));
+        return NULL;
+    }
+    sc.shim = sp->shim;
+    if (!strcmp(cfg->runtime, "crun")) {
+        char self_dir[PATH_MAX + 16];
+        snprintf(self_dir, sizeof self_dir, "%s", sp->shim);
+        char *slash = strrchr(self_dir, '/');
+        if (slash)
+            *slash = '\0';
+        rt_config rtc = {cfg->data_dir,    cfg->image_cache, cfg->image_cache_max_mb << 20,
+                         cfg->resolve_ttl_s, cfg->registry,  cfg->insecure, cfg->seccomp,
+                         slash ? self_dir : "."};
+        err[0] = '\0';
+        if (!(*container = rt_open(&rtc, err, sizeof err))) {
+            fprintf(stderr, "cohort-agent: cannot run containers: %s\n", err);
+            return NULL;
+        }
+        printf("cohort-agent: workers run in containers (crun); images without a registry "
+               "come from %s\n", cfg->registry);
+    } else {
+        fprintf(stderr, "cohort-agent: WARNING: --runtime host: workers run as root processes "
+                        "on this machine's own files, and any job can take the node over. Use "
+                        "it only on a trusted single-tenant node.\n");
+    }
+    sc.container = *container;
+    snprintf(sp->lock, sizeof sp->lock, "%s/agent.lock", cfg->data_dir);
+    sc.agent_lock = sp->lock;
+    sc.lease_ms = 30000;
+    snprintf(sp->dir, sizeof sp->dir, "%s/workers", cfg->data_dir);
+    sc.dir = sp->dir;
+    sc.agent_dir = cfg->data_dir;
+    sc.grace_ms = cfg->grace_s * 1000;
+    for (int i = 0; i < cfg->nlaunchers; i++) {
+        sc.launcher_image[sc.nlaunchers] = cfg->launcher[i][0];
+        sc.launcher_path[sc.nlaunchers++] = cfg->launcher[i][1];
+    }
+    if (rt_find_program("python3", sp->python, sizeof sp->python) == 0 &&
+        sc.nlaunchers < SUP_MAX_LAUNCHERS - 2) {
+        sc.launcher_image[sc.nlaunchers] = "pytorch";
+        sc.launcher_path[sc.nlaunchers++] = sp->python;
+        sc.launcher_image[sc.nlaunchers] = "tensorflow";
+        sc.launcher_path[sc.nlaunchers++] = sp->python;
+    }
+    sc.cgroup = cg;
+    sc.ngpus = (int)cfg->gpus;
+    sup *s = sup_open(&sc, err, sizeof err);
+    if (!s)
+        fprintf(stderr, "cohort-agent: %s\n", err);
+    return s;
+}
+
+/* Starts the desired-state thread on a connection of its own. */
+static int start_poller(const struct config *cfg, const char *token, struct poller *pl)
+{
+    char err[512];
+    pthread_t t;
+    pl->cl = client_new(cfg->server, err, sizeof err);
+    if (!pl->cl) {
+        fprintf(stderr, "cohort-agent: %s\n", err);
+        return -1;
+    }
+    client_set_token(pl->cl, token);
+    pthread_mutex_init(&pl->lock, NULL);
+    pthread_cond_init(&pl->arrived, NULL);
+    if (pthread_create(&t, NULL, poller_main, pl) != 0) {
+        fprintf(stderr, "cohort-agent: cannot start the desired-state thread\n");
+        return -1;
+    }
+    pthread_detach(t); /* it may sit in a long poll when we exit */
+    return 0;
+}
+
+/* One heartbeat with the workers' report; on 200 takes cohortd's heartbeat
+ * and lease periods and returns 1, else 0 (ln->down when unreachable). */
+static int heartbeat(client *cl, sup *s, struct link *ln, int64_t *hb_ms, int64_t *lease_ms)
+{
+    char err[512];
+    cJSON *body = cJSON_CreateObject(), *out = NULL;
+    cJSON_AddItemToObject(body, "workers", sup_report(s));
+    long st = client_call(cl, "POST", "/v1/agent/heartbeat", body, &out, CALL_TIMEOUT_MS, err,
+                          sizeof err);
+    cJSON_Delete(body);
+    if (st == 200) {
+        const cJSON *h = cJSON_GetObjectItem(out, "heartbeat_seconds");
+        const cJSON *l = cJSON_GetObjectItem(out, "lease_seconds");
+        if (cJSON_IsNumber(h) && h->valuedouble >= 1)
+            *hb_ms = (int64_t)h->valuedouble * 1000;
+        if (cJSON_IsNumber(l) && l->valuedouble >= 1) {
+            *lease_ms = (int64_t)l->valuedouble * 1000;
+            sup_set_lease(s, *lease_ms);
+        }
+        sup_reported(s);
+    } else if (st == 0) {
+        fprintf(stderr, "cohort-agent: %s\n", err);
+        ln->down = 1;
+    }
+    cJSON_Delete(out);
+    return st == 200;
+}
+
+/* The agent's loop, until a stop signal or cohortd forgets the node:
+ * desired state in, workers reconciled and watched, logs out, heartbeats,
+ * and every worker stopped once cohortd has been silent past the lease. */
+static void serve(const struct config *cfg, client *cl, sup *s, struct poller *pl)
+{
+    int64_t hb_ms = 2000, lease_ms = 30000;
+    int64_t now = util_mono_ms(), last_contact = now, next_hb = 0, next_sweep = 0;
+    int lease_lost = 0;
+    struct link ln = {cl, 0};
+    while (!stopping) {
+        int unknown = 0;
+        int64_t answered = 0;
+        cJSON *desired = poller_take(pl, sup_running(s) ? BUSY_POLL_MS : POLL_MS, &unknown,
+                                     &answered);
+        if (unknown) {
+            fprintf(stderr, "cohort-agent: cohortd does not know this node any more\n");
+            break;
+        }
+        now = util_mono_ms();
+        if (answered > last_contact)
+            last_contact = answered;
+        ln.down = 0;
+        int changed = sup_scan(s);
+        if (desired) {
+            sup_reconcile(s, cJSON_GetObjectItem(desired, "workers"));
+            cJSON_Delete(desired);
+            changed |= sup_scan(s);
+        }
+        sup_tick(s);
+        if (now >= next_sweep) {
+            /* Finished workers' directories, cohortd having their logs. */
+            sup_sweep(s, cfg->keep_s * 1000);
+            next_sweep = now + (cfg->keep_s < 60 ? cfg->keep_s + 1 : 60) * 1000;
+        }
+        changed |= sup_ship_logs(s, ship_log, &ln);
+        if ((now >= next_hb || changed) && !ln.down) {
+            if (heartbeat(cl, s, &ln, &hb_ms, &lease_ms)) {
+                last_contact = now;
+                lease_lost = 0;
+            }
+            next_hb = now + hb_ms;
+        }
+        now = util_mono_ms();
+        if (now - last_contact > lease_ms && !lease_lost) {
+            fprintf(stderr, "cohort-agent: no word from cohortd for %lld s: stopping every worker\n",
+                    (long long)(now - last_contact) / 1000);
+            sup_stop_all(s);
+            lease_lost = 1;
+        }
+    }
+}
+
+/* Stopping: every worker gets SIGTERM, then SIGKILL after the grace
+ * period; what they printed is shipped and their ends reported. */
+static void wind_down(const struct config *cfg, client *cl, sup *s)
+{
+    int64_t hb_ms, lease_ms;
+    sup_stop_all(s);
+    for (int64_t t0 = util_mono_ms(); sup_running(s) > 0;) {
+        sup_scan(s);
+        sup_tick(s);
+        if (util_mono_ms() - t0 > cfg->grace_s * 1000 + 5000)
+            break;
+        sleep_ms(POLL_MS);
+    }
+    sup_scan(s);
+    struct link ln = {cl, 0};
+    sup_ship_logs(s, ship_log, &ln);
+    heartbeat(cl, s, &ln, &hb_ms, &lease_ms);
+}
+
 int main(int argc, char **argv)
 {
     struct config cfg = {0};
-    char err[512], path[PATH_MAX + 64], token[128], python[PATH_MAX] = "";
+    char err[512], path[PATH_MAX + 64], token[128];
     long long node_id = 0;
     int rc = 1;
     client *cl = NULL;
     sup *s = NULL;
-    static cg_root cg; /* the workers' cgroup subtree; path "" for none */
-    cJSON *container = NULL; /* the launch requests' container settings */
+    static cg_root cg;              /* the workers' cgroup subtree; path "" for none */
+    static struct sup_paths paths;  /* what the sup's configuration points at */
+    static struct poller pl;        /* its thread outlives main's return */
+    cJSON *container = NULL;        /* the launch requests' container settings */
     if (parse_args(argc, argv, &cfg))
         return 2;
     if (cfg.gpus < 0)
@@ -516,196 +739,21 @@ int main(int argc, char **argv)
                 strerror(errno));
         goto out;
     }
-    /* Workers' cgroups: this agent's subtree, named by the node and its data dir. */
-    char tag[128], ctl[64];
-    snprintf(tag, sizeof tag, "%s-%08x", cfg.name, hash32(cfg.data_dir));
-    err[0] = '\0';
-    if (cg_open(cfg.cgroup, tag, &cg, err, sizeof err) != 0) {
-        fprintf(stderr, "cohort-agent: --cgroup: %s\n", err);
+    if (open_workers_cgroup(&cfg, &cg) != 0)
         goto out;
-    }
-    if (cg.path[0]) {
-        printf("cohort-agent: workers get cgroups under %s (controllers: %s)\n", cg.path,
-               cg_controllers(&cg, ctl, sizeof ctl));
-        /* For whoever cleans up after an agent that could not (kill -9). */
-        snprintf(path, sizeof path, "%s/cgroup", cfg.data_dir);
-        FILE *f = fopen(path, "w");
-        if (f) {
-            fprintf(f, "%s\n", cg.path);
-            fclose(f);
-        }
-    }
-    else
-        printf("cohort-agent: workers get no cgroup of their own (%s)\n",
-               cfg.cgroup ? "--cgroup off" : err[0] ? err : "no cgroup v2 hierarchy is mounted");
     cl = client_new(cfg.server, err, sizeof err);
     if (!cl || identity(&cfg, cl, token, sizeof token, &node_id) != 0)
         goto out;
     client_set_token(cl, token);
-
-    sup_config sc = {0};
-    char shim[PATH_MAX + 16];
-    if (cfg.shim) {
-        snprintf(shim, sizeof shim, "%s", cfg.shim);
-    } else {
-        ssize_t n = readlink("/proc/self/exe", shim, PATH_MAX);
-        shim[n > 0 ? n : 0] = '\0';
-        char *slash = strrchr(shim, '/');
-        snprintf(slash ? slash + 1 : shim, 16, "cohort-shim");
-    }
-    if (access(shim, X_OK) != 0) {
-        fprintf(stderr, "cohort-agent: cannot run the shim %s: %s\n", shim, strerror(errno));
+    if (!(s = open_sup(&cfg, &cg, &paths, &container)))
         goto out;
-    }
-    sc.shim = shim;
-    if (!strcmp(cfg.runtime, "crun")) {
-        char self_dir[PATH_MAX + 16];
-        snprintf(self_dir, sizeof self_dir, "%s", shim);
-        char *slash = strrchr(self_dir, '/');
-        if (slash)
-            *slash = '\0';
-        rt_config rtc = {cfg.data_dir,    cfg.image_cache, cfg.image_cache_max_mb << 20,
-                         cfg.resolve_ttl_s, cfg.registry, cfg.insecure, cfg.seccomp,
-                         slash ? self_dir : "."};
-        err[0] = '\0';
-        if (!(container = rt_open(&rtc, err, sizeof err))) {
-            fprintf(stderr, "cohort-agent: cannot run containers: %s\n", err);
-            goto out;
-        }
-        printf("cohort-agent: workers run in containers (crun); images without a registry "
-               "come from %s\n", cfg.registry);
-    } else {
-        fprintf(stderr, "cohort-agent: WARNING: --runtime host: workers run as root processes "
-                        "on this machine's own files, and any job can take the node over. Use "
-                        "it only on a trusted single-tenant node.\n");
-    }
-    sc.container = container;
-    char lock_path[PATH_MAX + 64];
-    snprintf(lock_path, sizeof lock_path, "%s/agent.lock", cfg.data_dir);
-    sc.agent_lock = lock_path;
-    sc.lease_ms = 30000;
-    snprintf(path, sizeof path, "%s/workers", cfg.data_dir);
-    sc.dir = path;
-    sc.agent_dir = cfg.data_dir;
-    sc.grace_ms = cfg.grace_s * 1000;
-    for (int i = 0; i < cfg.nlaunchers; i++) {
-        sc.launcher_image[sc.nlaunchers] = cfg.launcher[i][0];
-        sc.launcher_path[sc.nlaunchers++] = cfg.launcher[i][1];
-    }
-    if (rt_find_program("python3", python, sizeof python) == 0 && sc.nlaunchers < SUP_MAX_LAUNCHERS - 2) {
-        sc.launcher_image[sc.nlaunchers] = "pytorch";
-        sc.launcher_path[sc.nlaunchers++] = python;
-        sc.launcher_image[sc.nlaunchers] = "tensorflow";
-        sc.launcher_path[sc.nlaunchers++] = python;
-    }
-    sc.cgroup = &cg;
-    sc.ngpus = (int)cfg.gpus;
-    s = sup_open(&sc, err, sizeof err);
-    if (!s) {
-        fprintf(stderr, "cohort-agent: %s\n", err);
-        goto out;
-    }
     printf("cohort-agent: node %lld serving %s (mount root %s)\n", node_id, cfg.server,
            cfg.mount_root);
     fflush(stdout);
-
-    struct poller pl = {0};
-    pl.cl = client_new(cfg.server, err, sizeof err);
-    pthread_t poll_thread;
-    if (!pl.cl) {
-        fprintf(stderr, "cohort-agent: %s\n", err);
+    if (start_poller(&cfg, token, &pl) != 0)
         goto out;
-    }
-    client_set_token(pl.cl, token);
-    pthread_mutex_init(&pl.lock, NULL);
-    pthread_cond_init(&pl.arrived, NULL);
-    if (pthread_create(&poll_thread, NULL, poller_main, &pl) != 0) {
-        fprintf(stderr, "cohort-agent: cannot start the desired-state thread\n");
-        goto out;
-    }
-    pthread_detach(poll_thread); /* it may sit in a long poll when we exit */
-
-    int64_t hb_ms = 2000, lease_ms = 30000;
-    int64_t now = util_mono_us() / 1000, last_contact = now, next_hb = 0, next_sweep = 0;
-    int lease_lost = 0;
-    struct link ln = {cl, 0};
-    while (!stopping) {
-        int unknown = 0;
-        int64_t answered = 0;
-        cJSON *desired = poller_take(&pl, sup_running(s) ? BUSY_POLL_MS : POLL_MS, &unknown,
-                                     &answered);
-        if (unknown) {
-            fprintf(stderr, "cohort-agent: cohortd does not know this node any more\n");
-            break;
-        }
-        now = util_mono_us() / 1000;
-        if (answered > last_contact)
-            last_contact = answered;
-        ln.down = 0;
-        int changed = sup_scan(s);
-        if (desired) {
-            sup_reconcile(s, cJSON_GetObjectItem(desired, "workers"));
-            cJSON_Delete(desired);
-            changed |= sup_scan(s);
-        }
-        sup_tick(s);
-        if (now >= next_sweep) {
-            /* Finished workers' directories, cohortd having their logs. */
-            sup_sweep(s, cfg.keep_s * 1000);
-            next_sweep = now + (cfg.keep_s < 60 ? cfg.keep_s + 1 : 60) * 1000;
-        }
-        changed |= sup_ship_logs(s, ship_log, &ln);
-        if ((now >= next_hb || changed) && !ln.down) {
-            cJSON *body = cJSON_CreateObject();
-            cJSON_AddItemToObject(body, "workers", sup_report(s));
-            cJSON *out = NULL;
-            long st = client_call(cl, "POST", "/v1/agent/heartbeat", body, &out, CALL_TIMEOUT_MS,
-                                  err, sizeof err);
-            cJSON_Delete(body);
-            if (st == 200) {
-                const cJSON *h = cJSON_GetObjectItem(out, "heartbeat_seconds");
-                const cJSON *l = cJSON_GetObjectItem(out, "lease_seconds");
-                if (cJSON_IsNumber(h) && h->valuedouble >= 1)
-                    hb_ms = (int64_t)h->valuedouble * 1000;
-                if (cJSON_IsNumber(l) && l->valuedouble >= 1) {
-                    lease_ms = (int64_t)l->valuedouble * 1000;
-                    sup_set_lease(s, lease_ms);
-                }
-                sup_reported(s);
-                last_contact = now;
-                lease_lost = 0;
-            } else if (st == 0) {
-                fprintf(stderr, "cohort-agent: %s\n", err);
-                ln.down = 1;
-            }
-            cJSON_Delete(out);
-            next_hb = now + hb_ms;
-        }
-        now = util_mono_us() / 1000;
-        if (now - last_contact > lease_ms && !lease_lost) {
-            fprintf(stderr, "cohort-agent: no word from cohortd for %lld s: stopping every worker\n",
-                    (long long)(now - last_contact) / 1000);
-            sup_stop_all(s);
-            lease_lost = 1;
-        }
-    }
-    /* Stopping: every worker gets SIGTERM, then SIGKILL after the grace period. */
-    sup_stop_all(s);
-    for (int64_t t0 = util_mono_us() / 1000; sup_running(s) > 0;) {
-        sup_scan(s);
-        sup_tick(s);
-        if (util_mono_us() / 1000 - t0 > cfg.grace_s * 1000 + 5000)
-            break;
-        sleep_ms(POLL_MS);
-    }
-    sup_scan(s);
-    ln.down = 0;
-    sup_ship_logs(s, ship_log, &ln);
-    cJSON *body = cJSON_CreateObject(), *out = NULL;
-    cJSON_AddItemToObject(body, "workers", sup_report(s));
-    client_call(cl, "POST", "/v1/agent/heartbeat", body, &out, CALL_TIMEOUT_MS, err, sizeof err);
-    cJSON_Delete(body);
-    cJSON_Delete(out);
+    serve(&cfg, cl, s, &pl);
+    wind_down(&cfg, cl, s);
     printf("cohort-agent: stopped\n");
     rc = 0;
 out:
