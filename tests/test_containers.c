@@ -637,7 +637,7 @@ static long file_size(const char *path)
 }
 
 /*
- * A job prints 300 MB as fast as it can beside a quiet one, under a 1 MB
+ * A job prints 1 GB as fast as it can beside a quiet one, under a 1 MB
  * --log-limit: the flood ends as soon as it would without the limit (never
  * held up by its log), cohortd stores at most the limit of it, ending with a
  * line that says so, the job's events say so once, and the quiet job's log
@@ -651,7 +651,7 @@ Test(containers, a_log_flood_stores_only_the_jobs_limit_and_spares_other_jobs, .
     platform(NULL);
     th_put_text(&d, tok, "ws", "flood.sh",
                 "#!/bin/sh\nyes 0123456789abcdefghijklmnopqrstuvwxyz0123456789abcdefghijklmnopqrstuvw"
-                " | head -c 300000000\necho flood-done\n",
+                " | head -c 1000000000\necho flood-done\n",
                 "755");
     th_put_text(&d, tok, "ws", "quiet.sh",
                 "#!/bin/sh\ni=0\nwhile [ $i -lt 1000 ]; do echo quiet-line-$i; i=$((i+1)); done\n"
@@ -698,7 +698,7 @@ Test(containers, a_log_flood_stores_only_the_jobs_limit_and_spares_other_jobs, .
     if (f)
         pclose(f);
     cr_expect_lt(total, 4L << 20, "cohortd's logs hold %ld bytes", total);
-    /* On the node: the flood's output.log went through all 300 MB, but only
+    /* On the node: the flood's output.log went through all 1 GB, but only
      * its newest MB is still on disk (what cohortd took or cut is punched). */
     long node_size = 0, node_disk = 0;
     snprintf(cmd, sizeof cmd, "find '%s/workers' -name output.log -printf '%%s %%b\\n'", ag.dir);
@@ -710,12 +710,12 @@ Test(containers, a_log_flood_stores_only_the_jobs_limit_and_spares_other_jobs, .
     }
     if (f)
         pclose(f);
-    cr_expect_geq(node_size, 300000000L, "the node's largest output.log is %ld bytes", node_size);
+    cr_expect_geq(node_size, 1000000000L, "the node's largest output.log is %ld bytes", node_size);
     cr_expect_lt(node_disk, 3L << 20, "the node's output.logs take %ld bytes of disk", node_disk);
     snprintf(lp, sizeof lp, "/v1/jobs/%ld", flood);
     r = th_get(&d, lp, tok);
     const char *st = th_str(&r, "started_at"), *fin = th_str(&r, "finished_at");
-    cr_log_info("flood: 300 MB printed (%s to %s), %ld bytes stored for it, %ld in all logs; "
+    cr_log_info("flood: 1 GB printed (%s to %s), %ld bytes stored for it, %ld in all logs; "
                 "on the node: %ld bytes written, %ld on disk",
                 st ? st : "?", fin ? fin : "?", size, total, node_size, node_disk);
     th_free(&r);
