@@ -628,6 +628,11 @@ static void serve(const struct config *cfg, client *cl, sup *s, struct poller *p
     int64_t now = util_mono_ms(), last_contact = now, next_hb = 0, next_sweep = 0;
     int lease_lost = 0;
     struct link ln = {cl, 0};
+    /* A worker keeps the lease in force when it was launched: learn
+     * cohortd's before the first desired state can launch any (else the
+     * first workers would outlive a dead agent by the 30 s default). */
+    if (heartbeat(cl, s, &ln, &hb_ms, &lease_ms))
+        next_hb = util_mono_ms() + hb_ms;
     while (!stopping) {
         int unknown = 0;
         int64_t answered = 0;
