@@ -690,16 +690,21 @@ int th_wait_state(th_daemon *d, const char *tok, long job, const char *want, int
         }
         if (!strcmp(seen, "SUCCEEDED") || !strcmp(seen, "FAILED") || !strcmp(seen, "CANCELLED")) {
             /* Why, for whoever reads a failed test. */
-            cr_log_info("job %ld ended %s: %s", job, seen, th_str(&r, "reason"));
+            cr_log_warn("job %ld ended %s: %s", job, seen, th_str(&r, "reason"));
             th_free(&r);
             return 0;
         }
         th_free(&r);
         sleep_ms(50);
     }
+    /* Why, for whoever reads a failed test in CI: the job and its events. */
     th_resp r = th_get(d, path, tok);
-    cr_log_info("job %ld is still %s after %d ms: %s", job, th_str(&r, "state"), timeout_ms,
-                th_str(&r, "reason"));
+    cr_log_warn("job %ld is still %s after %d ms: %.1500s", job, th_str(&r, "state"), timeout_ms,
+                r.body ? r.body : "");
+    th_free(&r);
+    snprintf(path, sizeof path, "/v1/jobs/%ld/events?limit=20", job);
+    r = th_get(d, path, tok);
+    cr_log_warn("its events: %.3000s", r.body ? r.body : "");
     th_free(&r);
     return 0;
 }
