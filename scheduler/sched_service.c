@@ -1,5 +1,7 @@
 /*
- * sched_service: the scheduling thread and its passes.
+ * sched_service: the scheduling thread and its passes.  A pass reads a
+ * snapshot of the cluster from the store, has sched_plan decide, and
+ * commits the placements, each checked again against the state of now.
  */
 #include "scheduler/sched_service.h"
 
@@ -10,21 +12,15 @@
 #include <time.h>
 
 #include "scheduler/sched_life.h"
+#include "scheduler/sched_plan.h"
 #include "storage/store_bill.h"
 #include "storage/store_job.h"
 #include "storage/store_node.h"
 #include "storage/util.h"
 
-/* A pending job's place in the queue and why it waits.  Kept in memory:
- * it changes with every pass and is no part of the job's history. */
+/* Bounds on the rest between passes (see sched_main). */
 #define SCHED_REST_MAX_US 50000
 #define SCHED_REST_MIN_US 2000
-
-struct position {
-    int64_t job_id;
-    int64_t pos;
-    char reason[SCHED_REASON_MAX];
-};
 
 struct sched_service {
     store *st;
@@ -33,7 +29,10 @@ struct sched_service {
     pthread_mutex_t lock;
     pthread_cond_t wake;
     int woken, stopping;
-    struct position *pos; /* sorted by job_id */
+    /* Each pending job's place in the queue and why it waits, as of the
+     * last pass: in memory, as it changes with every pass and is no part
+     * of the job's history.  Sorted by job_id. */
+    sched_wait *pos;
     size_t npos;
     int no_nodes;         /* no node is up and undrained: nothing was planned */
     int64_t last_tick;    /* monotonic ms of the last tick write */
@@ -42,98 +41,39 @@ struct sched_service {
     void *notify_arg;
 };
 
-/* ---- growable arrays for one pass ---- */
-
-/* Appends v to arr (n used of cap), growing it; on out-of-memory appends
- * nothing and sets *oom, which the caller turns into STORE_NOMEM. */
-#define PUSH(arr, n, cap, v, oom)                                                          \
-    do {                                                                                   \
-        if ((n) == (cap)) {                                                                \
-            size_t nc_ = (cap) ? (cap) * 2 : 64;                                           \
-            void *np_ = realloc((arr), nc_ * sizeof *(arr));                               \
-            if (!np_) {                                                                    \
-                *(oom) = 1;                                                                \
-                break;                                                                     \
-            }                                                                              \
-            (arr) = np_;                                                                   \
-            (cap) = nc_;                                                                   \
-        }                                                                                  \
-        (arr)[(n)++] = (v);                                                                \
-    } while (0)
-
-struct use {
-    int64_t tenant_id;
-    int64_t jobs, workers, cpus, gpus;
-    double decayed; /* fair share: past use, decayed */
-};
-
-/* A running (or just placed) job: when it ends at the latest, and what it holds. */
-struct active {
-    int64_t id, end; /* end: INT64_MAX when it has no max_runtime_seconds */
-    int64_t cpus, mem, gpus;
-};
-
-struct alloc {
-    int64_t job_id, node_id, workers;
-};
-
-/* A gang the plan placed, to be committed (and checked again) in a write. */
-struct placement {
-    int64_t job_id, attempt, per_node, workers, cpus, mem, gpus;
-    int64_t *nodes; /* node ids, node-major: the node of rank 0 first */
-    int64_t tenant_id, price, hold, need, estimated_max; /* need: what must be left to admit */
-    int bounded;
-};
-
-/* A tenant whose account limits what it may hold: what is left to hold. */
-struct budget {
-    int64_t tenant_id;
-    int64_t left; /* the lesser of balance and monthly cap, less what is set aside */
-    int64_t balance, reserved;
-    char currency[4];
-};
-
+/* One pass: the snapshot read from the store, and what the plan decided. */
 struct pass {
     sched_service *svc;
-    int placed;
-    struct placement *pl;
-    size_t npl, cappl;
     int64_t now;
-    struct active *act;
-    size_t nact, capa;
-    struct alloc *al;
-    size_t nal, capal;
+    int placed;
     sched_node *nodes;
     size_t nnodes, capn;
-    sched_job *jobs;
-    size_t njobs, capj;
-    store_job_brief *briefs; /* by id, as read */
-    size_t nbriefs, capb;
-    struct use *use;
+    sched_active *act;
+    size_t nact, capa;
+    sched_alloc *al;
+    size_t nal, capal;
+    sched_pending *pend;
+    size_t npend, cappend;
+    sched_usage *use;
     size_t nuse, capu;
-    store_quota *quota;
+    sched_quota *quota;
     size_t nquota, capq;
-    struct position *pos;
-    size_t npos, capp;
-    struct budget *bud;
+    sched_budget *bud;
     size_t nbud, capbud;
+    sched_decisions dec;
     int oom;
 };
 
 static void pass_free(struct pass *p)
 {
-    for (size_t i = 0; i < p->npl; i++)
-        free(p->pl[i].nodes);
-    free(p->pl);
+    free(p->nodes);
     free(p->act);
     free(p->al);
-    free(p->nodes);
-    free(p->jobs);
-    free(p->briefs);
+    free(p->pend);
     free(p->use);
     free(p->quota);
-    free(p->pos);
     free(p->bud);
+    sched_decisions_free(&p->dec);
 }
 
 static void add_node(void *arg, const store_node *n)
@@ -147,109 +87,25 @@ static void add_node(void *arg, const store_node *n)
                      n->cpus - n->used_cpus,
                      n->memory_mb - n->used_memory_mb,
                      n->gpus - n->used_gpus};
-    PUSH(p->nodes, p->nnodes, p->capn, sn, &p->oom);
-}
-
-static struct use *use_of(struct pass *p, int64_t tenant)
-{
-    for (size_t i = 0; i < p->nuse; i++)
-        if (p->use[i].tenant_id == tenant)
-            return &p->use[i];
-    struct use u = {tenant, 0, 0, 0, 0, 0.0};
-    size_t before = p->nuse;
-    PUSH(p->use, p->nuse, p->capu, u, &p->oom);
-    return p->nuse > before ? &p->use[p->nuse - 1] : NULL;
+    UTIL_PUSH(p->nodes, p->nnodes, p->capn, sn, &p->oom);
 }
 
 static void add_alloc(void *arg, int64_t job_id, int64_t node_id, int64_t workers)
 {
     struct pass *p = arg;
-    struct alloc a = {job_id, node_id, workers};
-    PUSH(p->al, p->nal, p->capal, a, &p->oom);
-}
-
-static int64_t end_of(int64_t now, int64_t started_at, int64_t max_runtime_s)
-{
-    if (max_runtime_s <= 0)
-        return INT64_MAX;
-    return (started_at > 0 ? started_at : now) + max_runtime_s * 1000;
+    sched_alloc a = {job_id, node_id, workers};
+    UTIL_PUSH(p->al, p->nal, p->capal, a, &p->oom);
 }
 
 static void add_active(void *arg, const store_job_brief *b)
 {
     struct pass *p = arg;
-    struct active a = {b->id, end_of(p->now, b->started_at, b->max_runtime_seconds), b->cpus,
-                       b->memory_mb, b->gpus};
-    PUSH(p->act, p->nact, p->capa, a, &p->oom);
-    struct use *u = use_of(p, b->tenant_id);
-    if (!u) {
-        p->oom = 1;
-        return;
-    }
-    u->jobs++;
-    u->workers += b->worker_count;
-    u->cpus += b->worker_count * b->cpus;
-    u->gpus += b->worker_count * b->gpus;
-}
-
-static void add_pending(void *arg, const store_job_brief *b)
-{
-    struct pass *p = arg;
-    sched_job j = {b->id,        b->tenant_id,  b->priority,         0.0, b->created_at,
-                   b->worker_count, b->workers_per_node, b->cpus, b->memory_mb, b->gpus};
-    PUSH(p->jobs, p->njobs, p->capj, j, &p->oom);
-    PUSH(p->briefs, p->nbriefs, p->capb, *b, &p->oom);
-}
-
-static void add_usage(void *arg, int64_t tenant, int64_t cpus, int64_t gpus, int64_t start,
-                      int64_t end)
-{
-    struct pass *p = arg;
-    struct use *u = use_of(p, tenant);
-    if (u)
-        u->decayed += sched_decayed_use(cpus, gpus, start, end ? end : p->now, p->now);
-}
-
-static void add_quota(void *arg, const store_quota *q)
-{
-    struct pass *p = arg;
-    PUSH(p->quota, p->nquota, p->capq, *q, &p->oom);
-}
-
-static const store_job_brief *brief_of(struct pass *p, int64_t id)
-{
-    size_t lo = 0, hi = p->nbriefs;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (p->briefs[mid].id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < p->nbriefs && p->briefs[lo].id == id ? &p->briefs[lo] : NULL;
-}
-
-/* The first limit of the tenant's quota that j would pass, or NULL. */
-static const char *over_quota(struct pass *p, const sched_job *j, struct use *u, char *buf,
-                              size_t n)
-{
-    for (size_t i = 0; i < p->nquota; i++) {
-        const store_quota *q = &p->quota[i];
-        if (q->tenant_id != j->tenant_id)
-            continue;
-        if (q->max_running_jobs >= 0 && u->jobs + 1 > q->max_running_jobs)
-            snprintf(buf, n, "quota: max_running_jobs %lld reached", (long long)q->max_running_jobs);
-        else if (q->max_workers >= 0 && u->workers + j->workers > q->max_workers)
-            snprintf(buf, n, "quota: max_workers %lld", (long long)q->max_workers);
-        else if (q->max_cpus >= 0 && u->cpus + j->workers * j->cpus > q->max_cpus)
-            snprintf(buf, n, "quota: max_cpus %lld", (long long)q->max_cpus);
-        else if (q->max_gpus >= 0 && u->gpus + j->workers * j->gpus > q->max_gpus)
-            snprintf(buf, n, "quota: max_gpus %lld", (long long)q->max_gpus);
-        else
-            return NULL;
-        return buf;
-    }
-    return NULL;
+    int64_t end = INT64_MAX;
+    if (b->max_runtime_seconds > 0)
+        end = (b->started_at > 0 ? b->started_at : p->now) + b->max_runtime_seconds * 1000;
+    sched_active a = {b->id,  b->tenant_id,  end, b->worker_count,
+                      b->cpus, b->memory_mb, b->gpus};
+    UTIL_PUSH(p->act, p->nact, p->capa, a, &p->oom);
 }
 
 int64_t sched_hold(const sched_config *cfg, int64_t price_per_hour, int64_t workers,
@@ -259,8 +115,9 @@ int64_t sched_hold(const sched_config *cfg, int64_t price_per_hour, int64_t work
     return store_bill_estimate(price_per_hour, workers, secs);
 }
 
-/* What must be left for j to be admitted: its hold, and for a job without a
- * bound also the grace period's price (else it would be stopped at once). */
+/* What must be left for a job to be admitted: its hold, and for a job
+ * without a bound also the grace period's price (else it would be stopped
+ * at once). */
 static int64_t hold_need(const sched_config *cfg, int64_t hold, int64_t price, int64_t workers,
                          int64_t max_runtime_s)
 {
@@ -268,6 +125,51 @@ static int64_t hold_need(const sched_config *cfg, int64_t hold, int64_t price, i
         return hold;
     int64_t grace = store_bill_estimate(price, workers, cfg->budget_grace_s);
     return grace < 0 ? -1 : hold + grace;
+}
+
+static void add_pending(void *arg, const store_job_brief *b)
+{
+    struct pass *p = arg;
+    const sched_config *cfg = &p->svc->cfg;
+    sched_pending t = {{b->id, b->tenant_id, b->priority, 0.0, b->created_at, b->worker_count,
+                        b->workers_per_node, b->cpus, b->memory_mb, b->gpus},
+                       b->attempt,
+                       b->price_per_hour,
+                       b->max_runtime_seconds > 0 ? b->max_runtime_seconds : 0,
+                       0,
+                       0,
+                       -1,
+                       ""};
+    t.hold = sched_hold(cfg, b->price_per_hour, b->worker_count, b->max_runtime_seconds);
+    t.need = hold_need(cfg, t.hold, b->price_per_hour, b->worker_count, b->max_runtime_seconds);
+    if (b->max_runtime_seconds > 0)
+        t.estimated_max =
+            store_bill_estimate(b->price_per_hour, b->worker_count, b->max_runtime_seconds);
+    snprintf(t.currency, sizeof t.currency, "%s", b->currency);
+    UTIL_PUSH(p->pend, p->npend, p->cappend, t, &p->oom);
+}
+
+/* Sums a tenant's decayed use over its workers' rows. */
+static void add_usage(void *arg, int64_t tenant, int64_t cpus, int64_t gpus, int64_t start,
+                      int64_t end)
+{
+    struct pass *p = arg;
+    double d = sched_decayed_use(cpus, gpus, start, end ? end : p->now, p->now);
+    for (size_t i = 0; i < p->nuse; i++)
+        if (p->use[i].tenant_id == tenant) {
+            p->use[i].decayed += d;
+            return;
+        }
+    sched_usage u = {tenant, d};
+    UTIL_PUSH(p->use, p->nuse, p->capu, u, &p->oom);
+}
+
+static void add_quota(void *arg, const store_quota *q)
+{
+    struct pass *p = arg;
+    sched_quota sq = {q->tenant_id, q->max_running_jobs, q->max_workers, q->max_cpus,
+                      q->max_gpus};
+    UTIL_PUSH(p->quota, p->nquota, p->capq, sq, &p->oom);
 }
 
 /* How much of the tenant's money is left to hold, from its account now. */
@@ -281,14 +183,6 @@ static int64_t money_left(const store_money *m)
     return left;
 }
 
-static struct budget *budget_of(struct pass *p, int64_t tenant)
-{
-    for (size_t i = 0; i < p->nbud; i++)
-        if (p->bud[i].tenant_id == tenant)
-            return &p->bud[i];
-    return NULL;
-}
-
 static int read_budgets(store_tx *tx, struct pass *p)
 {
     util_i64s ids = {0};
@@ -298,31 +192,12 @@ static int read_budgets(store_tx *tx, struct pass *p)
         rc = store_money_tx(tx, ids.v[i], p->now, &m, NULL, NULL);
         if (rc != STORE_OK)
             break;
-        struct budget b = {ids.v[i], money_left(&m), m.acct.balance, m.reserved, ""};
+        sched_budget b = {ids.v[i], money_left(&m), m.acct.balance, m.reserved, ""};
         snprintf(b.currency, sizeof b.currency, "%s", m.acct.currency);
-        PUSH(p->bud, p->nbud, p->capbud, b, &p->oom);
+        UTIL_PUSH(p->bud, p->nbud, p->capbud, b, &p->oom);
     }
     free(ids.v);
     return rc == STORE_OK && p->oom ? STORE_NOMEM : rc;
-}
-
-static const char *over_budget(const struct budget *b, const store_job_brief *jb, int64_t hold,
-                               int64_t need, char *buf, size_t n)
-{
-    if (!b)
-        return NULL;
-    if (strcmp(b->currency, jb->currency) != 0)
-        snprintf(buf, n, "budget: the job is priced in %s, the tenant's account is in %s",
-                 jb->currency, b->currency);
-    else if (hold < 0 || need > b->left)
-        snprintf(buf, n,
-                 "budget: admitting it holds %lld %s, %lld %s is left to hold (balance %lld, "
-                 "set aside for running jobs %lld)",
-                 (long long)need, b->currency, (long long)(b->left > 0 ? b->left : 0),
-                 b->currency, (long long)b->balance, (long long)b->reserved);
-    else
-        return NULL;
-    return buf;
 }
 
 /* The lowest free port of the node's range into *port; STORE_CONFLICT when
@@ -338,7 +213,7 @@ static int free_port(store_tx *tx, const store_node *n, int64_t *port)
  * against the state of now first: the job still pending in that attempt,
  * every node up, undrained and with room.  STORE_CONFLICT when not.
  */
-static int commit_placement(store_tx *tx, const struct placement *pl)
+static int commit_placement(store_tx *tx, const sched_placement *pl)
 {
     int64_t m = pl->workers / pl->per_node;
     store_node master;
@@ -410,8 +285,10 @@ static int commit_placement(store_tx *tx, const struct placement *pl)
     if (rc == STORE_OK)
         rc = store_job_admit(tx, pl->job_id, pl->price, pl->estimated_max, util_now_ms());
     if (rc == STORE_OK)
-        rc = store_hold_put(tx, pl->job_id, pl->attempt, pl->tenant_id, pl->hold, pl->bounded,
-                            util_now_ms());
+        /* A hold past the money range only where no budget applies (with
+         * one, need < 0 waits): held as the most there is. */
+        rc = store_hold_put(tx, pl->job_id, pl->attempt, pl->tenant_id,
+                            pl->hold < 0 ? STORE_MONEY_MAX : pl->hold, pl->bounded, util_now_ms());
     char why[128];
     snprintf(why, sizeof why, "placed: %lld x %lld workers, rank 0 on %s", (long long)m,
              (long long)pl->per_node, master.name);
@@ -425,10 +302,10 @@ static int commit_all(store_tx *tx, void *arg)
 {
     struct pass *p = arg;
     p->placed = 0;
-    for (size_t i = 0; i < p->npl; i++) {
+    for (size_t i = 0; i < p->dec.nplaced; i++) {
         if (store_tx_mark(tx) != STORE_OK)
             return STORE_EIO;
-        if (commit_placement(tx, &p->pl[i]) == STORE_OK) {
+        if (commit_placement(tx, &p->dec.placed[i]) == STORE_OK) {
             store_tx_keep(tx);
             p->placed++;
         } else {
@@ -438,93 +315,7 @@ static int commit_all(store_tx *tx, void *arg)
     return STORE_OK;
 }
 
-static int active_cmp(const void *a, const void *b)
-{
-    const struct active *x = a, *y = b;
-    return (x->end > y->end) - (x->end < y->end);
-}
-
-static int node_index(const struct pass *p, int64_t id)
-{
-    size_t lo = 0, hi = p->nnodes; /* nodes come in id order */
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (p->nodes[mid].id < id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < p->nnodes && p->nodes[lo].id == id ? (int)lo : -1;
-}
-
-/*
- * The head's reservation (EASY backfill): the earliest time it would fit
- * if every running job ended at its max_runtime_seconds bound.  INT64_MAX
- * when that time is not known (a job it waits for has no bound).
- */
-static int64_t shadow_time(struct pass *p, const sched_job *head, int64_t shape)
-{
-    sched_node *copy = malloc((p->nnodes + 1) * sizeof *copy);
-    int *idx = malloc((p->nnodes + 1) * sizeof *idx);
-    int64_t shadow = INT64_MAX;
-    if (!copy || !idx)
-        goto out;
-    memcpy(copy, p->nodes, p->nnodes * sizeof *copy);
-    if (p->nact > 1)
-        qsort(p->act, p->nact, sizeof *p->act, active_cmp);
-    for (size_t a = 0; a < p->nact && p->act[a].end != INT64_MAX; a++) {
-        const struct active *ac = &p->act[a];
-        for (size_t k = 0; k < p->nal; k++) {
-            int i = p->al[k].job_id == ac->id ? node_index(p, p->al[k].node_id) : -1;
-            if (i < 0)
-                continue;
-            copy[i].free_cpus += p->al[k].workers * ac->cpus;
-            copy[i].free_mem += p->al[k].workers * ac->mem;
-            copy[i].free_gpus += p->al[k].workers * ac->gpus;
-        }
-        /* Several jobs may end at once: check after the last of them. */
-        if (a + 1 < p->nact && p->act[a + 1].end == ac->end)
-            continue;
-        sched_node *trial = malloc((p->nnodes + 1) * sizeof *trial);
-        if (!trial)
-            break;
-        memcpy(trial, copy, p->nnodes * sizeof *trial);
-        sched_cluster *c = sched_cluster_new(trial, (int)p->nnodes);
-        int fits = c && sched_cluster_place(c, head, shape, idx) == 0;
-        sched_cluster_free(c);
-        free(trial);
-        if (fits) {
-            shadow = ac->end;
-            break;
-        }
-    }
-out:
-    free(copy);
-    free(idx);
-    return shadow;
-}
-
-/* Counts a job placed in this pass as running, for later reservations. */
-static void note_placed(struct pass *p, const sched_job *j, const store_job_brief *b,
-                        int64_t per_node, const int *idx)
-{
-    struct active a = {j->id, end_of(p->now, 0, b->max_runtime_seconds), j->cpus, j->mem,
-                       j->gpus};
-    PUSH(p->act, p->nact, p->capa, a, &p->oom);
-    for (int64_t r = 0; r < j->workers / per_node; r++) {
-        struct alloc al = {j->id, p->nodes[idx[r]].id, per_node};
-        PUSH(p->al, p->nal, p->capal, al, &p->oom);
-    }
-}
-
-static int id_cmp(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Plans a pass on a read snapshot: what to place, and every pending job's
- * position and reason.  Writes nothing. */
+/* Reads a pass's snapshot and plans on it.  Writes nothing. */
 static int plan(store_tx *tx, struct pass *p)
 {
     int rc = store_node_all_tx(tx, add_node, p);
@@ -545,116 +336,10 @@ static int plan(store_tx *tx, struct pass *p)
         rc = read_budgets(tx, p);
     if (rc != STORE_OK || p->oom)
         return rc != STORE_OK ? rc : STORE_NOMEM;
-    for (size_t i = 0; i < p->njobs; i++) {
-        struct use *u = use_of(p, p->jobs[i].tenant_id);
-        p->jobs[i].usage = u ? u->decayed : 0.0;
-    }
-    sched_order(p->jobs, (int)p->njobs);
-    int *idx = malloc((p->nnodes + 1) * sizeof *idx);
-    sched_cluster *cl = sched_cluster_new(p->nodes, (int)p->nnodes);
-    if (!idx || !cl) {
-        free(idx);
-        sched_cluster_free(cl);
-        return STORE_NOMEM;
-    }
-    int blocked = 0;
-    int64_t position = 0, head = 0, shadow = INT64_MAX;
-    /* Jobs with live workers, from the allocations read above. */
-    int64_t *live = malloc((p->nal + 1) * sizeof *live);
-    size_t nlive = 0;
-    for (size_t k = 0; live && k < p->nal; k++)
-        live[nlive++] = p->al[k].job_id;
-    if (nlive > 1)
-        qsort(live, nlive, sizeof *live, id_cmp);
-    for (size_t i = 0; i < p->njobs; i++) {
-        sched_job *j = &p->jobs[i];
-        const store_job_brief *b = brief_of(p, j->id);
-        struct use *u = use_of(p, j->tenant_id);
-        char why[STORE_REASON_MAX + 1];
-        if (!b || !u)
-            continue;
-        int64_t shape = sched_cluster_shape(cl, j);
-        const char *q = over_quota(p, j, u, why, sizeof why);
-        const sched_config *cfg = &p->svc->cfg;
-        int64_t hold = sched_hold(cfg, b->price_per_hour, j->workers, b->max_runtime_seconds);
-        int64_t need = hold_need(cfg, hold, b->price_per_hour, j->workers, b->max_runtime_seconds);
-        struct budget *bud = budget_of(p, j->tenant_id);
-        if (!q)
-            q = over_budget(bud, b, hold, need, why, sizeof why);
-        const char *wait = NULL;
-        if (nlive && bsearch(&j->id, live, nlive, sizeof *live, id_cmp)) {
-            /* Two attempts of one gang never overlap. */
-            wait = "retry: waiting for the previous attempt's workers to stop";
-        } else if (q) {
-            wait = q;
-        } else if (p->nnodes == 0) {
-            wait = "resources: no node has registered yet";
-        } else if (shape == 0) {
-            wait = "resources: no usable nodes can hold this job now";
-        } else if (blocked && !(b->max_runtime_seconds > 0 &&
-                                p->now + b->max_runtime_seconds * 1000 <= shadow &&
-                                sched_cluster_place(cl, j, shape, idx) == 0)) {
-            /* Behind a blocked head only a job that ends before the head's
-             * reservation may start (backfill); the others wait. */
-            snprintf(why, sizeof why,
-                     shadow == INT64_MAX
-                         ? "resources: waiting behind job %lld"
-                         : "resources: waiting behind job %lld (backfill only for jobs whose "
-                           "max_runtime_seconds ends before its start)",
-                     (long long)head);
-            wait = why;
-        } else if (!blocked && sched_cluster_place(cl, j, shape, idx) != 0) {
-            blocked = 1;
-            head = j->id;
-            shadow = shadow_time(p, j, shape);
-            wait = "resources: waiting for room on the nodes";
-        } else {
-            struct placement pl = {j->id,
-                                   b->attempt,
-                                   shape,
-                                   j->workers,
-                                   j->cpus,
-                                   j->mem,
-                                   j->gpus,
-                                   malloc((size_t)(j->workers / shape) * sizeof(int64_t)),
-                                   j->tenant_id,
-                                   b->price_per_hour,
-                                   hold,
-                                   need,
-                                   b->max_runtime_seconds > 0
-                                       ? store_bill_estimate(b->price_per_hour, j->workers,
-                                                             b->max_runtime_seconds)
-                                       : -1,
-                                   b->max_runtime_seconds > 0};
-            if (pl.hold < 0)
-                pl.hold = STORE_MONEY_MAX; /* only where no budget applies: need < 0 waits */
-            if (bud)
-                bud->left -= hold;
-            if (pl.nodes) {
-                size_t before = p->npl;
-                for (int64_t r = 0; r < j->workers / shape; r++)
-                    pl.nodes[r] = p->nodes[idx[r]].id;
-                PUSH(p->pl, p->npl, p->cappl, pl, &p->oom);
-                if (p->npl == before)
-                    free(pl.nodes);
-            } else {
-                p->oom = 1;
-            }
-            note_placed(p, j, b, shape, idx);
-            u->jobs++;
-            u->workers += j->workers;
-            u->cpus += j->workers * j->cpus;
-            u->gpus += j->workers * j->gpus;
-            continue;
-        }
-        struct position ps = {j->id, ++position, ""};
-        snprintf(ps.reason, sizeof ps.reason, "%.159s", wait ? wait : "resources");
-        PUSH(p->pos, p->npos, p->capp, ps, &p->oom);
-    }
-    free(live);
-    free(idx);
-    sched_cluster_free(cl);
-    return p->oom ? STORE_NOMEM : STORE_OK;
+    sched_snapshot snap = {p->now,  p->nodes, p->nnodes, p->act,   p->nact,
+                           p->al,   p->nal,   p->pend,   p->npend, p->use,
+                           p->nuse, p->quota, p->nquota, p->bud,   p->nbud};
+    return sched_plan(&snap, &p->dec) == 0 ? STORE_OK : STORE_NOMEM;
 }
 
 struct tick {
@@ -778,7 +463,7 @@ static int tick(store_tx *tx, void *arg)
 
 static int pos_cmp(const void *a, const void *b)
 {
-    const struct position *x = a, *y = b;
+    const sched_wait *x = a, *y = b;
     return (x->job_id > y->job_id) - (x->job_id < y->job_id);
 }
 
@@ -815,7 +500,7 @@ static void run_pass(sched_service *s)
     pthread_mutex_lock(&s->lock);
     s->no_nodes = rc == STORE_OK && !usable;
     pthread_mutex_unlock(&s->lock);
-    if (rc == STORE_OK && p.npl > 0) {
+    if (rc == STORE_OK && p.dec.nplaced > 0) {
         rc = store_write(s->st, commit_all, &p);
         /* A placement that no longer held is planned again at the next pass. */
         if (rc == STORE_OK && p.placed)
@@ -824,14 +509,15 @@ static void run_pass(sched_service *s)
     if (rc != STORE_OK && rc != STORE_BUSY)
         fprintf(stderr, "scheduler: pass failed (store error %d)\n", rc);
     if (rc == STORE_OK) {
-        if (p.npos > 1)
-            qsort(p.pos, p.npos, sizeof *p.pos, pos_cmp);
+        if (p.dec.nwaits > 1)
+            qsort(p.dec.waits, p.dec.nwaits, sizeof *p.dec.waits, pos_cmp);
         pthread_mutex_lock(&s->lock);
         free(s->pos);
-        s->pos = p.pos;
-        s->npos = p.npos;
+        s->pos = p.dec.waits; /* the service owns them from here */
+        s->npos = p.dec.nwaits;
         pthread_mutex_unlock(&s->lock);
-        p.pos = NULL;
+        p.dec.waits = NULL;
+        p.dec.nwaits = 0;
     }
     pass_free(&p);
 }
@@ -961,9 +647,9 @@ int64_t sched_position(sched_service *s, int64_t job_id, char *reason, size_t n)
         reason[0] = '\0';
     if (!s)
         return 0;
-    struct position key = {.job_id = job_id};
+    sched_wait key = {.job_id = job_id};
     pthread_mutex_lock(&s->lock);
-    struct position *hit =
+    sched_wait *hit =
         s->npos && !s->no_nodes ? bsearch(&key, s->pos, s->npos, sizeof key, pos_cmp) : NULL;
     int64_t pos = hit ? hit->pos : 0;
     if (hit && reason && n)
@@ -984,7 +670,7 @@ static void fit_node(void *arg, const store_node *n)
 {
     struct fit_scan *f = arg;
     sched_node sn = {n->id, 1, n->cpus, n->memory_mb, n->gpus, n->cpus, n->memory_mb, n->gpus};
-    PUSH(f->nodes, f->n, f->cap, sn, &f->oom);
+    UTIL_PUSH(f->nodes, f->n, f->cap, sn, &f->oom);
 }
 
 int sched_could_fit(store *st, const sched_job *j, char *why, size_t n)

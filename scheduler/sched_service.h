@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "scheduler/sched.h"
+#include "scheduler/sched_plan.h"
 #include "storage/store.h"
 
 typedef struct sched_config {
@@ -40,8 +41,6 @@ void sched_stop(sched_service *s);
 uint64_t sched_version(sched_service *s);
 void sched_bump(sched_service *s);
 void sched_on_bump(sched_service *s, void (*notify)(void *arg), void *arg);
-
-#define SCHED_REASON_MAX 160
 
 /* Queue position of a pending job (1: next), 0 when not known yet; why it
  * waits goes to reason (may be NULL) as of the last pass. */

@@ -93,4 +93,24 @@ typedef struct util_i64s {
 /* Appends x; -1, and nothing appended, when memory runs out. */
 int util_i64s_push(util_i64s *a, int64_t x);
 
+/*
+ * Appends v to the array arr of n elements in cap allocated, growing it by
+ * doubling (realloc; arr, n and cap are lvalues).  On out-of-memory appends
+ * nothing and sets *(oom), which the caller turns into its own error.
+ */
+#define UTIL_PUSH(arr, n, cap, v, oom)                                                     \
+    do {                                                                                   \
+        if ((n) == (cap)) {                                                                \
+            size_t nc_ = (cap) ? (cap) * 2 : 64;                                           \
+            void *np_ = realloc((arr), nc_ * sizeof *(arr));                               \
+            if (!np_) {                                                                    \
+                *(oom) = 1;                                                                \
+                break;                                                                     \
+            }                                                                              \
+            (arr) = np_;                                                                   \
+            (cap) = nc_;                                                                   \
+        }                                                                                  \
+        (arr)[(n)++] = (v);                                                                \
+    } while (0)
+
 #endif
