@@ -936,6 +936,44 @@ Test(failure, bad_environment_is_named)
     cr_assert_eq(cfg.world_size, 2);
 }
 
+/* The trainer's options (getopt_long): each bad one is named, with exit
+ * status 2, before anything starts; --name=value and --name value both work. */
+Test(failure, bad_options_are_named)
+{
+    static const struct {
+        const char *args, *said;
+    } cases[] = {
+        {"--epochs 0", "--epochs must be an integer from 1 to 1000000, got '0'"},
+        {"--epochs=abc", "--epochs must be an integer from 1 to 1000000, got 'abc'"},
+        {"--lr -1", "--lr must be a number from 1e-12 to 100, got '-1'"},
+        {"--optimizer rmsprop", "--optimizer is sgd or adam, got 'rmsprop'"},
+        {"--hidden 8,0", "--hidden takes 0 to"},
+        {"--data=", "--data needs a path"},
+        {"--no-such-thing", "unknown option '--no-such-thing'"},
+        {"--batch-size", "a value is missing after '--batch-size'"},
+        {"--epochs 2 stray", "unexpected argument 'stray'"},
+    };
+    char cmd[512], out[1024];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(cmd, sizeof cmd, "EPOCHS= LR= BATCH_SIZE= %s train %s 2>&1", COHORT_WORKER_BIN,
+                 cases[i].args);
+        FILE *p = popen(cmd, "r");
+        cr_assert_not_null(p);
+        size_t n = fread(out, 1, sizeof out - 1, p);
+        out[n] = '\0';
+        int st = pclose(p);
+        cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 2, "%s: exit status %d", cases[i].args, st);
+        cr_expect_not_null(strstr(out, cases[i].said), "%s: it said: %s", cases[i].args, out);
+    }
+    snprintf(cmd, sizeof cmd, "%s train --help", COHORT_WORKER_BIN);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    cr_expect_eq(pclose(p), 0);
+    cr_expect_not_null(strstr(out, "usage: cohort-worker train"), "%s", out);
+}
+
 /* ---- NCCL (built where CUDA is; run where GPUs are) ---------------------- */
 
 #ifdef COHORT_HAVE_NCCL

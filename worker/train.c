@@ -17,6 +17,7 @@
 
 #include <cblas.h>
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -153,6 +154,128 @@ bad:
     return -1;
 }
 
+enum {
+    OPT_EPOCHS = 256, OPT_LR, OPT_BATCH, OPT_HIDDEN, OPT_OPTIMIZER, OPT_MOMENTUM, OPT_SEED,
+    OPT_NO_SHUFFLE, OPT_LOG_EVERY, OPT_THREADS, OPT_MAX_STEPS, OPT_DATA, OPT_CKPT_DIR,
+    OPT_NO_CKPT, OPT_EVAL_ONLY, OPT_DUMP, OPT_TIMEOUT, OPT_LOCAL_RANK
+};
+
+static const struct option options[] = {
+    {"epochs", required_argument, NULL, OPT_EPOCHS},
+    {"lr", required_argument, NULL, OPT_LR},
+    {"batch-size", required_argument, NULL, OPT_BATCH},
+    {"hidden", required_argument, NULL, OPT_HIDDEN},
+    {"optimizer", required_argument, NULL, OPT_OPTIMIZER},
+    {"momentum", required_argument, NULL, OPT_MOMENTUM},
+    {"seed", required_argument, NULL, OPT_SEED},
+    {"no-shuffle", no_argument, NULL, OPT_NO_SHUFFLE},
+    {"log-every", required_argument, NULL, OPT_LOG_EVERY},
+    {"threads", required_argument, NULL, OPT_THREADS},
+    {"max-steps", required_argument, NULL, OPT_MAX_STEPS},
+    {"data", required_argument, NULL, OPT_DATA},
+    {"checkpoint-dir", required_argument, NULL, OPT_CKPT_DIR},
+    {"no-checkpoint", no_argument, NULL, OPT_NO_CKPT},
+    {"eval-only", no_argument, NULL, OPT_EVAL_ONLY},
+    {"dump-params", required_argument, NULL, OPT_DUMP},
+    {"timeout", required_argument, NULL, OPT_TIMEOUT},
+    {"local_rank", required_argument, NULL, OPT_LOCAL_RANK}, /* as torch.distributed.launch */
+    {"local-rank", required_argument, NULL, OPT_LOCAL_RANK},
+    {"help", no_argument, NULL, 'h'},
+    {NULL, 0, NULL, 0}};
+
+/* An integer option's value into *out (an int). */
+static int opt_int(const char *name, const char *v, long long lo, long long hi, int *out)
+{
+    long long n;
+    if (parse_int(name, v, lo, hi, &n) < 0)
+        return -1;
+    *out = (int)n;
+    return 0;
+}
+
+/* A path option's value: not empty. */
+static int opt_path(const char *name, const char *v, const char **out)
+{
+    if (!*v) {
+        fprintf(stderr, "cohort-worker: %s needs a path\n", name);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* One option of the command line (code from the table above, its value in v). */
+static int parse_option(int code, const char *v, struct opts *o)
+{
+    long long n;
+    switch (code) {
+    case OPT_EPOCHS: return opt_int("--epochs", v, 1, 1000000, &o->epochs);
+    case OPT_LR: return parse_float("--lr", v, 1e-12, 100, &o->lr);
+    case OPT_BATCH: return opt_int("--batch-size", v, 1, 65536, &o->batch);
+    case OPT_HIDDEN: return parse_hidden(v, o);
+    case OPT_MOMENTUM: return parse_float("--momentum", v, 0, 0.9999, &o->momentum);
+    case OPT_LOG_EVERY: return opt_int("--log-every", v, 0, 1 << 30, &o->log_every);
+    case OPT_THREADS: return opt_int("--threads", v, 1, 256, &o->threads);
+    case OPT_TIMEOUT: return opt_int("--timeout", v, 1, 86400, &o->timeout_s);
+    case OPT_DATA: return opt_path("--data", v, &o->data_dir);
+    case OPT_CKPT_DIR: return opt_path("--checkpoint-dir", v, &o->ckpt_dir);
+    case OPT_DUMP: return opt_path("--dump-params", v, &o->dump_params);
+    case OPT_NO_SHUFFLE: o->shuffle = 0; return 0;
+    case OPT_NO_CKPT: o->checkpoint = 0; return 0;
+    case OPT_EVAL_ONLY: o->eval_only = 1; return 0;
+    case OPT_SEED:
+        if (parse_int("--seed", v, 0, 1LL << 62, &n) < 0)
+            return -1;
+        o->seed = (uint64_t)n;
+        return 0;
+    case OPT_MAX_STEPS: return parse_int("--max-steps", v, 1, 1LL << 40, &o->max_steps);
+    case OPT_OPTIMIZER:
+        if (!strcmp(v, "sgd") || !strcmp(v, "adam")) {
+            o->optim = !strcmp(v, "sgd") ? OPTIM_SGD : OPTIM_ADAM;
+            return 0;
+        }
+        fprintf(stderr, "cohort-worker: --optimizer is sgd or adam, got '%s'\n", v);
+        return -1;
+    case OPT_LOCAL_RANK:
+        if (parse_int("--local_rank", v, 0, 65535, &n) < 0)
+            return -1;
+        if (!getenv("LOCAL_RANK")) { /* the environment wins where it says */
+            char buf[16];
+            snprintf(buf, sizeof buf, "%lld", n);
+            setenv("LOCAL_RANK", buf, 1);
+        }
+        return 0;
+    default: return -1;
+    }
+}
+
+/* Where the data and checkpoints are when no option said: the rank
+ * environment the agent exports. */
+static int default_paths(struct opts *o)
+{
+    if (!o->data_dir) {
+        const char *root = getenv("DATASETS_PATH"), *list = getenv("DATASETS");
+        size_t first = list ? strcspn(list, ",") : 0;
+        if (!root || !*root || !list || first == 0) {
+            fprintf(stderr, "cohort-worker: no data: set --data DIR, or DATASETS_PATH and "
+                            "DATASETS (the agent does)\n");
+            return -1;
+        }
+        snprintf(o->data_buf, sizeof o->data_buf, "%s/%.*s", root, (int)first, list);
+        o->data_dir = o->data_buf;
+    }
+    if (o->checkpoint && !o->ckpt_dir) {
+        const char *ws = getenv("WORKSPACE");
+        if (ws && *ws) {
+            snprintf(o->ckpt_buf, sizeof o->ckpt_buf, "%s/checkpoints", ws);
+            o->ckpt_dir = o->ckpt_buf;
+        } else {
+            o->checkpoint = 0;  /* nowhere to keep them; said at start-up */
+        }
+    }
+    return 0;
+}
+
 /* Environment first, then flags.  Returns 0, 1 for --help, or -1. */
 static int parse(int argc, char **argv, struct opts *o)
 {
@@ -175,144 +298,38 @@ static int parse(int argc, char **argv, struct opts *o)
     o->sizes[2] = 128;
     o->nsizes = 2;
 
-    if ((e = getenv("EPOCHS")) && *e) {
-        if (parse_int("EPOCHS", e, 1, 1000000, &n) < 0)
-            return -1;
-        o->epochs = (int)n;
-    }
+    if ((e = getenv("EPOCHS")) && *e && opt_int("EPOCHS", e, 1, 1000000, &o->epochs) < 0)
+        return -1;
     if ((e = getenv("LR")) && *e && parse_float("LR", e, 1e-12, 100, &o->lr) < 0)
         return -1;
-    if ((e = getenv("BATCH_SIZE")) && *e) {
-        if (parse_int("BATCH_SIZE", e, 1, 65536, &n) < 0)
-            return -1;
-        o->batch = (int)n;
-    }
+    if ((e = getenv("BATCH_SIZE")) && *e && opt_int("BATCH_SIZE", e, 1, 65536, &o->batch) < 0)
+        return -1;
     if ((e = getenv("COHORT_COMM_TIMEOUT")) && *e) {
         if (parse_int("COHORT_COMM_TIMEOUT", e, 1, 86400, &n) < 0)
             return -1;
         o->timeout_s = (int)n;
     }
 
-    for (int i = 1; i < argc; i++) {
-        char *a = argv[i], *v = NULL, *eq;
-        char name[64];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+    int code;
+    opterr = 0; /* the messages below name the option as given */
+    optind = 0; /* glibc: a full reset, for a second call in one process */
+    while ((code = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
+        if (code == 'h')
             return 1;
-        if (strncmp(a, "--", 2)) {
-            fprintf(stderr, "cohort-worker: unexpected argument '%s' (see --help)\n", a);
+        if (code == '?' || code == ':') {
+            fprintf(stderr, "cohort-worker: %s '%s' (see --help)\n",
+                    code == '?' ? "unknown option" : "a value is missing after",
+                    argv[optind - 1]);
             return -1;
         }
-        eq = strchr(a, '=');
-        if (eq) {
-            snprintf(name, sizeof name, "%.*s", (int)(eq - a), a);
-            v = eq + 1;
-        } else {
-            snprintf(name, sizeof name, "%s", a);
-        }
-#define VALUE() (v ? v : (i + 1 < argc ? (v = argv[++i]) : NULL))
-        if (!strcmp(name, "--no-checkpoint")) {
-            o->checkpoint = 0;
-        } else if (!strcmp(name, "--eval-only")) {
-            o->eval_only = 1;
-        } else if (!strcmp(name, "--no-shuffle")) {
-            o->shuffle = 0;
-        } else if (!strcmp(name, "--local_rank") || !strcmp(name, "--local-rank")) {
-            if (parse_int(name, VALUE(), 0, 65535, &n) < 0)
-                return -1;
-            if (!getenv("LOCAL_RANK")) {   /* the environment wins where it says */
-                char buf[16];
-                snprintf(buf, sizeof buf, "%lld", n);
-                setenv("LOCAL_RANK", buf, 1);
-            }
-        } else if (!strcmp(name, "--epochs")) {
-            if (parse_int(name, VALUE(), 1, 1000000, &n) < 0)
-                return -1;
-            o->epochs = (int)n;
-        } else if (!strcmp(name, "--lr")) {
-            if (parse_float(name, VALUE(), 1e-12, 100, &o->lr) < 0)
-                return -1;
-        } else if (!strcmp(name, "--batch-size")) {
-            if (parse_int(name, VALUE(), 1, 65536, &n) < 0)
-                return -1;
-            o->batch = (int)n;
-        } else if (!strcmp(name, "--hidden")) {
-            if (parse_hidden(VALUE(), o) < 0)
-                return -1;
-        } else if (!strcmp(name, "--optimizer")) {
-            const char *x = VALUE();
-            if (x && !strcmp(x, "sgd")) {
-                o->optim = OPTIM_SGD;
-            } else if (x && !strcmp(x, "adam")) {
-                o->optim = OPTIM_ADAM;
-            } else {
-                fprintf(stderr, "cohort-worker: --optimizer is sgd or adam, got '%s'\n",
-                        x ? x : "");
-                return -1;
-            }
-        } else if (!strcmp(name, "--momentum")) {
-            if (parse_float(name, VALUE(), 0, 0.9999, &o->momentum) < 0)
-                return -1;
-        } else if (!strcmp(name, "--seed")) {
-            if (parse_int(name, VALUE(), 0, 1LL << 62, &n) < 0)
-                return -1;
-            o->seed = (uint64_t)n;
-        } else if (!strcmp(name, "--log-every")) {
-            if (parse_int(name, VALUE(), 0, 1 << 30, &n) < 0)
-                return -1;
-            o->log_every = (int)n;
-        } else if (!strcmp(name, "--threads")) {
-            if (parse_int(name, VALUE(), 1, 256, &n) < 0)
-                return -1;
-            o->threads = (int)n;
-        } else if (!strcmp(name, "--max-steps")) {
-            if (parse_int(name, VALUE(), 1, 1LL << 40, &n) < 0)
-                return -1;
-            o->max_steps = n;
-        } else if (!strcmp(name, "--timeout")) {
-            if (parse_int(name, VALUE(), 1, 86400, &n) < 0)
-                return -1;
-            o->timeout_s = (int)n;
-        } else if (!strcmp(name, "--dump-params") || !strcmp(name, "--data") ||
-                   !strcmp(name, "--checkpoint-dir")) {
-            const char *x = VALUE();
-            if (!x || !*x) {
-                fprintf(stderr, "cohort-worker: %s needs a path\n", name);
-                return -1;
-            }
-            if (!strcmp(name, "--dump-params"))
-                o->dump_params = x;
-            else if (!strcmp(name, "--data"))
-                o->data_dir = x;
-            else
-                o->ckpt_dir = x;
-        } else {
-            fprintf(stderr, "cohort-worker: unknown option '%s' (see --help)\n", a);
+        if (parse_option(code, optarg, o) < 0)
             return -1;
-        }
-#undef VALUE
     }
-
-    if (!o->data_dir) {
-        const char *root = getenv("DATASETS_PATH"), *list = getenv("DATASETS");
-        size_t first = list ? strcspn(list, ",") : 0;
-        if (!root || !*root || !list || first == 0) {
-            fprintf(stderr, "cohort-worker: no data: set --data DIR, or DATASETS_PATH and "
-                            "DATASETS (the agent does)\n");
-            return -1;
-        }
-        snprintf(o->data_buf, sizeof o->data_buf, "%s/%.*s", root, (int)first, list);
-        o->data_dir = o->data_buf;
+    if (optind < argc) {
+        fprintf(stderr, "cohort-worker: unexpected argument '%s' (see --help)\n", argv[optind]);
+        return -1;
     }
-    if (o->checkpoint && !o->ckpt_dir) {
-        const char *ws = getenv("WORKSPACE");
-        if (ws && *ws) {
-            snprintf(o->ckpt_buf, sizeof o->ckpt_buf, "%s/checkpoints", ws);
-            o->ckpt_dir = o->ckpt_buf;
-        } else {
-            o->checkpoint = 0;  /* nowhere to keep them; said at start-up */
-        }
-    }
-    return 0;
+    return default_paths(o);
 }
 
 /* Fills the model's input with the batch's images, scaled to [0, 1], and
@@ -361,7 +378,8 @@ static int coll_bcast(comm *c, gpu_model *g, void *host, size_t bytes, char *err
 }
 
 /* Sharded evaluation: rank r takes items r, r + world, ...; sums are
- * allreduced so every rank learns the totals.  Returns 0 or -1. */
+ * allreduced so every rank learns the totals.  0, or -1 (the collective)
+ * or -2 (the device) as coll_sum3. */
 static int evaluate(comm *c, struct mlp *m, gpu_model *g, const struct dataset *test,
                     double *acc, double *loss, char *err, size_t errlen)
 {
@@ -385,8 +403,9 @@ static int evaluate(comm *c, struct mlp *m, gpu_model *g, const struct dataset *
     sums[0] = (float)correct;
     sums[1] = (float)loss_sum;
     sums[2] = 0;
-    if (coll_sum3(c, g, sums, err, errlen) < 0)
-        return -1;
+    int rc = coll_sum3(c, g, sums, err, errlen);
+    if (rc < 0)
+        return rc;
     *acc = sums[0] / (double)test->n;
     *loss = sums[1] / (double)test->n;
     return 0;
@@ -411,260 +430,331 @@ struct start {
     int64_t loaded;
 };
 
-int train_main(int argc, char **argv)
-{
+/* A rank's training run: what run_open sets up and run_close frees. */
+struct run {
     struct opts o;
     struct comm_config cfg;
-    struct dataset train = { 0 }, test = { 0 };
-    struct mlp m = { 0 };
-    struct optim opt = { 0 };
-    struct start st = { 0 };
-    comm *c = NULL;
-    gpu_model *g = NULL;
-    uint32_t *idx = NULL;
-    uint8_t *labels = NULL;
-    char err[1024], shape[128], path[4300];
-    int rc, rank = 0, world, status = 1;
-    long long steps_done = 0;
+    struct dataset train, test;
+    struct mlp m;
+    struct optim opt;
+    struct start st;
+    comm *c;
+    gpu_model *g;      /* the model on this rank's GPU (BACKEND=nccl), else NULL */
+    uint32_t *idx;     /* this rank's shard of an epoch */
+    uint8_t *labels;
+    size_t per;        /* items in a shard */
+    long long steps_per_epoch, steps_done;
+    int rank, world;
+    char shape[128], path[4300], err[1024];
+};
 
+/* Says why a collective (-1: comm_errmsg) or the GPU (-2: r->err) failed;
+ * returns -1. */
+static int failed(const struct run *r, int why)
+{
+    if (why < -1)
+        fprintf(stderr, "cohort-worker: rank %d: GPU: %s\n", r->rank, r->err);
+    else
+        fprintf(stderr, "cohort-worker: %s\n", comm_errmsg(r->c));
+    return -1;
+}
+
+/* Rank 0: the newest checkpoint into the model and optimiser, if any. */
+static void resume(struct run *r)
+{
+    int ep = 0;
+    int64_t step = 0;
+    int rc = ckpt_load_latest(r->o.ckpt_dir, &r->m, &r->opt, &ep, &step, r->path, sizeof r->path,
+                              r->err, sizeof r->err);
+    if (rc < 0) {
+        fprintf(stderr, "cohort-worker: %s\n", r->err);
+        r->st.loaded = -1;
+    } else if (rc > 0) {
+        r->st = (struct start){ep, step, r->opt.t, 1};
+        printf("resumed from %s: %d epoch%s done, step %lld\n", r->path, ep, ep == 1 ? "" : "s",
+               (long long)step);
+    } else {
+        mlp_init_params(&r->m, r->o.seed); /* a damaged file may have been half read */
+        memset(r->opt.m, 0, r->opt.n * sizeof(float));
+        if (r->opt.v)
+            memset(r->opt.v, 0, r->opt.n * sizeof(float));
+    }
+}
+
+/* Everything up to the first step: the data, the model, the rendezvous,
+ * rank 0's checkpoint, the GPU, and every rank on rank 0's parameters,
+ * state and position.  0, or -1 (said on stderr). */
+static int run_open(struct run *r)
+{
+    struct opts *o = &r->o;
+    /* Data first: a bad file is found before the other ranks are kept waiting. */
+    if (data_load(o->data_dir, 1, CLASSES, &r->train, r->err, sizeof r->err) < 0 ||
+        data_load(o->data_dir, 0, CLASSES, &r->test, r->err, sizeof r->err) < 0) {
+        fprintf(stderr, "cohort-worker: %s\n", r->err);
+        return -1;
+    }
+    if (r->test.rows != r->train.rows || r->test.cols != r->train.cols) {
+        fprintf(stderr, "cohort-worker: training items are %ux%u but test items %ux%u\n",
+                r->train.rows, r->train.cols, r->test.rows, r->test.cols);
+        return -1;
+    }
+    o->sizes[0] = (int)(r->train.rows * r->train.cols);
+    o->sizes[o->nsizes + 1] = CLASSES;
+    if (mlp_init(&r->m, o->sizes, o->nsizes + 2, o->batch > EVAL_BATCH ? o->batch : EVAL_BATCH, 1,
+                 r->err, sizeof r->err) < 0 ||
+        optim_init(&r->opt, o->optim, r->m.nparams, o->lr, o->momentum) < 0) {
+        fprintf(stderr, "cohort-worker: %s\n", r->m.params ? "out of memory" : r->err);
+        return -1;
+    }
+    mlp_shape(&r->m, r->shape, sizeof r->shape);
+    if (comm_init(&r->cfg, &r->c, r->err, sizeof r->err) < 0) {
+        fprintf(stderr, "cohort-worker: %s\n", r->err);
+        return -1;
+    }
+    r->rank = comm_rank(r->c);
+    r->world = comm_size(r->c);
+    mlp_init_params(&r->m, o->seed);
+    if (r->rank == 0 && o->checkpoint)
+        resume(r);
+    /* On a GPU from here: the device starts from this rank's host copy. */
+    if (r->cfg.backend == COMM_BACKEND_NCCL &&
+        GPU(gpu_open(comm_local_rank(r->c), &r->m, &r->opt, &r->g, r->err, sizeof r->err)) < 0) {
+        fprintf(stderr, "cohort-worker: rank %d: %s\n", r->rank, r->err);
+        return -1;
+    }
+    int rc = coll_bcast(r->c, r->g, &r->st, sizeof r->st, r->err, sizeof r->err);
+    if (rc < 0)
+        return failed(r, rc);
+    if (r->st.loaded < 0) {
+        if (r->rank != 0)
+            fprintf(stderr, "cohort-worker: rank 0 could not resume (see its log)\n");
+        return -1;
+    }
+    gpu_model *g = r->g;
+    if (comm_broadcast(r->c, g ? GPU_PTR(gpu_params(g)) : r->m.params,
+                       r->m.nparams * sizeof(float), 0) < 0)
+        return failed(r, -1);
+    if (r->st.loaded) {
+        float *sm = g ? GPU_PTR(gpu_state_m(g)) : r->opt.m;
+        float *sv = g ? GPU_PTR(gpu_state_v(g)) : r->opt.v;
+        if (comm_broadcast(r->c, sm, r->opt.n * sizeof(float), 0) < 0 ||
+            (r->opt.v && comm_broadcast(r->c, sv, r->opt.n * sizeof(float), 0) < 0))
+            return failed(r, -1);
+        r->opt.t = r->st.optim_t;
+    }
+    r->steps_done = r->st.step;
+    r->per = sampler_len(r->train.n, r->world);
+    r->steps_per_epoch = (long long)((r->per + (size_t)o->batch - 1) / (size_t)o->batch);
+    r->idx = malloc(r->per * sizeof *r->idx);
+    r->labels = malloc((size_t)(o->batch > EVAL_BATCH ? o->batch : EVAL_BATCH));
+    if (!r->idx || !r->labels) {
+        fprintf(stderr, "cohort-worker: out of memory\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* --eval-only: the test set on the parameters every rank now has. */
+static int run_eval_only(struct run *r)
+{
+    double acc, tloss;
+    int rc = evaluate(r->c, &r->m, r->g, &r->test, &acc, &tloss, r->err, sizeof r->err);
+    if (rc < 0)
+        return failed(r, rc);
+    if (r->rank == 0)
+        printf("evaluation of %s on %d rank%s: test loss %.4f, accuracy %.2f%% (%.0f/%u)\n",
+               r->st.loaded ? r->path : "the initial parameters", r->world,
+               r->world == 1 ? "" : "s", tloss, 100.0 * acc, acc * r->test.n, r->test.n);
+    return comm_finish(r->c) < 0 ? failed(r, -1) : 0;
+}
+
+/* One step on the batch of b items at idx: forward and backward, the
+ * gradients (and the loss, in the last float) averaged over the ranks, the
+ * optimiser.  0 or what failed() takes; *comm_s grows by the allreduce. */
+static int step(struct run *r, const uint32_t *idx, int b, float *loss, double *comm_s)
+{
+    gpu_model *g = r->g;
+    gather(&r->m, &r->train, idx, b, r->labels);
+    if (!g)
+        r->m.grads[r->m.nparams] = mlp_train_step(&r->m, r->labels, b);
+    else if (GPU(gpu_train_step(g, mlp_input(&r->m), r->labels, b, r->err, sizeof r->err)) < 0)
+        return -2;
+    double ta = now_s();
+    if (comm_allreduce(r->c, g ? GPU_PTR(gpu_grads(g)) : r->m.grads, r->m.nparams + 1,
+                       COMM_AVG) < 0)
+        return -1;
+    *comm_s += now_s() - ta;
+    if (!g) {
+        *loss = r->m.grads[r->m.nparams];
+        optim_step(&r->opt, r->m.params, r->m.grads);
+    } else if (GPU(gpu_get(g, loss, GPU_PTR(gpu_grads(g)) + r->m.nparams, sizeof *loss, r->err,
+                           sizeof r->err)) < 0 ||
+               GPU(gpu_optim_step(g, &r->opt, r->err, sizeof r->err)) < 0) {
+        return -2;
+    }
+    return 0;
+}
+
+/* Rank 0 at an epoch's end: its summary and metric, and a checkpoint. */
+static int epoch_done(struct run *r, int epoch, double loss_sum, long long steps,
+                      long long samples, double secs, double comm_s)
+{
+    double acc, tloss;
+    int rc = evaluate(r->c, &r->m, r->g, &r->test, &acc, &tloss, r->err, sizeof r->err);
+    if (rc < 0)
+        return failed(r, rc);
+    if (r->rank != 0)
+        return 0;
+    double sps = samples / secs;
+    printf("epoch %d done: train loss %.4f, test loss %.4f, accuracy %.2f%% (%.0f/%u), "
+           "%.0f samples/s (per step: %.3f ms, of which %.3f ms in allreduce)\n",
+           epoch, loss_sum / (double)steps, tloss, 100.0 * acc, acc * r->test.n, r->test.n, sps,
+           1e3 * secs / (double)steps, 1e3 * comm_s / (double)steps);
+    printf("COHORT_METRIC {\"epoch\":%d,\"step\":%lld,\"loss\":%.6f,\"accuracy\":%.6f,"
+           "\"samples_per_s\":%.1f}\n",
+           epoch, r->steps_done, loss_sum / (double)steps, acc, sps);
+    if (!r->o.checkpoint)
+        return 0;
+    if (r->g && GPU(gpu_to_host(r->g, &r->m, &r->opt, r->err, sizeof r->err)) < 0)
+        return failed(r, -2);
+    if (ckpt_save(r->o.ckpt_dir, &r->m, &r->opt, epoch, r->steps_done, r->err, sizeof r->err) < 0) {
+        fprintf(stderr, "cohort-worker: %s\n", r->err);
+        return -1;
+    }
+    printf("checkpoint saved: epoch %d\n", epoch);
+    return 0;
+}
+
+/* One epoch over this rank's shard, with rank 0's progress lines every
+ * --log-every steps.  0, 1 once --max-steps is reached, or -1. */
+static int run_epoch(struct run *r, int epoch)
+{
+    const struct opts *o = &r->o;
+    double t0 = now_s(), loss_sum = 0, win_t0 = t0, win_loss = 0, comm_s = 0;
+    long long samples = 0, steps = 0, win_samples = 0;
+    int win_steps = 0, rc;
+    if (sampler_indices(r->idx, r->train.n, r->world, r->rank, o->seed, epoch, o->shuffle) < 0) {
+        fprintf(stderr, "cohort-worker: out of memory for the sampler\n");
+        return -1;
+    }
+    for (size_t off = 0; off < r->per; off += (size_t)o->batch) {
+        int b = (int)(r->per - off < (size_t)o->batch ? r->per - off : (size_t)o->batch);
+        float loss;
+        if ((rc = step(r, r->idx + off, b, &loss, &comm_s)) < 0)
+            return failed(r, rc);
+        r->steps_done++;
+        steps++;
+        samples += (long long)b * r->world;
+        win_samples += (long long)b * r->world;
+        loss_sum += loss;
+        win_loss += loss;
+        win_steps++;
+        if (r->rank == 0 && o->log_every > 0 && steps % o->log_every == 0) {
+            double t = now_s(), sps = win_samples / (t - win_t0);
+            printf("epoch %d step %lld/%lld loss %.4f %.0f samples/s\n", epoch, steps,
+                   r->steps_per_epoch, win_loss / win_steps, sps);
+            printf("COHORT_METRIC {\"epoch\":%d,\"step\":%lld,\"loss\":%.6f,"
+                   "\"samples_per_s\":%.1f}\n",
+                   epoch, r->steps_done, win_loss / win_steps, sps);
+            win_t0 = t;
+            win_samples = 0;
+            win_loss = 0;
+            win_steps = 0;
+        }
+        if (o->max_steps && r->steps_done >= o->max_steps)
+            break;
+    }
+    if (epoch_done(r, epoch, loss_sum, steps, samples, now_s() - t0, comm_s) < 0)
+        return -1;
+    return o->max_steps && r->steps_done >= o->max_steps;
+}
+
+/* After the last epoch: rank 0's --dump-params, and nobody leaves while
+ * another rank may still need it. */
+static int run_finish(struct run *r)
+{
+    if (r->rank == 0 && r->o.dump_params) {
+        if (r->g && GPU(gpu_to_host(r->g, &r->m, &r->opt, r->err, sizeof r->err)) < 0)
+            return failed(r, -2);
+        if (dump(r->o.dump_params, &r->m) < 0)
+            return -1;
+    }
+    if (comm_finish(r->c) < 0)
+        return failed(r, -1);
+    if (r->rank == 0)
+        printf("training finished: %lld steps\n", r->steps_done);
+    return 0;
+}
+
+static void run_close(struct run *r)
+{
+    free(r->idx);
+    free(r->labels);
+#ifdef COHORT_HAVE_GPU
+    gpu_close(r->g);
+#endif
+    comm_destroy(r->c);
+    optim_free(&r->opt);
+    mlp_free(&r->m);
+    data_free(&r->train);
+    data_free(&r->test);
+}
+
+int train_main(int argc, char **argv)
+{
+    int status = 2;
+    struct run *r = calloc(1, sizeof *r);
+    if (!r) {
+        fprintf(stderr, "cohort-worker: out of memory\n");
+        return 1;
+    }
     setvbuf(stdout, NULL, _IOLBF, 0);
-    rc = parse(argc, argv, &o);
+    int rc = parse(argc, argv, &r->o);
     if (rc != 0) {
         if (rc > 0)
             usage(stdout);
-        return rc > 0 ? 0 : 2;
+        status = rc > 0 ? 0 : 2;
+        goto out;
     }
-    openblas_set_num_threads(o.threads);
-    if (comm_config_from_env(&cfg, err, sizeof err) < 0) {
-        fprintf(stderr, "cohort-worker: %s\n", err);
-        return 2;
+    openblas_set_num_threads(r->o.threads);
+    if (comm_config_from_env(&r->cfg, r->err, sizeof r->err) < 0) {
+        fprintf(stderr, "cohort-worker: %s\n", r->err);
+        goto out;
     }
-    cfg.timeout_ms = o.timeout_s * 1000;
+    r->cfg.timeout_ms = r->o.timeout_s * 1000;
 #ifndef COHORT_HAVE_GPU
-    if (cfg.backend == COMM_BACKEND_NCCL) {
+    if (r->cfg.backend == COMM_BACKEND_NCCL) {
         fprintf(stderr, "cohort-worker: BACKEND=nccl: %s\n",
                 comm_have_nccl() ? "this build has NCCL but not the GPU trainer (no nvcc or "
                                    "cuBLAS was found); run with BACKEND=gloo"
                                  : "this cohort-worker was built without CUDA/NCCL");
-        return 2;
+        goto out;
     }
 #endif
-
-    /* Data first: a bad file is found before the other ranks are kept waiting. */
-    if (data_load(o.data_dir, 1, CLASSES, &train, err, sizeof err) < 0 ||
-        data_load(o.data_dir, 0, CLASSES, &test, err, sizeof err) < 0) {
-        fprintf(stderr, "cohort-worker: %s\n", err);
+    status = 1;
+    if (run_open(r) != 0)
+        goto out;
+    if (r->o.eval_only) {
+        status = run_eval_only(r) == 0 ? 0 : 1;
         goto out;
     }
-    if (test.rows != train.rows || test.cols != train.cols) {
-        fprintf(stderr, "cohort-worker: training items are %ux%u but test items %ux%u\n",
-                train.rows, train.cols, test.rows, test.cols);
-        goto out;
-    }
-    o.sizes[0] = (int)(train.rows * train.cols);
-    o.sizes[o.nsizes + 1] = CLASSES;
-    if (mlp_init(&m, o.sizes, o.nsizes + 2, o.batch > EVAL_BATCH ? o.batch : EVAL_BATCH, 1, err,
-                 sizeof err) < 0 ||
-        optim_init(&opt, o.optim, m.nparams, o.lr, o.momentum) < 0) {
-        fprintf(stderr, "cohort-worker: %s\n", m.params ? "out of memory" : err);
-        goto out;
-    }
-    mlp_shape(&m, shape, sizeof shape);
-
-    if (comm_init(&cfg, &c, err, sizeof err) < 0) {
-        fprintf(stderr, "cohort-worker: %s\n", err);
-        goto out;
-    }
-    rank = comm_rank(c);
-    world = comm_size(c);
-
-    mlp_init_params(&m, o.seed);
-    if (rank == 0 && o.checkpoint) {
-        int ep = 0;
-        int64_t step = 0;
-        rc = ckpt_load_latest(o.ckpt_dir, &m, &opt, &ep, &step, path, sizeof path, err,
-                              sizeof err);
-        if (rc < 0) {
-            fprintf(stderr, "cohort-worker: %s\n", err);
-            st.loaded = -1;
-        } else if (rc > 0) {
-            st = (struct start){ ep, step, opt.t, 1 };
-            printf("resumed from %s: %d epoch%s done, step %lld\n", path, ep, ep == 1 ? "" : "s",
-                   (long long)step);
-        } else {
-            mlp_init_params(&m, o.seed);   /* a damaged file may have been half read */
-            memset(opt.m, 0, opt.n * sizeof(float));
-            if (opt.v)
-                memset(opt.v, 0, opt.n * sizeof(float));
-        }
-    }
-    /* On a GPU from here: the device starts from this rank's host copy. */
-    if (cfg.backend == COMM_BACKEND_NCCL &&
-        GPU(gpu_open(comm_local_rank(c), &m, &opt, &g, err, sizeof err)) < 0) {
-        fprintf(stderr, "cohort-worker: rank %d: %s\n", rank, err);
-        goto out;
-    }
-    /* Everyone starts from rank 0's parameters, state and position. */
-    rc = coll_bcast(c, g, &st, sizeof st, err, sizeof err);
-    if (rc < 0)
-        goto coll_failed;
-    if (st.loaded < 0) {
-        if (rank != 0)
-            fprintf(stderr, "cohort-worker: rank 0 could not resume (see its log)\n");
-        goto out;
-    }
-    if (comm_broadcast(c, g ? GPU_PTR(gpu_params(g)) : m.params, m.nparams * sizeof(float), 0) < 0)
-        goto comm_failed;
-    if (st.loaded) {
-        float *sm = g ? GPU_PTR(gpu_state_m(g)) : opt.m, *sv = g ? GPU_PTR(gpu_state_v(g)) : opt.v;
-        if (comm_broadcast(c, sm, opt.n * sizeof(float), 0) < 0 ||
-            (opt.v && comm_broadcast(c, sv, opt.n * sizeof(float), 0) < 0))
-            goto comm_failed;
-        opt.t = st.optim_t;
-    }
-    steps_done = st.step;
-    if (o.eval_only) {
-        double acc, tloss;
-        rc = evaluate(c, &m, g, &test, &acc, &tloss, err, sizeof err);
-        if (rc < 0)
-            goto coll_failed;
-        if (rank == 0)
-            printf("evaluation of %s on %d rank%s: test loss %.4f, accuracy %.2f%% (%.0f/%u)\n",
-                   st.loaded ? path : "the initial parameters", world, world == 1 ? "" : "s",
-                   tloss, 100.0 * acc, acc * test.n, test.n);
-        if (comm_finish(c) < 0)
-            goto comm_failed;
-        status = 0;
-        goto out;
-    }
-
-    size_t per = sampler_len(train.n, world);
-    long long steps_per_epoch = (long long)((per + (size_t)o.batch - 1) / (size_t)o.batch);
-    idx = malloc(per * sizeof *idx);
-    labels = malloc((size_t)(o.batch > EVAL_BATCH ? o.batch : EVAL_BATCH));
-    if (!idx || !labels) {
-        fprintf(stderr, "cohort-worker: out of memory\n");
-        goto out;
-    }
-    if (rank == 0) {
+    if (r->rank == 0) {
         printf("cohort-worker: %d rank%s over %s, model %s, %s lr %g, batch %d per rank, "
                "%u training and %u test items from %s, epochs %d, %lld steps per epoch\n",
-               world, world == 1 ? "" : "s", comm_backend_name(cfg.backend), shape,
-               optim_name(o.optim), (double)o.lr, o.batch, train.n, test.n, o.data_dir,
-               o.epochs, steps_per_epoch);
-        if (!o.checkpoint)
-            printf("checkpoints off (%s)\n", getenv("WORKSPACE") ? "--no-checkpoint"
-                                                                 : "no WORKSPACE set");
+               r->world, r->world == 1 ? "" : "s", comm_backend_name(r->cfg.backend), r->shape,
+               optim_name(r->o.optim), (double)r->o.lr, r->o.batch, r->train.n, r->test.n,
+               r->o.data_dir, r->o.epochs, r->steps_per_epoch);
+        if (!r->o.checkpoint)
+            printf("checkpoints off (%s)\n",
+                   getenv("WORKSPACE") ? "--no-checkpoint" : "no WORKSPACE set");
     }
-
-    for (int epoch = (int)st.epoch_done + 1; epoch <= o.epochs; epoch++) {
-        double t0 = now_s(), loss_sum = 0, acc, tloss, secs;
-        long long samples = 0, step_in_epoch = 0, win_samples = 0;
-        double win_t0 = t0, win_loss = 0, t_comm = 0, ta;
-        int win_steps = 0;
-
-        if (sampler_indices(idx, train.n, world, rank, o.seed, epoch, o.shuffle) < 0) {
-            fprintf(stderr, "cohort-worker: out of memory for the sampler\n");
-            goto out;
-        }
-        for (size_t off = 0; off < per; off += (size_t)o.batch) {
-            int b = (int)(per - off < (size_t)o.batch ? per - off : (size_t)o.batch);
-            float loss;
-            gather(&m, &train, idx + off, b, labels);
-            if (!g) {
-                m.grads[m.nparams] = mlp_train_step(&m, labels, b);
-            } else if (GPU(gpu_train_step(g, mlp_input(&m), labels, b, err, sizeof err)) < 0) {
-                goto gpu_failed;
-            }
-            ta = now_s();
-            if (comm_allreduce(c, g ? GPU_PTR(gpu_grads(g)) : m.grads, m.nparams + 1, COMM_AVG) < 0)
-                goto comm_failed;
-            t_comm += now_s() - ta;
-            if (!g) {
-                loss = m.grads[m.nparams];
-                optim_step(&opt, m.params, m.grads);
-            } else if (GPU(gpu_get(g, &loss, GPU_PTR(gpu_grads(g)) + m.nparams, sizeof loss, err,
-                                   sizeof err)) < 0 ||
-                       GPU(gpu_optim_step(g, &opt, err, sizeof err)) < 0) {
-                goto gpu_failed;
-            }
-            steps_done++;
-            step_in_epoch++;
-            samples += (long long)b * world;
-            win_samples += (long long)b * world;
-            loss_sum += loss;
-            win_loss += loss;
-            win_steps++;
-            if (rank == 0 && o.log_every > 0 && step_in_epoch % o.log_every == 0) {
-                double t = now_s(), sps = win_samples / (t - win_t0);
-                printf("epoch %d step %lld/%lld loss %.4f %.0f samples/s\n", epoch,
-                       step_in_epoch, steps_per_epoch, win_loss / win_steps, sps);
-                printf("COHORT_METRIC {\"epoch\":%d,\"step\":%lld,\"loss\":%.6f,"
-                       "\"samples_per_s\":%.1f}\n", epoch, steps_done, win_loss / win_steps, sps);
-                win_t0 = t;
-                win_samples = 0;
-                win_loss = 0;
-                win_steps = 0;
-            }
-            if (o.max_steps && steps_done >= o.max_steps)
-                break;
-        }
-        secs = now_s() - t0;
-        rc = evaluate(c, &m, g, &test, &acc, &tloss, err, sizeof err);
-        if (rc < 0)
-            goto coll_failed;
-        if (rank == 0) {
-            double sps = samples / secs;
-            printf("epoch %d done: train loss %.4f, test loss %.4f, accuracy %.2f%% (%.0f/%u), "
-                   "%.0f samples/s (per step: %.3f ms, of which %.3f ms in allreduce)\n", epoch,
-                   loss_sum / (double)step_in_epoch, tloss, 100.0 * acc, acc * test.n, test.n,
-                   sps, 1e3 * secs / (double)step_in_epoch,
-                   1e3 * t_comm / (double)step_in_epoch);
-            printf("COHORT_METRIC {\"epoch\":%d,\"step\":%lld,\"loss\":%.6f,\"accuracy\":%.6f,"
-                   "\"samples_per_s\":%.1f}\n", epoch, steps_done,
-                   loss_sum / (double)step_in_epoch, acc, sps);
-            if (g && o.checkpoint && GPU(gpu_to_host(g, &m, &opt, err, sizeof err)) < 0)
-                goto gpu_failed;
-            if (o.checkpoint) {
-                if (ckpt_save(o.ckpt_dir, &m, &opt, epoch, steps_done, err, sizeof err) < 0) {
-                    fprintf(stderr, "cohort-worker: %s\n", err);
-                    goto out;
-                }
-                printf("checkpoint saved: epoch %d\n", epoch);
-            }
-        }
-        if (o.max_steps && steps_done >= o.max_steps)
-            break;
-    }
-    if (rank == 0 && o.dump_params && g && GPU(gpu_to_host(g, &m, &opt, err, sizeof err)) < 0)
-        goto gpu_failed;
-    if (rank == 0 && o.dump_params && dump(o.dump_params, &m) < 0)
-        goto out;
-    /* Nobody leaves while another rank may still need it. */
-    if (comm_finish(c) < 0)
-        goto comm_failed;
-    if (rank == 0)
-        printf("training finished: %lld steps\n", steps_done);
-    status = 0;
-    goto out;
-coll_failed: /* rc from coll_*() or evaluate() */
-    if (rc < -1)
-        goto gpu_failed;
-comm_failed:
-    fprintf(stderr, "cohort-worker: %s\n", comm_errmsg(c));
-    goto out;
-gpu_failed:
-    fprintf(stderr, "cohort-worker: rank %d: GPU: %s\n", rank, err);
+    rc = 0;
+    for (int epoch = (int)r->st.epoch_done + 1; rc == 0 && epoch <= r->o.epochs; epoch++)
+        rc = run_epoch(r, epoch);
+    if (rc >= 0 && run_finish(r) == 0)
+        status = 0;
 out:
-    free(idx);
-    free(labels);
-#ifdef COHORT_HAVE_GPU
-    gpu_close(g);
-#endif
-    comm_destroy(c);
-    optim_free(&opt);
-    mlp_free(&m);
-    data_free(&train);
-    data_free(&test);
+    run_close(r);
+    free(r);
     return status;
 }
