@@ -342,6 +342,38 @@ test('the jobs list pages with the API\'s cursors and filters by state', async (
   await shot(page, '13-jobs-filtered');
 });
 
+test('leaving a job page before it has loaded leaves nothing of it behind', async (t) => {
+  const j = await plat.must('POST', '/v1/jobs', member, { name: 'left-early', image: 'native', workspace: await workspace(),
+    code_path: 'train.sh', epochs: 1, lr: 0.1, batch_size: 1, worker_spec: SPEC, worker_count: 1, max_runtime_seconds: 30 }, 201);
+  t.after(() => plat.api('POST', `/v1/jobs/${j.id}/cancel`, member));
+  const page = await open(t);
+  await signIn(page, member);
+  await page.waitForSelector(`tr[data-job-id="${j.id}"]`);
+  // The job page's first answer is held until the user has moved on.
+  let release;
+  const held = new Promise((r) => { release = r; });
+  await page.route(`**/v1/jobs/${j.id}`, async (route) => {
+    await held;
+    await route.continue().catch(() => {}); // the page may have aborted it
+  });
+  await page.click(`tr[data-job-id="${j.id}"] td.name a`);
+  await page.waitForURL(`**/jobs/${j.id}`);
+  await page.click('#nav a[data-nav="jobs"]');
+  await page.waitForURL(/\/jobs$/);
+  await page.waitForSelector(`#job-list tr[data-job-id="${j.id}"]`);
+  const late = [];
+  page.on('request', (r) => {
+    if (new URL(r.url()).pathname.startsWith(`/v1/jobs/${j.id}`)) late.push(r.url());
+  });
+  release();
+  // Longer than two rounds of the job page's refresh (2 s) would take.
+  await page.waitForTimeout(5000);
+  assert.deepEqual(late, [], 'the job page left behind went on asking for its job');
+  assert.equal(await page.locator('#job-name').count(), 0, 'the job page left behind wrote into the page');
+  assert.equal(await page.locator('#job-list').count(), 1, 'the jobs list is what shows');
+  await page.unroute(`**/v1/jobs/${j.id}`);
+});
+
 test('datasets: create, upload into a folder with progress, browse, download, seal', async (t) => {
   const page = await open(t);
   await signIn(page, member);

@@ -93,12 +93,12 @@ export function query(params) {
   return s ? '?' + s : '';
 }
 
-// Every item of a paged list (at most 20 pages of 200).
-export async function all(path) {
+// Every item of a paged list (at most 20 pages of 200); signal may abort it.
+export async function all(path, signal) {
   const out = [];
   let cursor = '';
   for (let i = 0; i < 20; i++) {
-    const page = await get(path + query({ limit: 200, cursor }));
+    const page = await get(path + query({ limit: 200, cursor }), { signal });
     out.push(...page.items);
     if (!page.next_cursor) break;
     cursor = page.next_cursor;

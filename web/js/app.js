@@ -1,11 +1,16 @@
 // app: the console's shell.  Owns the router (history API paths such as
-// /jobs/12, which cohortd answers with index.html), the signed-in user, the
-// header, and the life of the current page: a page's render() may return a
-// cleanup function, called before the next page renders, which stops its
-// timers and streams.
+// /jobs/12, which cohortd answers with index.html), the header, and the
+// life of the current page.  Each navigation gets a root element of its
+// own inside main and an AbortSignal: render(root, params, signal) may
+// return a cleanup function (its timers and streams), called when the
+// next navigation starts.  A page whose render is still awaiting when the
+// user moves on is aborted: its fetches end, its root is no longer in the
+// document, and its cleanup runs as soon as it returns, so it can neither
+// overwrite the next page nor leave a timer running.
 
 import * as api from './api.js';
 import { h, replace, errorBox } from './dom.js';
+import * as session from './session.js';
 import * as login from './pages/login.js';
 import * as jobs from './pages/jobs.js';
 import * as newjob from './pages/newjob.js';
@@ -26,46 +31,12 @@ const routes = [
 ];
 
 const main = document.getElementById('main');
-let cleanup = null;
-let me = null; // whoami of the signed-in token
+let current = null; // the current navigation: { ctl, cleanup }
 
-export function user() {
-  return me;
-}
-
-export function canWrite() {
-  return !!me && me.role !== 'viewer';
-}
-
-export function isPlatformAdmin() {
-  return !!me && me.role === 'platform_admin';
-}
-
-export function go(path, replaceState = false) {
-  if (replaceState) history.replaceState(null, '', path);
-  else history.pushState(null, '', path);
-  render();
-}
-
-export async function signIn(tok) {
-  const who = await api.get('/v1/whoami', { token: tok });
-  api.setToken(tok);
-  me = who;
-  showUser();
-  return who;
-}
-
-export function signOut() {
-  api.setToken(null);
-  me = null;
-  showUser();
-  go('/login', true);
-}
-
-function showUser() {
+function showUser(me) {
   document.getElementById('nav').hidden = !me;
   document.getElementById('who').hidden = !me;
-  document.getElementById('nav-admin').hidden = !isPlatformAdmin();
+  document.getElementById('nav-admin').hidden = !session.isPlatformAdmin();
   document.getElementById('who-name').textContent = me ? `${me.user} · ${me.tenant} · ${me.role.replace('_', ' ')}` : '';
 }
 
@@ -76,21 +47,34 @@ function markNav(section) {
   }
 }
 
+function runCleanup(fn) {
+  try { fn(); } catch (_) { /* a page's cleanup must not stop the next */ }
+}
+
+// Ends the current page: its signal aborts, its cleanup (if it has one yet) runs.
+function leave() {
+  if (!current) return;
+  current.ctl.abort();
+  if (current.cleanup) runCleanup(current.cleanup);
+  current = null;
+}
+
 async function render() {
-  if (cleanup) {
-    try { cleanup(); } catch (_) { /* a page's cleanup must not stop the next */ }
-    cleanup = null;
-  }
+  leave();
+  const nav = { ctl: new AbortController(), cleanup: null };
+  current = nav;
+  const signal = nav.ctl.signal;
   const path = location.pathname;
-  if (!me && api.token()) {
+  if (!session.user() && api.token()) {
     try {
-      me = await api.get('/v1/whoami');
-      showUser();
+      session.setUser(await api.get('/v1/whoami', { signal }));
     } catch (e) {
+      if (e.name === 'AbortError') return;
       api.setToken(null);
     }
+    if (signal.aborted) return;
   }
-  if (!me && path !== '/login') {
+  if (!session.user() && path !== '/login') {
     const next = path + location.search;
     history.replaceState(null, '', '/login' + (next !== '/' ? api.query({ next }) : ''));
     return render();
@@ -100,12 +84,15 @@ async function render() {
     if (!m) continue;
     markNav(section || m[1]);
     document.title = 'Cohort';
-    replace(main, h('p', { class: 'muted' }, 'Loading…'));
+    const root = h('div', { class: 'page' }, h('p', { class: 'muted' }, 'Loading…'));
+    replace(main, root);
     try {
-      const c = await page.render(main, m.slice(1));
-      if (typeof c === 'function') cleanup = c;
+      const c = await page.render(root, m.slice(1), signal);
+      if (typeof c !== 'function') return;
+      if (signal.aborted) runCleanup(c); // the user moved on while it loaded
+      else nav.cleanup = c;
     } catch (e) {
-      if (e.name !== 'AbortError') replace(main, errorBox(e));
+      if (e.name !== 'AbortError' && !signal.aborted) replace(root, errorBox(e));
     }
     return;
   }
@@ -121,12 +108,14 @@ document.addEventListener('click', (e) => {
   if (a.target || a.hasAttribute('download') || a.origin !== location.origin) return;
   if (a.pathname.startsWith('/v1/')) return;
   e.preventDefault();
-  go(a.pathname + a.search);
+  session.go(a.pathname + a.search);
 });
 window.addEventListener('popstate', render);
-document.getElementById('sign-out').addEventListener('click', signOut);
+document.getElementById('sign-out').addEventListener('click', session.signOut);
 api.setUnauthorizedHandler(() => {
-  if (me) signOut();
+  if (session.user()) session.signOut();
 });
+session.setRouter(render);
+session.onUserChange(showUser);
 
 render();

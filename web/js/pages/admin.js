@@ -4,7 +4,7 @@
 
 import * as api from '../api.js';
 import { h, replace, errorBox, table, money, ago, meter, field, fieldError, clearFieldErrors } from '../dom.js';
-import { isPlatformAdmin } from '../app.js';
+import { isPlatformAdmin } from '../session.js';
 
 
 // Integer field: empty is null (no limit), else the number or the raw text
@@ -20,7 +20,7 @@ function formError(form, msgEl, err) {
   if (!(err.field && fieldError(form, err.field, err.message))) replace(msgEl, errorBox(err));
 }
 
-export async function render(main) {
+export async function render(main, _params, signal) {
   document.title = 'Admin · Cohort';
   if (!isPlatformAdmin()) {
     replace(main, h('section', { class: 'notfound' }, h('h1', {}, 'Not found'), h('p', {}, 'This page is for the platform admin.')));
@@ -36,7 +36,7 @@ export async function render(main) {
     clearTimeout(timer);
     const msg = h('div');
     try {
-      const items = await api.all('/v1/nodes');
+      const items = await api.all('/v1/nodes', signal);
       const rows = items.map((n) => h('tr', { dataset: { node: n.name } },
         h('td', {}, n.name, h('div', { class: 'muted' }, n.address)),
         h('td', {}, h('span', { class: `badge node-${n.state}` }, n.state), n.drained ? h('span', { class: 'badge drained' }, 'drained') : null),
@@ -55,7 +55,7 @@ export async function render(main) {
     } catch (e) {
       replace(nodes, h('h2', {}, 'Nodes'), errorBox(e));
     }
-    timer = setTimeout(showNodes, 5000);
+    if (!signal.aborted) timer = setTimeout(showNodes, 5000);
   }
 
   async function drain(n, msg) {
@@ -78,7 +78,7 @@ export async function render(main) {
   }
 
   async function showTenants() {
-    const items = await api.all('/v1/tenants');
+    const items = await api.all('/v1/tenants', signal);
     const msg = h('div');
     const create = h('form', { class: 'inline-form', id: 'tenant-create', novalidate: true },
       field('New tenant', 'name', h('input', { id: 'f-tenant-name', name: 'name', placeholder: 'lowercase-name' })),
@@ -174,7 +174,7 @@ export async function render(main) {
   }
 
   async function showSpecs() {
-    const items = await api.all('/v1/worker-specs');
+    const items = await api.all('/v1/worker-specs', signal);
     const msg = h('div');
     const rows = items.map((s) => {
       const price = h('input', { name: 'price', inputmode: 'numeric', value: s.price_per_hour, class: 'short', 'aria-label': `Price of ${s.name}` });

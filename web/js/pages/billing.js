@@ -4,7 +4,7 @@
 
 import * as api from '../api.js';
 import { h, replace, errorBox, table, money, meter, barChart, bytes, duration } from '../dom.js';
-import { isPlatformAdmin, user, go } from '../app.js';
+import { isPlatformAdmin, user, go } from '../session.js';
 
 function monthOf(d) {
   return `${d.getUTCFullYear()}-${String(d.getUTCMonth() + 1).padStart(2, '0')}`;

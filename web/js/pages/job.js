@@ -7,7 +7,7 @@ import * as api from '../api.js';
 import {
   h, replace, errorBox, table, stateBadge, money, when, duration, lineChart, TERMINAL,
 } from '../dom.js';
-import { canWrite } from '../app.js';
+import { canWrite } from '../session.js';
 
 const REFRESH_MS = 2000;
 const LOG_KEEP = 2 * 1024 * 1024; // characters kept in the viewer
@@ -30,9 +30,8 @@ async function pages(path, cursor, signal) {
   return { items, cursor: next, done: false };
 }
 
-export async function render(main, [id]) {
-  const ctl = new AbortController();
-  const signal = ctl.signal;
+// signal: the navigation's (app.js); it aborts when the user moves on.
+export async function render(main, [id], signal) {
   let j;
   try {
     j = await api.get(`/v1/jobs/${id}`, { signal });
@@ -250,11 +249,9 @@ export async function render(main, [id]) {
     }
     // After the end, go on a little while the last log chunks and metrics arrive.
     if (TERMINAL.has(j.state)) finalRounds++;
+    if (signal.aborted) return; // the page is gone: no next round
     if (!TERMINAL.has(j.state) || finalRounds < 5 || logQuiet < 2) timer = setTimeout(() => refresh(false), REFRESH_MS);
   }
   await refresh(true);
-  return () => {
-    ctl.abort();
-    clearTimeout(timer);
-  };
+  return () => clearTimeout(timer);
 }

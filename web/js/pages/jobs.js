@@ -3,13 +3,13 @@
 
 import * as api from '../api.js';
 import { h, replace, errorBox, table, stateBadge, money, ago } from '../dom.js';
-import { canWrite, go } from '../app.js';
+import { canWrite, go } from '../session.js';
 
 const STATES = ['PENDING', 'STARTING', 'RUNNING', 'SUCCEEDED', 'FAILED', 'CANCELLED'];
 const PAGE = 20;
 const REFRESH_MS = 3000;
 
-export function render(main) {
+export function render(main, _params, signal) {
   document.title = 'Jobs · Cohort';
   const params = new URLSearchParams(location.search);
   const state = params.get('state') || '';
@@ -38,11 +38,10 @@ export function render(main) {
       canWrite() ? h('a', { class: 'button primary', href: '/jobs/new', id: 'new-job' }, 'New job') : null),
     filters, list, pager);
 
-  const ctl = new AbortController();
   let timer = null;
   async function load() {
     try {
-      const page = await api.get('/v1/jobs' + api.query({ state, name, limit: PAGE, cursor }), { signal: ctl.signal });
+      const page = await api.get('/v1/jobs' + api.query({ state, name, limit: PAGE, cursor }), { signal });
       const rows = page.items.map((j) => h('tr', { dataset: { jobId: j.id } },
         h('td', {}, h('a', { href: `/jobs/${j.id}` }, `#${j.id}`)),
         h('td', { class: 'name' }, h('a', { href: `/jobs/${j.id}` }, j.name)),
@@ -60,13 +59,10 @@ export function render(main) {
       if (e.name === 'AbortError') return;
       replace(list, errorBox(e));
     }
-    timer = setTimeout(load, REFRESH_MS);
+    if (!signal.aborted) timer = setTimeout(load, REFRESH_MS);
   }
   load();
-  return () => {
-    ctl.abort();
-    clearTimeout(timer);
-  };
+  return () => clearTimeout(timer);
 }
 
 function pagerQuery(base, prev, cursor) {

@@ -2,7 +2,7 @@
 // /v1/whoami before the console keeps it (in sessionStorage only).
 
 import { h, replace, errorBox } from '../dom.js';
-import { signIn, go } from '../app.js';
+import { signIn, go } from '../session.js';
 
 export function render(main) {
   document.title = 'Sign in · Cohort';

@@ -6,7 +6,7 @@
 
 import * as api from '../api.js';
 import { h, replace, errorBox, field, fieldError, clearFieldErrors, money, duration } from '../dom.js';
-import { go, canWrite } from '../app.js';
+import { go, canWrite } from '../session.js';
 
 
 // A number from a text field: the number when it reads as one, else the

@@ -4,7 +4,7 @@
 
 import * as api from '../api.js';
 import { h, replace, errorBox, table, when, bytes, field, fieldError, clearFieldErrors } from '../dom.js';
-import { canWrite, go, user } from '../app.js';
+import { canWrite, go, user } from '../session.js';
 
 const FILE_PAGE = 1000;
 
