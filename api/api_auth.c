@@ -138,7 +138,7 @@ struct boot {
     int64_t user_id;
 };
 
-static int boot_write(store_tx *tx, void *arg)
+static store_rc boot_write(store_tx *tx, void *arg)
 {
     struct boot *b = arg;
     int64_t tenant, token_id;
@@ -178,7 +178,7 @@ int api_bootstrap_admin(api_ctx *ctx, const char *token, char out[UTIL_TOKEN_LEN
     struct boot b = {out, 0};
     int rc = store_write(ctx->st, boot_write, &b);
     if (rc != STORE_OK) {
-        snprintf(err, errlen, "cannot create the platform admin (store error %d)", rc);
+        snprintf(err, errlen, "cannot create the platform admin (%s)", store_rc_name(rc));
         return -1;
     }
     *created = 1;

@@ -246,7 +246,7 @@ void api_job_cost(api_ctx *ctx, const api_req *rq, api_resp *rs)
     } else {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "job_id", (double)j.id);
-        cJSON_AddStringToObject(o, "state", j.state);
+        cJSON_AddStringToObject(o, "state", store_job_state_name(j.state));
         cJSON_AddStringToObject(o, "currency", j.currency);
         cJSON_AddNumberToObject(o, "price_per_worker_hour", (double)j.price_per_hour);
         cJSON_AddItemToObject(o, "attempts", a.attempts);
@@ -573,7 +573,7 @@ struct credit_new {
     store_account after;
 };
 
-static int credit_write(store_tx *tx, void *arg)
+static store_rc credit_write(store_tx *tx, void *arg)
 {
     struct credit_new *c = arg;
     int rc = store_credit_add(tx, c->tenant_id, c->amount, c->note, c->user_id, util_now_ms(),
@@ -643,7 +643,7 @@ void api_budget_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
     api_json(rs, 200, o);
 }
 
-static int budget_write(store_tx *tx, void *arg)
+static store_rc budget_write(store_tx *tx, void *arg)
 {
     store_account *a = arg;
     int rc = store_account_set(tx, a);

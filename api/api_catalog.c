@@ -88,12 +88,12 @@ static int spec_fields(const cJSON *in, int required, store_spec *sp, api_resp *
 static const char *const spec_keys[] = {"name", "cpus", "memory_mb", "gpus", "gpu_type",
                                         "price_per_hour", "currency", NULL};
 
-static int spec_insert_write(store_tx *tx, void *arg)
+static store_rc spec_insert_write(store_tx *tx, void *arg)
 {
     return store_spec_insert(tx, arg, NULL);
 }
 
-static int spec_update_write(store_tx *tx, void *arg)
+static store_rc spec_update_write(store_tx *tx, void *arg)
 {
     return store_spec_update(tx, arg);
 }
@@ -209,7 +209,7 @@ void api_image_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
     memset(im.password, 0, sizeof im.password);
 }
 
-static int image_write(store_tx *tx, void *arg)
+static store_rc image_write(store_tx *tx, void *arg)
 {
     return store_image_insert(tx, arg, NULL);
 }

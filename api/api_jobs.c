@@ -27,9 +27,6 @@
 #define MAX_ENV_VALUE 4096
 #define MAX_RUNTIME API_MAX_RUNTIME
 
-static const char *const job_states[] = {"PENDING", "STARTING", "RUNNING", "SUCCEEDED",
-                                         "FAILED", "CANCELLED", NULL};
-
 /* UTF-8 without control characters. */
 static int text_ok(const char *s)
 {
@@ -68,7 +65,7 @@ static cJSON *job_json(const store_job *j, int64_t position, const char *wait)
     cJSON_AddStringToObject(o, "name", j->name);
     cJSON_AddStringToObject(o, "tenant", j->tenant);
     cJSON_AddStringToObject(o, "user", j->user);
-    cJSON_AddStringToObject(o, "state", j->state);
+    cJSON_AddStringToObject(o, "state", store_job_state_name(j->state));
     if (wait && wait[0])
         cJSON_AddStringToObject(o, "reason", wait);
     else if (j->reason[0])
@@ -132,7 +129,7 @@ struct job_new {
     int replayed;
 };
 
-static int job_insert_write(store_tx *tx, void *arg)
+static store_rc job_insert_write(store_tx *tx, void *arg)
 {
     struct job_new *n = arg;
     if (n->j.idem_key[0]) {
@@ -472,8 +469,7 @@ int api_job_find(api_ctx *ctx, const api_req *rq, store_job *j, api_resp *rs)
 static cJSON *with_cost(api_ctx *ctx, cJSON *o, const store_job *j)
 {
     cJSON *p = cJSON_GetObjectItem(o, "price");
-    int64_t cost = !strcmp(j->state, "PENDING") && j->attempt == 1 ? 0
-                                                                    : api_job_cost_total(ctx, j->id);
+    int64_t cost = j->state == JOB_PENDING && j->attempt == 1 ? 0 : api_job_cost_total(ctx, j->id);
     if (cost >= 0)
         api_add_int(p, "cost_so_far", cost);
     else
@@ -487,8 +483,8 @@ void api_job_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
     if (api_job_find(ctx, rq, &j, rs))
         return;
     char wait[SCHED_REASON_MAX];
-    int64_t pos = !strcmp(j.state, "PENDING") ? sched_position(ctx->sched, j.id, wait, sizeof wait)
-                                              : (wait[0] = '\0', 0);
+    int64_t pos = j.state == JOB_PENDING ? sched_position(ctx->sched, j.id, wait, sizeof wait)
+                                         : (wait[0] = '\0', 0);
     api_json(rs, 200, with_cost(ctx, job_json(&j, pos, wait), &j));
     store_job_clear(&j);
 }
@@ -502,9 +498,8 @@ static void job_row(void *arg, const store_job *j)
 {
     struct job_rows *r = arg;
     char wait[SCHED_REASON_MAX];
-    int64_t pos = !strcmp(j->state, "PENDING")
-                      ? sched_position(r->ctx->sched, j->id, wait, sizeof wait)
-                      : (wait[0] = '\0', 0);
+    int64_t pos = j->state == JOB_PENDING ? sched_position(r->ctx->sched, j->id, wait, sizeof wait)
+                                          : (wait[0] = '\0', 0);
     api_list_add(&r->pg, with_cost(r->ctx, job_json(j, pos, wait), j), j->id);
 }
 
@@ -517,10 +512,7 @@ void api_job_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
     f.state = rq->query(rq->h, "state");
     f.name = rq->query(rq->h, "name");
     if (f.state) {
-        const char *const *s = job_states;
-        while (*s && strcmp(*s, f.state))
-            s++;
-        if (!*s) {
+        if (store_job_state_of(f.state) < 0) {
             api_error(rs, 400, "invalid_value", "state",
                       "state must be PENDING, STARTING, RUNNING, SUCCEEDED, FAILED or CANCELLED");
             return;
@@ -573,8 +565,6 @@ void api_job_events(api_ctx *ctx, const api_req *rq, api_resp *rs)
 
 /* ---- cancel and delete ---- */
 
-enum { JOB_FINAL = -100, JOB_NOT_FINAL = -101, JOB_NOT_RETRYABLE = -102, JOB_STOPPING = -103 };
-
 struct job_change {
     int64_t tenant_id;
     int64_t id;
@@ -582,12 +572,10 @@ struct job_change {
     store_job after;
 };
 
-static int job_cancel_write(store_tx *tx, void *arg)
+static store_rc job_cancel_write(store_tx *tx, void *arg)
 {
     struct job_change *c = arg;
-    int rc = sched_job_end(tx, c->tenant_id, c->id, "CANCELLED", c->reason);
-    if (rc == SCHED_FINAL)
-        return JOB_FINAL;
+    store_rc rc = sched_job_end(tx, c->tenant_id, c->id, JOB_CANCELLED, c->reason);
     if (rc == STORE_OK)
         rc = store_job_get_tx(tx, c->tenant_id, c->id, &c->after);
     return rc;
@@ -596,16 +584,16 @@ static int job_cancel_write(store_tx *tx, void *arg)
 static void job_change_done(api_ctx *ctx, api_resp *rs, void *arg, int rc)
 {
     struct job_change *c = arg;
-    if (rc == JOB_FINAL)
+    if (rc == STORE_JOB_FINAL)
         api_error(rs, 409, "job_finished", NULL, "job %lld has already finished",
                   (long long)c->id);
-    else if (rc == JOB_NOT_FINAL)
+    else if (rc == STORE_JOB_ACTIVE)
         api_error(rs, 409, "job_active", NULL,
                   "job %lld has not finished: cancel it before deleting it", (long long)c->id);
-    else if (rc == JOB_NOT_RETRYABLE)
+    else if (rc == STORE_JOB_NOT_RETRYABLE)
         api_error(rs, 409, "job_not_retryable", NULL,
                   "only a FAILED or CANCELLED job can be retried");
-    else if (rc == JOB_STOPPING)
+    else if (rc == STORE_JOB_STOPPING)
         api_error(rs, 409, "job_stopping", NULL,
                   "job %lld still has workers stopping (they are billed until they end): try "
                   "again when they have ended", (long long)c->id);
@@ -623,9 +611,9 @@ static void job_change_done(api_ctx *ctx, api_resp *rs, void *arg, int rc)
     free(c);
 }
 
-static int job_retry_write(store_tx *tx, void *arg);
+static store_rc job_retry_write(store_tx *tx, void *arg);
 
-static int job_delete_write(store_tx *tx, void *arg)
+static store_rc job_delete_write(store_tx *tx, void *arg)
 {
     struct job_change *c = arg;
     store_job j;
@@ -635,9 +623,9 @@ static int job_delete_write(store_tx *tx, void *arg)
     /* Deleting the job deletes its workers: only once none runs, so every
      * rank's charge is in the ledger (which keeps it after the job is gone). */
     if (!store_job_state_final(j.state))
-        rc = JOB_NOT_FINAL;
+        rc = STORE_JOB_ACTIVE;
     else if (store_job_live_tx(tx, j.id))
-        rc = JOB_STOPPING;
+        rc = STORE_JOB_STOPPING;
     else
         rc = store_job_delete(tx, j.id);
     store_job_clear(&j);
@@ -676,17 +664,17 @@ static void job_change(api_ctx *ctx, const api_req *rq, api_resp *rs, store_writ
 
 /* A FAILED or CANCELLED job goes back to PENDING as its next attempt (and,
  * with its workspace, resumes from its checkpoints). */
-static int job_retry_write(store_tx *tx, void *arg)
+static store_rc job_retry_write(store_tx *tx, void *arg)
 {
     struct job_change *c = arg;
     store_job j;
     int rc = store_job_get_tx(tx, c->tenant_id, c->id, &j);
     if (rc != STORE_OK)
         return rc;
-    if (strcmp(j.state, "FAILED") && strcmp(j.state, "CANCELLED"))
-        rc = JOB_NOT_RETRYABLE;
+    if (j.state != JOB_FAILED && j.state != JOB_CANCELLED)
+        rc = STORE_JOB_NOT_RETRYABLE;
     else
-        rc = store_job_transition(tx, j.id, j.state, "PENDING", c->reason);
+        rc = store_job_transition(tx, j.id, j.state, JOB_PENDING, c->reason);
     if (rc == STORE_OK)
         rc = store_job_next_attempt(tx, j.id);
     if (rc == STORE_OK)

@@ -169,7 +169,7 @@ struct log_note {
     char reason[160];
 };
 
-static int note_write(store_tx *tx, void *arg)
+static store_rc note_write(store_tx *tx, void *arg)
 {
     struct log_note *n = arg;
     int rc = store_job_note(tx, n->job, n->attempt, n->reason);
@@ -208,7 +208,7 @@ struct metrics {
     char *json[METRICS_PER_CHUNK];
 };
 
-static int metrics_write(store_tx *tx, void *arg)
+static store_rc metrics_write(store_tx *tx, void *arg)
 {
     struct metrics *m = arg;
     int rc = STORE_OK;

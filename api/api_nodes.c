@@ -56,7 +56,7 @@ struct join_new {
     int64_t id;
 };
 
-static int join_write(store_tx *tx, void *arg)
+static store_rc join_write(store_tx *tx, void *arg)
 {
     struct join_new *j = arg;
     return store_join_token_insert(tx, j->hash, j->expires_at, &j->id);
@@ -138,7 +138,7 @@ struct drain {
     int on;
 };
 
-static int drain_write(store_tx *tx, void *arg)
+static store_rc drain_write(store_tx *tx, void *arg)
 {
     struct drain *d = arg;
     return store_node_set_drained(tx, d->id, d->on);
@@ -208,7 +208,7 @@ void api_quota_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_json(rs, 200, quota_json(&q));
 }
 
-static int quota_write(store_tx *tx, void *arg)
+static store_rc quota_write(store_tx *tx, void *arg)
 {
     return store_quota_put(tx, arg);
 }
@@ -269,7 +269,7 @@ struct node_new {
     uint8_t hash[UTIL_SHA256_LEN];
 };
 
-static int node_write(store_tx *tx, void *arg)
+static store_rc node_write(store_tx *tx, void *arg)
 {
     struct node_new *nn = arg;
     return store_node_insert(tx, &nn->n, nn->hash);
@@ -352,7 +352,7 @@ struct report {
     int changed;
 };
 
-static int heartbeat_write(store_tx *tx, void *arg)
+static store_rc heartbeat_write(store_tx *tx, void *arg)
 {
     struct report *r = arg;
     int64_t now = util_now_ms();

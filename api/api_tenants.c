@@ -68,7 +68,7 @@ struct tenant_new {
     int64_t id;
 };
 
-static int tenant_write(store_tx *tx, void *arg)
+static store_rc tenant_write(store_tx *tx, void *arg)
 {
     struct tenant_new *t = arg;
     return store_tenant_insert(tx, t->name, &t->id);
@@ -138,7 +138,7 @@ struct user_new {
     int64_t id;
 };
 
-static int user_write(store_tx *tx, void *arg)
+static store_rc user_write(store_tx *tx, void *arg)
 {
     struct user_new *u = arg;
     return store_user_insert(tx, u->tenant_id, u->name, u->role, &u->id);
@@ -222,7 +222,7 @@ struct token_new {
     int64_t id;
 };
 
-static int token_write(store_tx *tx, void *arg)
+static store_rc token_write(store_tx *tx, void *arg)
 {
     struct token_new *t = arg;
     return store_token_insert(tx, t->user_id, t->name, t->hash, t->expires_at, &t->id);
@@ -294,7 +294,7 @@ struct token_del {
     int64_t id;
 };
 
-static int token_revoke_write(store_tx *tx, void *arg)
+static store_rc token_revoke_write(store_tx *tx, void *arg)
 {
     return store_token_revoke(tx, ((struct token_del *)arg)->id, util_now_ms());
 }

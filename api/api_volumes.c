@@ -101,7 +101,7 @@ struct vol_new {
     int64_t id;
 };
 
-static int vol_insert_write(store_tx *tx, void *arg)
+static store_rc vol_insert_write(store_tx *tx, void *arg)
 {
     struct vol_new *v = arg;
     return store_volume_insert(tx, v->k, v->tenant_id, v->name, &v->id);
@@ -112,7 +112,7 @@ struct vol_id {
     int64_t id;
 };
 
-static int vol_delete_write(store_tx *tx, void *arg)
+static store_rc vol_delete_write(store_tx *tx, void *arg)
 {
     struct vol_id *v = arg;
     return store_volume_delete(tx, v->k, v->id);
@@ -206,7 +206,7 @@ int api_volume_writable(const store_principal *who, const store_volume *v, api_r
     return 0;
 }
 
-static int vol_seal_write(store_tx *tx, void *arg)
+static store_rc vol_seal_write(store_tx *tx, void *arg)
 {
     return store_dataset_seal(tx, ((struct vol_id *)arg)->id);
 }

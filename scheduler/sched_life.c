@@ -57,13 +57,13 @@ static int stop_attempt(store_tx *tx, const store_job *j)
     return store_worker_stop_attempt(tx, j->id, j->attempt);
 }
 
-int sched_job_eval(store_tx *tx, int64_t job_id)
+store_rc sched_job_eval(store_tx *tx, int64_t job_id)
 {
     store_job j;
     int rc = store_job_get_tx(tx, 0, job_id, &j);
     if (rc != STORE_OK)
         return rc;
-    if (strcmp(j.state, "STARTING") && strcmp(j.state, "RUNNING"))
+    if (j.state != JOB_STARTING && j.state != JOB_RUNNING)
         goto out;
     struct tally t = {0};
     rc = store_worker_list_tx(tx, j.id, j.attempt, count, &t);
@@ -79,36 +79,36 @@ int sched_job_eval(store_tx *tx, int64_t job_id)
         if (j.attempt <= j.max_retries) {
             snprintf(why, sizeof why, "attempt %lld failed: %s; retrying (%lld of %lld)",
                      (long long)j.attempt, what, (long long)j.attempt, (long long)j.max_retries);
-            rc = store_job_transition(tx, j.id, j.state, "PENDING", why);
+            rc = store_job_transition(tx, j.id, j.state, JOB_PENDING, why);
             if (rc == STORE_OK)
                 rc = store_job_next_attempt(tx, j.id);
         } else {
-            rc = store_job_transition(tx, j.id, j.state, "FAILED", what);
+            rc = store_job_transition(tx, j.id, j.state, JOB_FAILED, what);
         }
     } else {
         /* A rank that exited has started: RUNNING comes first even then. */
-        if (!strcmp(j.state, "STARTING") && t.running + t.ok == t.total) {
+        if (j.state == JOB_STARTING && t.running + t.ok == t.total) {
             snprintf(why, sizeof why, "all %lld ranks started", (long long)t.total);
-            rc = store_job_transition(tx, j.id, "STARTING", "RUNNING", why);
-            snprintf(j.state, sizeof j.state, "RUNNING");
+            rc = store_job_transition(tx, j.id, JOB_STARTING, JOB_RUNNING, why);
+            j.state = JOB_RUNNING;
         }
         if (rc == STORE_OK && t.ok == t.total)
-            rc = store_job_transition(tx, j.id, "RUNNING", "SUCCEEDED", "every rank exited 0");
+            rc = store_job_transition(tx, j.id, JOB_RUNNING, JOB_SUCCEEDED, "every rank exited 0");
     }
 out:
     store_job_clear(&j);
     return rc;
 }
 
-int sched_job_end(store_tx *tx, int64_t tenant_id, int64_t job_id, const char *to,
-                  const char *reason)
+store_rc sched_job_end(store_tx *tx, int64_t tenant_id, int64_t job_id, job_state to,
+                       const char *reason)
 {
     store_job j;
     int rc = store_job_get_tx(tx, tenant_id, job_id, &j);
     if (rc != STORE_OK)
         return rc;
     if (store_job_state_final(j.state))
-        rc = SCHED_FINAL;
+        rc = STORE_JOB_FINAL;
     else
         rc = stop_attempt(tx, &j);
     if (rc == STORE_OK)

@@ -12,15 +12,16 @@
 
 #include "storage/store.h"
 
+#include "storage/store_job.h"
+
 /* Re-reads the job's current attempt and moves the job on as its workers say. */
-int sched_job_eval(store_tx *tx, int64_t job_id);
+store_rc sched_job_eval(store_tx *tx, int64_t job_id);
 
 /* Stops every rank of the job's attempt, frees its port and moves it to
- * final state to (CANCELLED or FAILED) with reason.  STORE_NOTFOUND when the
- * job (of tenant_id, 0: any) is absent; SCHED_FINAL when it already ended. */
-int sched_job_end(store_tx *tx, int64_t tenant_id, int64_t job_id, const char *to,
-                  const char *reason);
-
-#define SCHED_FINAL (-100)
+ * final state to (JOB_CANCELLED or JOB_FAILED) with reason.  STORE_NOTFOUND
+ * when the job (of tenant_id, 0: any) is absent; STORE_JOB_FINAL when it
+ * already ended. */
+store_rc sched_job_end(store_tx *tx, int64_t tenant_id, int64_t job_id, job_state to,
+                       const char *reason);
 
 #endif

@@ -221,7 +221,7 @@ static int commit_placement(store_tx *tx, const sched_placement *pl)
     int rc = store_job_get_tx(tx, 0, pl->job_id, &j);
     if (rc != STORE_OK)
         return rc;
-    int ok = !strcmp(j.state, "PENDING") && j.attempt == pl->attempt;
+    int ok = j.state == JOB_PENDING && j.attempt == pl->attempt;
     /* TensorFlow lists every worker at host:port: each rank gets a port of
      * its own node; other frameworks meet at rank 0's port alone. */
     int port_per_rank = !strcmp(j.framework, "tensorflow");
@@ -293,12 +293,12 @@ static int commit_placement(store_tx *tx, const sched_placement *pl)
     snprintf(why, sizeof why, "placed: %lld x %lld workers, rank 0 on %s", (long long)m,
              (long long)pl->per_node, master.name);
     if (rc == STORE_OK)
-        rc = store_job_transition(tx, pl->job_id, "PENDING", "STARTING", why);
+        rc = store_job_transition(tx, pl->job_id, JOB_PENDING, JOB_STARTING, why);
     return rc;
 }
 
 /* The write of a pass: every placement, each all or nothing. */
-static int commit_all(store_tx *tx, void *arg)
+static store_rc commit_all(store_tx *tx, void *arg)
 {
     struct pass *p = arg;
     p->placed = 0;
@@ -320,11 +320,11 @@ static int plan(store_tx *tx, struct pass *p)
 {
     int rc = store_node_all_tx(tx, add_node, p);
     if (rc == STORE_OK)
-        rc = store_job_briefs_tx(tx, "STARTING", add_active, p);
+        rc = store_job_briefs_tx(tx, JOB_STARTING, add_active, p);
     if (rc == STORE_OK)
-        rc = store_job_briefs_tx(tx, "RUNNING", add_active, p);
+        rc = store_job_briefs_tx(tx, JOB_RUNNING, add_active, p);
     if (rc == STORE_OK)
-        rc = store_job_briefs_tx(tx, "PENDING", add_pending, p);
+        rc = store_job_briefs_tx(tx, JOB_PENDING, add_pending, p);
     if (rc == STORE_OK)
         rc = store_quota_all_tx(tx, add_quota, p);
     if (rc == STORE_OK)
@@ -420,8 +420,8 @@ static int stop_exhausted(struct tick *t)
                  (long long)(left > 0 ? left : 0), m.acct.currency, (long long)m.acct.balance,
                  (long long)t->cfg->budget_grace_s);
         for (size_t k = 0; rc == STORE_OK && k < u.ids.n; k++) {
-            int r = sched_job_end(t->tx, 0, u.ids.v[k], "FAILED", why);
-            if (r != STORE_OK && r != SCHED_FINAL)
+            int r = sched_job_end(t->tx, 0, u.ids.v[k], JOB_FAILED, why);
+            if (r != STORE_OK && r != STORE_JOB_FINAL)
                 rc = r;
             t->changed = 1;
         }
@@ -431,7 +431,7 @@ static int stop_exhausted(struct tick *t)
     return rc;
 }
 
-static int tick(store_tx *tx, void *arg)
+static store_rc tick(store_tx *tx, void *arg)
 {
     struct tick *t = arg;
     t->tx = tx;
@@ -444,15 +444,15 @@ static int tick(store_tx *tx, void *arg)
         rc = store_node_mark_down(tx, t->now - t->node_timeout_ms, node_down, t);
     struct timeout_scan s = {.now = t->now};
     if (rc == STORE_OK)
-        rc = store_job_briefs_tx(tx, "RUNNING", find_timeouts, &s);
+        rc = store_job_briefs_tx(tx, JOB_RUNNING, find_timeouts, &s);
     if (rc == STORE_OK && s.oom)
         rc = STORE_NOMEM;
     for (size_t i = 0; rc == STORE_OK && i < s.ids.n; i++) {
         char why[128];
         snprintf(why, sizeof why, "timeout: ran longer than max_runtime_seconds (%lld)",
                  (long long)s.limits.v[i]);
-        int r = sched_job_end(tx, 0, s.ids.v[i], "FAILED", why);
-        if (r != STORE_OK && r != SCHED_FINAL)
+        int r = sched_job_end(tx, 0, s.ids.v[i], JOB_FAILED, why);
+        if (r != STORE_OK && r != STORE_JOB_FINAL)
             rc = r;
         t->changed = 1;
     }
@@ -481,7 +481,7 @@ static void run_pass(sched_service *s)
         struct tick t = {util_now_ms(), s->cfg.node_timeout_ms, &s->cfg, NULL, 0};
         rc = store_write(s->st, tick, &t);
         if (rc != STORE_OK && rc != STORE_BUSY)
-            fprintf(stderr, "scheduler: tick failed (store error %d)\n", rc);
+            fprintf(stderr, "scheduler: tick failed (%s)\n", store_rc_name(rc));
         if (rc == STORE_OK && t.changed)
             sched_bump(s);
         s->last_tick = mono;
@@ -507,7 +507,7 @@ static void run_pass(sched_service *s)
             sched_bump(s);
     }
     if (rc != STORE_OK && rc != STORE_BUSY)
-        fprintf(stderr, "scheduler: pass failed (store error %d)\n", rc);
+        fprintf(stderr, "scheduler: pass failed (%s)\n", store_rc_name(rc));
     if (rc == STORE_OK) {
         if (p.dec.nwaits > 1)
             qsort(p.dec.waits, p.dec.nwaits, sizeof *p.dec.waits, pos_cmp);

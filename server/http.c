@@ -240,7 +240,7 @@ static enum MHD_Result respond(struct req_state *st)
     return ret;
 }
 
-static void write_done(void *arg, int rc)
+static void write_done(void *arg, store_rc rc)
 {
     struct req_state *st = arg;
     st->write_rc = rc;

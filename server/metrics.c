@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "storage/store_bill.h"
+#include "storage/store_job.h"
 
 static const int statuses[] = {200, 201, 204, 400, 401, 403, 404, 405, 409,
                                413, 414, 415, 422, 500, 503, 507, 0 /* other */};
@@ -47,16 +48,12 @@ void metrics_observe(int route, int status, int64_t us)
     __atomic_add_fetch(&hist_count, 1, __ATOMIC_RELAXED);
 }
 
-static const char *const job_states[] = {"PENDING", "STARTING", "RUNNING", "SUCCEEDED",
-                                         "FAILED", "CANCELLED"};
-#define NSTATES ((int)(sizeof job_states / sizeof job_states[0]))
-
-static void job_state(void *arg, const char *state, int64_t n)
+static void count_state(void *arg, const char *state, int64_t n)
 {
     int64_t *counts = arg;
-    for (int i = 0; i < NSTATES; i++)
-        if (!strcmp(job_states[i], state))
-            counts[i] = n;
+    int s = store_job_state_of(state);
+    if (s >= 0)
+        counts[s] = n;
 }
 
 static void tenant_running(void *arg, const char *tenant, int64_t workers)
@@ -107,10 +104,10 @@ void metrics_render(util_buf *b, store *st)
     util_buf_printf(b, "cohort_http_request_duration_seconds_count %llu\n",
                     (unsigned long long)__atomic_load_n(&hist_count, __ATOMIC_RELAXED));
     util_buf_printf(b, "# HELP cohort_jobs Jobs by state.\n# TYPE cohort_jobs gauge\n");
-    int64_t counts[NSTATES] = {0};
-    store_job_state_counts(st, job_state, counts);
-    for (int i = 0; i < NSTATES; i++)
-        util_buf_printf(b, "cohort_jobs{state=\"%s\"} %lld\n", job_states[i],
+    int64_t counts[JOB_NSTATES] = {0};
+    store_job_state_counts(st, count_state, counts);
+    for (int i = 0; i < JOB_NSTATES; i++)
+        util_buf_printf(b, "cohort_jobs{state=\"%s\"} %lld\n", store_job_state_name(i),
                         (long long)counts[i]);
     uint64_t batches, writes;
     store_writer_stats(st, &batches, &writes);

@@ -80,7 +80,7 @@ static __thread struct {
     store_conn *c;
 } tl_reader;
 
-int store_rc(int rc)
+int store_rc_sqlite(int rc)
 {
     switch (rc & 0xff) {
     case SQLITE_OK:
@@ -202,12 +202,12 @@ int store_step_row(sqlite3_stmt *st)
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW)
         return STORE_OK;
-    return rc == SQLITE_DONE ? STORE_NOTFOUND : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_NOTFOUND : store_rc_sqlite(rc);
 }
 
 int store_step_change(store_conn *c, sqlite3_stmt *st, int64_t *id)
 {
-    int rc = store_rc(sqlite3_step(st));
+    int rc = store_rc_sqlite(sqlite3_step(st));
     sqlite3_reset(st);
     if (rc != STORE_OK)
         return rc;
@@ -411,11 +411,11 @@ static void run_batch(store *s, struct op *batch)
     for (struct op *o = batch; o; o = o->next, n++) {
         int sp;
         if (!ok) {
-            rcs[n] = store_rc(begun);
+            rcs[n] = store_rc_sqlite(begun);
             continue;
         }
         if ((sp = exec(db, "SAVEPOINT w", NULL, 0)) != SQLITE_OK) {
-            rcs[n] = store_rc(sp);
+            rcs[n] = store_rc_sqlite(sp);
             continue;
         }
         rcs[n] = o->fn(&tx, o->ctx);
@@ -429,7 +429,7 @@ static void run_batch(store *s, struct op *batch)
         exec(db, "ROLLBACK", NULL, 0);
         /* A full disk stays a full disk to the caller (507), not "storage error". */
         for (int i = 0; i < n; i++)
-            rcs[i] = store_rc(crc);
+            rcs[i] = store_rc_sqlite(crc);
     }
     int64_t t2 = util_mono_us();
     if (t2 - t0 > SLOW_BATCH_US)
@@ -528,7 +528,16 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-int store_submit(store *s, store_write_fn fn, void *ctx, store_done_fn done, void *arg)
+const char *store_rc_name(int rc)
+{
+    static const char *const names[] = {
+        "STORE_OK",        "STORE_NOTFOUND",  "STORE_CONFLICT",          "STORE_EIO",
+        "STORE_INVALID",   "STORE_NOMEM",     "STORE_BUSY",              "STORE_FULL",
+        "STORE_JOB_FINAL", "STORE_JOB_ACTIVE", "STORE_JOB_NOT_RETRYABLE", "STORE_JOB_STOPPING"};
+    return rc <= 0 && -rc < (int)(sizeof names / sizeof names[0]) ? names[-rc] : "STORE_?";
+}
+
+store_rc store_submit(store *s, store_write_fn fn, void *ctx, store_done_fn done, void *arg)
 {
     /* Reads after this write must see it: end the caller's snapshot. */
     store_read_end(s);
@@ -559,7 +568,7 @@ struct waiter {
     int rc;
 };
 
-static void waiter_done(void *arg, int rc)
+static void waiter_done(void *arg, store_rc rc)
 {
     struct waiter *w = arg;
     pthread_mutex_lock(&w->m);
@@ -569,7 +578,7 @@ static void waiter_done(void *arg, int rc)
     pthread_mutex_unlock(&w->m);
 }
 
-int store_write(store *s, store_write_fn fn, void *ctx)
+store_rc store_write(store *s, store_write_fn fn, void *ctx)
 {
     struct waiter w = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
     int rc = store_submit(s, fn, ctx, waiter_done, &w);
@@ -679,5 +688,5 @@ int store_job_state_counts(store *s, void (*fn)(void *arg, const char *state, in
     while ((rc = sqlite3_step(st)) == SQLITE_ROW)
         fn(arg, (const char *)sqlite3_column_text(st, 0), sqlite3_column_int64(st, 1));
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }

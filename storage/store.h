@@ -17,7 +17,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum {
+/*
+ * The one result code of cohortd's writes and reads, as curl has CURLcode:
+ * what the store says, and what the job lifecycle's writes (scheduler/
+ * sched_life.h, api/api_jobs.c) refuse, in one numbering, so no two layers
+ * ever give one value two meanings.  Functions declared to return int with
+ * "STORE_*" in their comment return these.
+ */
+typedef enum store_rc {
     STORE_OK = 0,
     STORE_NOTFOUND = -1,
     STORE_CONFLICT = -2, /* a unique key already exists */
@@ -26,16 +33,24 @@ enum {
     STORE_NOMEM = -5,
     STORE_BUSY = -6,     /* the store is shutting down */
     STORE_FULL = -7,     /* the disk (or the database's size limit) is full */
-};
+    /* The job lifecycle's refusals. */
+    STORE_JOB_FINAL = -8,         /* the job has already ended */
+    STORE_JOB_ACTIVE = -9,        /* the job has not ended (deleting needs it to have) */
+    STORE_JOB_NOT_RETRYABLE = -10, /* only a FAILED or CANCELLED job can be retried */
+    STORE_JOB_STOPPING = -11,     /* the job's workers are still stopping */
+} store_rc;
+
+/* The code's name ("STORE_NOTFOUND"), for logs; "STORE_?" for no code. */
+const char *store_rc_name(int rc);
 
 typedef struct store store;
 typedef struct store_tx store_tx; /* a write in progress, valid inside a store_write_fn */
 
-/* A write run by the writer thread inside a transaction; returns STORE_* or
- * a caller's own negative code.  A non-zero return rolls back this write only. */
-typedef int (*store_write_fn)(store_tx *tx, void *ctx);
-/* Told when a submitted write is durable (rc 0) or failed. */
-typedef void (*store_done_fn)(void *arg, int rc);
+/* A write run by the writer thread inside a transaction.  A return other
+ * than STORE_OK rolls back this write only. */
+typedef store_rc (*store_write_fn)(store_tx *tx, void *ctx);
+/* Told when a submitted write is durable (STORE_OK) or failed. */
+typedef void (*store_done_fn)(void *arg, store_rc rc);
 
 /*
  * Opens (creating when absent) the database at path, applies migrations and
@@ -49,7 +64,7 @@ void store_close(store *s);
 
 /* Runs fn in the writer and waits until it is committed.  Returns fn's code,
  * or STORE_EIO when the commit failed. */
-int store_write(store *s, store_write_fn fn, void *ctx);
+store_rc store_write(store *s, store_write_fn fn, void *ctx);
 
 /* Inside a write: a nested step that can be undone alone.  store_tx_undo
  * rolls back to the last store_tx_mark; store_tx_keep keeps it. */
@@ -59,7 +74,7 @@ void store_tx_undo(store_tx *tx);
 
 /* Queues fn and returns at once; done(arg, rc) is called from the writer
  * thread after the commit.  Returns 0, or STORE_BUSY when shutting down. */
-int store_submit(store *s, store_write_fn fn, void *ctx, store_done_fn done, void *arg);
+store_rc store_submit(store *s, store_write_fn fn, void *ctx, store_done_fn done, void *arg);
 
 /*
  * A read snapshot on the calling thread's connection: every read until

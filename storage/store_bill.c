@@ -243,7 +243,7 @@ static int live_cost(store_conn *c, int64_t job_id, int64_t attempt, int64_t pri
         (*running)++;
     }
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }
 
 int store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money *out,
@@ -316,7 +316,7 @@ int store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money 
     if (rc == SQLITE_ROW)
         rc = STORE_NOMEM;
     else
-        rc = rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+        rc = rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
     for (size_t i = 0; rc == STORE_OK && i < n; i++) {
         struct hold *h = &holds[i];
         int64_t live, running;
@@ -352,7 +352,7 @@ int store_budget_tenants_tx(store_tx *tx, util_i64s *ids)
     sqlite3_reset(st);
     if (nomem)
         return STORE_NOMEM;
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }
 
 /* ---- queries ---- */
@@ -399,7 +399,7 @@ int store_ledger_list(store *s, int64_t tenant_id, int64_t from, int64_t to, con
         row(arg, &e);
     }
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }
 
 int store_job_cost(store *s, int64_t job_id, int64_t now_ms,
@@ -436,7 +436,7 @@ int store_job_cost(store *s, int64_t job_id, int64_t now_ms,
         row(arg, &c);
     }
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }
 
 #define USAGE_FROM " FROM ledger l WHERE l.tenant_id = ?1 AND l.kind = 'charge' AND l.at >= ?2 AND l.at < ?3"
@@ -480,7 +480,7 @@ int store_usage_group(store *s, int64_t tenant_id, int64_t from, int64_t to, con
         row(arg, &u);
     }
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }
 
 int store_money_metrics(store *s,
@@ -508,7 +508,7 @@ int store_money_metrics(store *s,
     }
     sqlite3_reset(st);
     if (rc != SQLITE_DONE)
-        return store_rc(rc);
+        return store_rc_sqlite(rc);
     if (!(st = store_read_stmt(s, spent_sql)))
         return STORE_EIO;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -517,7 +517,7 @@ int store_money_metrics(store *s,
         spent(arg, name, cur, sqlite3_column_int64(st, 2));
     }
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }
 
 int store_tenant_use(store *s, int64_t tenant_id, store_use *out)

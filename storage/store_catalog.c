@@ -54,7 +54,7 @@ int store_spec_list(store *s, int64_t after, int limit,
         row(arg, &sp);
     }
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }
 
 static void spec_bind(sqlite3_stmt *st, const store_spec *sp, int64_t now)
@@ -148,7 +148,7 @@ int store_image_list(store *s, int64_t tenant_id, int64_t after, int limit,
         row(arg, &im);
     }
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }
 
 int store_image_insert(store_tx *tx, const store_image *im, int64_t *id)

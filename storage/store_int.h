@@ -27,7 +27,7 @@ sqlite3_stmt *store_read_stmt(store *s, const char *sql);
 int store_tx_exec_id(store_tx *tx, const char *sql, int64_t id);
 
 /* Maps a SQLite result code to STORE_*. */
-int store_rc(int sqlite_rc);
+int store_rc_sqlite(int sqlite_rc);
 
 /* Steps a statement expected to yield at most one row: STORE_OK with the
  * row ready to read, STORE_NOTFOUND, or an error.  The caller resets. */

@@ -30,10 +30,32 @@ void store_job_clear(store_job *j)
     j->datasets_json = j->args_json = j->env_json = NULL;
 }
 
-int store_job_state_final(const char *state)
+static const char *const state_names[JOB_NSTATES] = {"PENDING",   "STARTING", "RUNNING",
+                                                     "SUCCEEDED", "FAILED",   "CANCELLED"};
+
+const char *store_job_state_name(job_state s)
 {
-    return !strcmp(state, "SUCCEEDED") || !strcmp(state, "FAILED") ||
-           !strcmp(state, "CANCELLED");
+    return s >= 0 && s < JOB_NSTATES ? state_names[s] : "";
+}
+
+int store_job_state_of(const char *name)
+{
+    for (int i = 0; name && i < JOB_NSTATES; i++)
+        if (!strcmp(name, state_names[i]))
+            return i;
+    return -1;
+}
+
+int store_job_state_final(job_state s)
+{
+    return s == JOB_SUCCEEDED || s == JOB_FAILED || s == JOB_CANCELLED;
+}
+
+/* A state column: the schema's CHECK admits only the names above. */
+static job_state state_col(sqlite3_stmt *st, int i)
+{
+    int s = store_job_state_of((const char *)sqlite3_column_text(st, i));
+    return s < 0 ? JOB_FAILED : (job_state)s;
 }
 
 static int job_row(sqlite3_stmt *st, store_job *j)
@@ -67,7 +89,7 @@ static int job_row(sqlite3_stmt *st, store_job *j)
     store_col_copy(st, i++, j->currency, sizeof j->currency);
     j->price_per_hour = sqlite3_column_int64(st, i++);
     j->estimated_max = sqlite3_column_int64(st, i++);
-    store_col_copy(st, i++, j->state, sizeof j->state);
+    j->state = state_col(st, i++);
     store_col_copy(st, i++, j->reason, sizeof j->reason);
     j->attempt = sqlite3_column_int64(st, i++);
     store_col_copy(st, i++, j->idem_key, sizeof j->idem_key);
@@ -124,7 +146,7 @@ int store_job_note(store_tx *tx, int64_t job_id, int64_t attempt, const char *re
         snprintf(state, sizeof state, "%s", (const char *)sqlite3_column_text(st, 0));
     sqlite3_reset(st);
     if (rc != SQLITE_ROW)
-        return rc == SQLITE_DONE ? STORE_NOTFOUND : store_rc(rc);
+        return rc == SQLITE_DONE ? STORE_NOTFOUND : store_rc_sqlite(rc);
     return event_insert(c, job_id, util_now_ms(), attempt, state, state, reason);
 }
 
@@ -180,10 +202,11 @@ int store_job_insert(store_tx *tx, store_job *j)
     int rc = store_step_change(c, st, &j->id);
     if (rc != STORE_OK)
         return rc;
-    snprintf(j->state, sizeof j->state, "PENDING");
+    j->state = JOB_PENDING;
     j->attempt = 1;
     j->created_at = j->updated_at = now;
-    return event_insert(c, j->id, now, 1, NULL, "PENDING", j->reason[0] ? j->reason : "submitted");
+    return event_insert(c, j->id, now, 1, NULL, store_job_state_name(JOB_PENDING),
+                        j->reason[0] ? j->reason : "submitted");
 }
 
 static int job_get_conn(store_conn *c, int64_t tenant_id, int64_t id, store_job *out)
@@ -256,10 +279,10 @@ int store_job_list(store *s, const store_job_filter *f,
         store_job_clear(&j);
     }
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }
 
-int store_job_transition(store_tx *tx, int64_t id, const char *from, const char *to,
+int store_job_transition(store_tx *tx, int64_t id, job_state from, job_state to,
                          const char *reason)
 {
     static const char sql[] =
@@ -275,10 +298,10 @@ int store_job_transition(store_tx *tx, int64_t id, const char *from, const char 
         return STORE_EIO;
     int64_t now = util_now_ms();
     sqlite3_bind_int64(st, 1, id);
-    store_bind_text(st, 2, to);
+    store_bind_text(st, 2, store_job_state_name(to));
     store_bind_text(st, 3, reason && reason[0] ? reason : NULL);
     sqlite3_bind_int64(st, 4, now);
-    store_bind_text(st, 5, from);
+    store_bind_text(st, 5, store_job_state_name(from));
     int rc = store_step_row(st);
     int64_t attempt = rc == STORE_OK ? sqlite3_column_int64(st, 0) : 0;
     if (rc == STORE_OK && sqlite3_step(st) != SQLITE_DONE)
@@ -286,7 +309,8 @@ int store_job_transition(store_tx *tx, int64_t id, const char *from, const char 
     sqlite3_reset(st);
     if (rc != STORE_OK)
         return rc;
-    return event_insert(c, id, now, attempt, from, to, reason);
+    return event_insert(c, id, now, attempt, store_job_state_name(from),
+                        store_job_state_name(to), reason);
 }
 
 int store_job_delete(store_tx *tx, int64_t id)
@@ -319,7 +343,7 @@ int store_job_events(store *s, int64_t job_id, int64_t after, int limit,
         row(arg, &e);
     }
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }
 
 int store_job_admit(store_tx *tx, int64_t job_id, int64_t price_per_hour,
@@ -343,7 +367,7 @@ int store_job_admit(store_tx *tx, int64_t job_id, int64_t price_per_hour,
     return rc == STORE_NOTFOUND ? STORE_OK : rc;
 }
 
-int store_job_briefs_tx(store_tx *tx, const char *state,
+int store_job_briefs_tx(store_tx *tx, job_state state,
                         void (*row)(void *arg, const store_job_brief *b), void *arg)
 {
     static const char sql[] =
@@ -359,7 +383,7 @@ int store_job_briefs_tx(store_tx *tx, const char *state,
     sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
     if (!st)
         return STORE_EIO;
-    store_bind_text(st, 1, state);
+    store_bind_text(st, 1, store_job_state_name(state));
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         store_job_brief b;
@@ -375,7 +399,7 @@ int store_job_briefs_tx(store_tx *tx, const char *state,
         b.gpus = sqlite3_column_int64(st, 9);
         b.max_runtime_seconds = sqlite3_column_int64(st, 10);
         b.started_at = sqlite3_column_int64(st, 11);
-        store_col_copy(st, 12, b.state, sizeof b.state);
+        b.state = state_col(st, 12);
         store_col_copy(st, 13, b.reason, sizeof b.reason);
         b.price_per_hour = sqlite3_column_int64(st, 14);
         b.admitted_at = sqlite3_column_int64(st, 15);
@@ -383,7 +407,7 @@ int store_job_briefs_tx(store_tx *tx, const char *state,
         row(arg, &b);
     }
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }
 
 
@@ -423,5 +447,5 @@ int store_metric_list(store *s, int64_t job_id, int64_t after, int limit,
         row(arg, &m);
     }
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }

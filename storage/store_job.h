@@ -10,6 +10,25 @@
 #include "storage/store.h"
 #include "storage/util.h"
 
+/* A job's state.  The database and the API spell it by name
+ * (store_job_state_name); the code compares the enum. */
+typedef enum job_state {
+    JOB_PENDING,
+    JOB_STARTING,
+    JOB_RUNNING,
+    JOB_SUCCEEDED,
+    JOB_FAILED,
+    JOB_CANCELLED,
+    JOB_NSTATES
+} job_state;
+
+/* "PENDING" ... "CANCELLED"; "" for a value that is no state. */
+const char *store_job_state_name(job_state s);
+/* The state called name, or -1 when name calls none. */
+int store_job_state_of(const char *name);
+/* 1 when s is one a job never leaves. */
+int store_job_state_final(job_state s);
+
 #define STORE_JOB_NAME_MAX 200
 #define STORE_REASON_MAX 512
 #define STORE_IDEM_MAX 255
@@ -41,7 +60,7 @@ typedef struct store_job {
     char currency[4];
     int64_t price_per_hour;
     int64_t estimated_max;       /* -1: unbounded (no max_runtime_seconds) */
-    char state[16];
+    job_state state;
     char reason[STORE_REASON_MAX + 1];
     int64_t attempt;
     char idem_key[STORE_IDEM_MAX + 1]; /* "" when none */
@@ -82,9 +101,10 @@ int store_job_get_tx(store_tx *tx, int64_t tenant_id, int64_t id, store_job *out
 /* Jobs newest first; row() borrows the job for the call only. */
 int store_job_list(store *s, const store_job_filter *f,
                    void (*row)(void *arg, const store_job *j), void *arg);
-/* Moves a job to a new state with an event; sets started/finished times as
- * the state implies.  STORE_NOTFOUND when the job is absent. */
-int store_job_transition(store_tx *tx, int64_t id, const char *from, const char *to,
+/* Moves a job from state from to state to with an event; sets
+ * started/finished times as the state implies.  STORE_NOTFOUND when the job
+ * is absent or not in state from. */
+int store_job_transition(store_tx *tx, int64_t id, job_state from, job_state to,
                          const char *reason);
 /* An event that changes no state (from and to are the job's state now):
  * something the job's owner should know, such as its log being cut. */
@@ -103,7 +123,7 @@ typedef struct store_job_brief {
      * its first admission, then the snapshot taken then. */
     int64_t price_per_hour, admitted_at;
     char currency[4];
-    char state[16];
+    job_state state;
     char reason[STORE_REASON_MAX + 1];
 } store_job_brief;
 
@@ -112,7 +132,7 @@ int store_job_admit(store_tx *tx, int64_t job_id, int64_t price_per_hour,
                     int64_t estimated_max, int64_t now_ms);
 
 /* Jobs in state (submit order); row() may not write. */
-int store_job_briefs_tx(store_tx *tx, const char *state,
+int store_job_briefs_tx(store_tx *tx, job_state state,
                         void (*row)(void *arg, const store_job_brief *b), void *arg);
 
 typedef struct store_metric {
@@ -126,7 +146,5 @@ int store_metric_insert(store_tx *tx, int64_t job_id, int64_t attempt, int64_t r
 int store_metric_list(store *s, int64_t job_id, int64_t after, int limit,
                       void (*row)(void *arg, const store_metric *m), void *arg);
 
-/* 1 when state is one a job never leaves. */
-int store_job_state_final(const char *state);
 
 #endif

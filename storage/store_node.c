@@ -51,7 +51,7 @@ static int node_each(sqlite3_stmt *st, void (*row)(void *arg, const store_node *
         row(arg, &n);
     }
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }
 
 int store_join_token_insert(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN],
@@ -210,7 +210,7 @@ int store_node_mark_down(store_tx *tx, int64_t cutoff_ms, void (*row)(void *arg,
         nomem |= util_i64s_push(&ids, sqlite3_column_int64(st, 0)) != 0;
     sqlite3_reset(st);
     if (rc != SQLITE_DONE)
-        rc = store_rc(rc);
+        rc = store_rc_sqlite(rc);
     else
         rc = nomem ? STORE_NOMEM : STORE_OK; /* an error rolls the marks back */
     /* Told after the statement is done, so row() may write. */
@@ -258,7 +258,7 @@ static int worker_each(sqlite3_stmt *st, void (*row)(void *arg, const store_work
         row(arg, &w);
     }
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }
 
 int store_worker_insert(store_tx *tx, store_worker *w)
@@ -488,7 +488,7 @@ int store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms,
         n++;
     }
     sqlite3_reset(st);
-    rc = rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    rc = rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
     for (size_t i = 0; rc == STORE_OK && i < n; i++) {
         rc = store_charge_worker(tx, ids[2 * i + 1]);
         if (rc == STORE_OK)
@@ -516,7 +516,7 @@ int store_usage_tx(store_tx *tx, int64_t since_ms,
         row(arg, sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
             sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3), sqlite3_column_int64(st, 4));
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }
 
 int store_alloc_tx(store_tx *tx, void (*row)(void *arg, int64_t job_id, int64_t node_id,
@@ -533,7 +533,7 @@ int store_alloc_tx(store_tx *tx, void (*row)(void *arg, int64_t job_id, int64_t 
         row(arg, sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
             sqlite3_column_int64(st, 2));
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }
 
 int store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_id,
@@ -570,7 +570,7 @@ int store_port_list(store *s, int64_t job_id, int64_t attempt,
         row(arg, sqlite3_column_int64(st, 0), (const char *)sqlite3_column_text(st, 1),
             sqlite3_column_int64(st, 2));
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }
 
 int store_port_release_idle(store_tx *tx)
@@ -637,7 +637,7 @@ int store_port_lowest_free(store_tx *tx, int64_t node_id, int64_t lo, int64_t hi
     }
     sqlite3_reset(st);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-        return store_rc(rc);
+        return store_rc_sqlite(rc);
     *port = want <= hi ? want : -1;
     return STORE_OK;
 }
@@ -682,7 +682,7 @@ int store_quota_all_tx(store_tx *tx, void (*row)(void *arg, const store_quota *q
         row(arg, &q);
     }
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }
 
 static void bind_limit(sqlite3_stmt *st, int i, int64_t v)

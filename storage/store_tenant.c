@@ -47,7 +47,7 @@ int store_token_lookup(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t no
             rc = STORE_NOTFOUND;
         }
     } else {
-        rc = rc == SQLITE_DONE ? STORE_NOTFOUND : store_rc(rc);
+        rc = rc == SQLITE_DONE ? STORE_NOTFOUND : store_rc_sqlite(rc);
     }
     sqlite3_reset(st);
     return rc;
@@ -105,7 +105,7 @@ int store_tenant_list(store *s, int64_t after, int limit,
         row(arg, &t);
     }
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }
 
 int store_user_insert(store_tx *tx, int64_t tenant_id, const char *name, const char *role,
@@ -158,7 +158,7 @@ int store_user_list(store *s, int64_t tenant_id, int64_t after, int limit,
         row(arg, &u);
     }
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }
 
 int store_platform_admin_count(store *s, int64_t *n)
@@ -172,7 +172,7 @@ int store_platform_admin_count(store *s, int64_t *n)
         *n = sqlite3_column_int64(st, 0);
         rc = STORE_OK;
     } else {
-        rc = store_rc(rc);
+        rc = store_rc_sqlite(rc);
     }
     sqlite3_reset(st);
     return rc;
@@ -258,7 +258,7 @@ int store_token_list(store *s, int64_t user_id, int64_t after, int limit,
         row(arg, &t);
     }
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }
 
 int store_token_revoke(store_tx *tx, int64_t id, int64_t now_ms)

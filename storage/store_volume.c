@@ -81,7 +81,7 @@ int store_volume_list(store *s, store_vol_kind k, int64_t tenant_id, int with_pu
         row(arg, &v);
     }
     sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc(rc);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
 }
 
 int store_volume_insert(store_tx *tx, store_vol_kind k, int64_t tenant_id, const char *name,

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "storage/store.h"
+#include "storage/store_job.h"
 #include "storage/store_tenant.h"
 
 static char dir[64], db[128];
@@ -86,7 +87,7 @@ struct insert {
     int failures;
 };
 
-static int tenant_write(store_tx *tx, void *arg)
+static store_rc tenant_write(store_tx *tx, void *arg)
 {
     int64_t id;
     return store_tenant_insert(tx, arg, &id);
@@ -130,4 +131,40 @@ Test(store, group_commit_batches_concurrent_writes)
     char out[64];
     sql("SELECT count(*) FROM tenants WHERE is_platform = 0", out, sizeof out);
     cr_expect_str_eq(out, "3200\n");
+}
+
+/* One name table for job states: every state's name reads back as it, and
+ * nothing else (the API's spelling, case included) names a state. */
+Test(store, job_state_names_read_back_and_nothing_else_names_one)
+{
+    for (int s = 0; s < JOB_NSTATES; s++) {
+        const char *name = store_job_state_name((job_state)s);
+        cr_expect_neq(name[0], '\0', "state %d has no name", s);
+        cr_expect_eq(store_job_state_of(name), s, "%s", name);
+    }
+    cr_expect_str_eq(store_job_state_name(JOB_CANCELLED), "CANCELLED");
+    cr_expect_eq(store_job_state_of("pending"), -1);
+    cr_expect_eq(store_job_state_of(""), -1);
+    cr_expect_eq(store_job_state_of(NULL), -1);
+    cr_expect_str_eq(store_job_state_name(JOB_NSTATES), "");
+    cr_expect(store_job_state_final(JOB_FAILED) && !store_job_state_final(JOB_RUNNING));
+}
+
+/* One result code: every code has its own name, the job lifecycle's
+ * refusals included (they once shared -100 between two layers). */
+Test(store, every_result_code_has_a_name_of_its_own)
+{
+    const int codes[] = {STORE_OK,        STORE_NOTFOUND,   STORE_CONFLICT,
+                         STORE_EIO,       STORE_INVALID,    STORE_NOMEM,
+                         STORE_BUSY,      STORE_FULL,       STORE_JOB_FINAL,
+                         STORE_JOB_ACTIVE, STORE_JOB_NOT_RETRYABLE, STORE_JOB_STOPPING};
+    size_t n = sizeof codes / sizeof codes[0];
+    for (size_t i = 0; i < n; i++) {
+        cr_expect_str_neq(store_rc_name(codes[i]), "STORE_?", "code %d", codes[i]);
+        for (size_t k = 0; k < i; k++)
+            cr_expect_str_neq(store_rc_name(codes[i]), store_rc_name(codes[k]));
+    }
+    cr_expect_str_eq(store_rc_name(STORE_JOB_FINAL), "STORE_JOB_FINAL");
+    cr_expect_str_eq(store_rc_name(-100), "STORE_?");
+    cr_expect_str_eq(store_rc_name(1), "STORE_?");
 }

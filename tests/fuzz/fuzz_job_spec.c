@@ -32,7 +32,7 @@ static void die(const char *what)
     exit(1);
 }
 
-static int setup_write(store_tx *tx, void *arg)
+static store_rc setup_write(store_tx *tx, void *arg)
 {
     int64_t tenant, user, ws, ds;
     store_node n;
