@@ -205,6 +205,28 @@ int store_step_row(sqlite3_stmt *st)
     return rc == SQLITE_DONE ? STORE_NOTFOUND : store_rc_sqlite(rc);
 }
 
+int store_get_one(sqlite3_stmt *st, void (*decode)(sqlite3_stmt *st, void *out), void *out)
+{
+    if (!st)
+        return STORE_EIO;
+    int rc = store_step_row(st);
+    if (rc == STORE_OK)
+        decode(st, out);
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_each(sqlite3_stmt *st, void (*each)(void *ctx, sqlite3_stmt *st), void *ctx)
+{
+    if (!st)
+        return STORE_EIO;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        each(ctx, st);
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+}
+
 int store_step_change(store_conn *c, sqlite3_stmt *st, int64_t *id)
 {
     int rc = store_rc_sqlite(sqlite3_step(st));

@@ -9,8 +9,9 @@
     "id, name, cpus, memory_mb, gpus, coalesce(gpu_type, ''), price_per_hour, currency,"   \
     " created_at, updated_at"
 
-static void spec_row(sqlite3_stmt *st, store_spec *sp)
+static void spec_row(sqlite3_stmt *st, void *out)
 {
+    store_spec *sp = out;
     sp->id = sqlite3_column_int64(st, 0);
     store_col_copy(st, 1, sp->name, sizeof sp->name);
     sp->cpus = sqlite3_column_int64(st, 2);
@@ -23,18 +24,15 @@ static void spec_row(sqlite3_stmt *st, store_spec *sp)
     sp->updated_at = sqlite3_column_int64(st, 9);
 }
 
+STORE_ROWS(spec_rows, store_spec, spec_row)
+
 int store_spec_get(store *s, const char *name, store_spec *out)
 {
     static const char sql[] = "SELECT " SPEC_COLS " FROM worker_specs WHERE name = ?1";
     sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (!st)
-        return STORE_EIO;
-    store_bind_text(st, 1, name);
-    int rc = store_step_row(st);
-    if (rc == STORE_OK)
-        spec_row(st, out);
-    sqlite3_reset(st);
-    return rc;
+    if (st)
+        store_bind_text(st, 1, name);
+    return store_get_one(st, spec_row, out);
 }
 
 int store_spec_list(store *s, int64_t after, int limit,
@@ -42,19 +40,13 @@ int store_spec_list(store *s, int64_t after, int limit,
 {
     static const char sql[] =
         "SELECT " SPEC_COLS " FROM worker_specs WHERE id > ?1 ORDER BY id LIMIT ?2";
+    struct spec_rows r = {row, arg};
     sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, after);
-    sqlite3_bind_int(st, 2, limit);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_spec sp;
-        spec_row(st, &sp);
-        row(arg, &sp);
+    if (st) {
+        sqlite3_bind_int64(st, 1, after);
+        sqlite3_bind_int(st, 2, limit);
     }
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    return store_each(st, spec_rows, &r);
 }
 
 static void spec_bind(sqlite3_stmt *st, const store_spec *sp, int64_t now)
@@ -99,8 +91,9 @@ int store_spec_update(store_tx *tx, const store_spec *sp)
     "id, coalesce(tenant_id, 0), name, coalesce(reference, ''), framework,"                \
     " coalesce(username, ''), coalesce(password, ''), created_at"
 
-static void image_row(sqlite3_stmt *st, store_image *im)
+static void image_row(sqlite3_stmt *st, void *out)
 {
+    store_image *im = out;
     im->id = sqlite3_column_int64(st, 0);
     im->tenant_id = sqlite3_column_int64(st, 1);
     store_col_copy(st, 2, im->name, sizeof im->name);
@@ -111,6 +104,8 @@ static void image_row(sqlite3_stmt *st, store_image *im)
     im->created_at = sqlite3_column_int64(st, 7);
 }
 
+STORE_ROWS(image_rows, store_image, image_row)
+
 int store_image_get(store *s, int64_t tenant_id, const char *name, store_image *out)
 {
     /* The tenant's own first (tenant_id IS NULL sorts its public one after). */
@@ -118,15 +113,11 @@ int store_image_get(store *s, int64_t tenant_id, const char *name, store_image *
                               " AND (tenant_id IS NULL OR tenant_id = ?2)"
                               " ORDER BY tenant_id IS NULL LIMIT 1";
     sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (!st)
-        return STORE_EIO;
-    store_bind_text(st, 1, name);
-    sqlite3_bind_int64(st, 2, tenant_id);
-    int rc = store_step_row(st);
-    if (rc == STORE_OK)
-        image_row(st, out);
-    sqlite3_reset(st);
-    return rc;
+    if (st) {
+        store_bind_text(st, 1, name);
+        sqlite3_bind_int64(st, 2, tenant_id);
+    }
+    return store_get_one(st, image_row, out);
 }
 
 int store_image_list(store *s, int64_t tenant_id, int64_t after, int limit,
@@ -135,20 +126,14 @@ int store_image_list(store *s, int64_t tenant_id, int64_t after, int limit,
     static const char sql[] = "SELECT " IMAGE_COLS " FROM images WHERE id > ?1"
                               " AND (?3 < 0 OR tenant_id IS NULL OR tenant_id = ?3)"
                               " ORDER BY id LIMIT ?2";
+    struct image_rows r = {row, arg};
     sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, after);
-    sqlite3_bind_int(st, 2, limit);
-    sqlite3_bind_int64(st, 3, tenant_id);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_image im;
-        image_row(st, &im);
-        row(arg, &im);
+    if (st) {
+        sqlite3_bind_int64(st, 1, after);
+        sqlite3_bind_int(st, 2, limit);
+        sqlite3_bind_int64(st, 3, tenant_id);
     }
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    return store_each(st, image_rows, &r);
 }
 
 int store_image_insert(store_tx *tx, const store_image *im, int64_t *id)

@@ -32,6 +32,38 @@ int store_rc_sqlite(int sqlite_rc);
 /* Steps a statement expected to yield at most one row: STORE_OK with the
  * row ready to read, STORE_NOTFOUND, or an error.  The caller resets. */
 int store_step_row(sqlite3_stmt *st);
+/*
+ * The two shapes of a read, in the spirit of sqlite3_exec's callback.  Both
+ * take a statement prepared and bound by the caller (NULL: it could not be
+ * prepared, STORE_EIO) and reset it.
+ *
+ * store_get_one: the first row decoded into out by decode; STORE_OK,
+ * STORE_NOTFOUND when there is none, or SQLite's error.
+ * store_each: each(ctx, st) for every row; STORE_OK or SQLite's error.
+ * STORE_ROWS below defines the usual each().
+ */
+int store_get_one(sqlite3_stmt *st, void (*decode)(sqlite3_stmt *st, void *out), void *out);
+int store_each(sqlite3_stmt *st, void (*each)(void *ctx, sqlite3_stmt *st), void *ctx);
+
+/*
+ * Defines struct NAME {row, arg} and static void NAME(void *ctx,
+ * sqlite3_stmt *st), a store_each callback that decodes each row into a
+ * TYPE on the stack with decode and hands it to row(arg, &item): a list
+ * function passes its caller's typed callback on without a cast.
+ */
+#define STORE_ROWS(NAME, TYPE, decode)                                                     \
+    struct NAME {                                                                          \
+        void (*row)(void *arg, const TYPE *item);                                          \
+        void *arg;                                                                         \
+    };                                                                                     \
+    static void NAME(void *ctx, sqlite3_stmt *st)                                          \
+    {                                                                                      \
+        struct NAME *r_ = ctx;                                                             \
+        TYPE item_;                                                                        \
+        decode(st, &item_);                                                                \
+        r_->row(r_->arg, &item_);                                                          \
+    }
+
 /* Steps an INSERT/UPDATE/DELETE, resets it; *id gets the new row id when
  * not NULL.  STORE_NOTFOUND when an UPDATE/DELETE changed no row. */
 int store_step_change(store_conn *c, sqlite3_stmt *st, int64_t *id);

@@ -319,31 +319,33 @@ int store_job_delete(store_tx *tx, int64_t id)
     return store_tx_exec_id(tx, sql, id);
 }
 
+static void event_row(sqlite3_stmt *st, void *out)
+{
+    store_event *e = out;
+    e->id = sqlite3_column_int64(st, 0);
+    e->at = sqlite3_column_int64(st, 1);
+    e->attempt = sqlite3_column_int64(st, 2);
+    store_col_copy(st, 3, e->from_state, sizeof e->from_state);
+    store_col_copy(st, 4, e->to_state, sizeof e->to_state);
+    store_col_copy(st, 5, e->reason, sizeof e->reason);
+}
+
+STORE_ROWS(event_rows, store_event, event_row)
+
 int store_job_events(store *s, int64_t job_id, int64_t after, int limit,
                      void (*row)(void *arg, const store_event *e), void *arg)
 {
     static const char sql[] =
         "SELECT id, at, attempt, coalesce(from_state, ''), to_state, coalesce(reason, '')"
         " FROM job_events WHERE job_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
+    struct event_rows r = {row, arg};
     sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, after);
-    sqlite3_bind_int(st, 3, limit);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_event e;
-        e.id = sqlite3_column_int64(st, 0);
-        e.at = sqlite3_column_int64(st, 1);
-        e.attempt = sqlite3_column_int64(st, 2);
-        store_col_copy(st, 3, e.from_state, sizeof e.from_state);
-        store_col_copy(st, 4, e.to_state, sizeof e.to_state);
-        store_col_copy(st, 5, e.reason, sizeof e.reason);
-        row(arg, &e);
+    if (st) {
+        sqlite3_bind_int64(st, 1, job_id);
+        sqlite3_bind_int64(st, 2, after);
+        sqlite3_bind_int(st, 3, limit);
     }
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    return store_each(st, event_rows, &r);
 }
 
 int store_job_admit(store_tx *tx, int64_t job_id, int64_t price_per_hour,
@@ -428,24 +430,28 @@ int store_metric_insert(store_tx *tx, int64_t job_id, int64_t attempt, int64_t r
     return store_step_change(c, st, NULL);
 }
 
+/* A metric row; its json points into the statement until the next step. */
+static void metric_row(sqlite3_stmt *st, void *out)
+{
+    store_metric *m = out;
+    *m = (store_metric){sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
+                        sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3),
+                        (const char *)sqlite3_column_text(st, 4)};
+}
+
+STORE_ROWS(metric_rows, store_metric, metric_row)
+
 int store_metric_list(store *s, int64_t job_id, int64_t after, int limit,
                       void (*row)(void *arg, const store_metric *m), void *arg)
 {
     static const char sql[] = "SELECT id, attempt, rank, at, data FROM job_metrics"
                               " WHERE job_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
+    struct metric_rows r = {row, arg};
     sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, after);
-    sqlite3_bind_int(st, 3, limit);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_metric m = {sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
-                          sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3),
-                          (const char *)sqlite3_column_text(st, 4)};
-        row(arg, &m);
+    if (st) {
+        sqlite3_bind_int64(st, 1, job_id);
+        sqlite3_bind_int64(st, 2, after);
+        sqlite3_bind_int(st, 3, limit);
     }
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    return store_each(st, metric_rows, &r);
 }

@@ -21,8 +21,9 @@
     "  AND w.state IN ('assigned', 'running')"                                                \
     " LEFT JOIN jobs j ON j.id = w.job_id"
 
-static void node_row(sqlite3_stmt *st, store_node *n)
+static void node_row(sqlite3_stmt *st, void *out)
 {
+    store_node *n = out;
     n->id = sqlite3_column_int64(st, 0);
     store_col_copy(st, 1, n->name, sizeof n->name);
     store_col_copy(st, 2, n->address, sizeof n->address);
@@ -42,16 +43,12 @@ static void node_row(sqlite3_stmt *st, store_node *n)
     n->used_workers = sqlite3_column_int64(st, 16);
 }
 
+STORE_ROWS(node_rows, store_node, node_row)
+
 static int node_each(sqlite3_stmt *st, void (*row)(void *arg, const store_node *n), void *arg)
 {
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_node n;
-        node_row(st, &n);
-        row(arg, &n);
-    }
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    struct node_rows r = {row, arg};
+    return store_each(st, node_rows, &r);
 }
 
 int store_join_token_insert(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN],

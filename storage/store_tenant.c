@@ -21,6 +21,14 @@ static void user_row(sqlite3_stmt *st, int i, store_user *u, int *is_platform)
         *is_platform = sqlite3_column_int(st, i + 6);
 }
 
+/* A user of a USER_COLS row. */
+static void user_only(sqlite3_stmt *st, void *out)
+{
+    user_row(st, 0, out, NULL);
+}
+
+STORE_ROWS(user_rows, store_user, user_only)
+
 int store_token_lookup(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t now_ms,
                        store_principal *out)
 {
@@ -65,27 +73,25 @@ int store_tenant_insert(store_tx *tx, const char *name, int64_t *id)
     return store_step_change(c, st, id);
 }
 
-static void tenant_row(sqlite3_stmt *st, store_tenant *t)
+static void tenant_row(sqlite3_stmt *st, void *out)
 {
+    store_tenant *t = out;
     t->id = sqlite3_column_int64(st, 0);
     store_col_copy(st, 1, t->name, sizeof t->name);
     t->is_platform = sqlite3_column_int(st, 2);
     t->created_at = sqlite3_column_int64(st, 3);
 }
 
+STORE_ROWS(tenant_rows, store_tenant, tenant_row)
+
 int store_tenant_by_name(store *s, const char *name, store_tenant *out)
 {
     static const char sql[] =
         "SELECT id, name, is_platform, created_at FROM tenants WHERE name = ?1";
     sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (!st)
-        return STORE_EIO;
-    store_bind_text(st, 1, name);
-    int rc = store_step_row(st);
-    if (rc == STORE_OK)
-        tenant_row(st, out);
-    sqlite3_reset(st);
-    return rc;
+    if (st)
+        store_bind_text(st, 1, name);
+    return store_get_one(st, tenant_row, out);
 }
 
 int store_tenant_list(store *s, int64_t after, int limit,
@@ -93,19 +99,13 @@ int store_tenant_list(store *s, int64_t after, int limit,
 {
     static const char sql[] = "SELECT id, name, is_platform, created_at FROM tenants"
                               " WHERE id > ?1 AND is_platform = 0 ORDER BY id LIMIT ?2";
+    struct tenant_rows r = {row, arg};
     sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, after);
-    sqlite3_bind_int(st, 2, limit);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_tenant t;
-        tenant_row(st, &t);
-        row(arg, &t);
+    if (st) {
+        sqlite3_bind_int64(st, 1, after);
+        sqlite3_bind_int(st, 2, limit);
     }
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    return store_each(st, tenant_rows, &r);
 }
 
 int store_user_insert(store_tx *tx, int64_t tenant_id, const char *name, const char *role,
@@ -129,14 +129,9 @@ int store_user_get(store *s, int64_t id, store_user *out)
     static const char sql[] = "SELECT " USER_COLS " FROM users u"
                               " JOIN tenants t ON t.id = u.tenant_id WHERE u.id = ?1";
     sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, id);
-    int rc = store_step_row(st);
-    if (rc == STORE_OK)
-        user_row(st, 0, out, NULL);
-    sqlite3_reset(st);
-    return rc;
+    if (st)
+        sqlite3_bind_int64(st, 1, id);
+    return store_get_one(st, user_only, out);
 }
 
 int store_user_list(store *s, int64_t tenant_id, int64_t after, int limit,
@@ -145,20 +140,14 @@ int store_user_list(store *s, int64_t tenant_id, int64_t after, int limit,
     static const char sql[] = "SELECT " USER_COLS " FROM users u"
                               " JOIN tenants t ON t.id = u.tenant_id"
                               " WHERE u.tenant_id = ?1 AND u.id > ?2 ORDER BY u.id LIMIT ?3";
+    struct user_rows r = {row, arg};
     sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, tenant_id);
-    sqlite3_bind_int64(st, 2, after);
-    sqlite3_bind_int(st, 3, limit);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_user u;
-        user_row(st, 0, &u, NULL);
-        row(arg, &u);
+    if (st) {
+        sqlite3_bind_int64(st, 1, tenant_id);
+        sqlite3_bind_int64(st, 2, after);
+        sqlite3_bind_int(st, 3, limit);
     }
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    return store_each(st, user_rows, &r);
 }
 
 int store_platform_admin_count(store *s, int64_t *n)
@@ -213,8 +202,9 @@ int store_token_insert(store_tx *tx, int64_t user_id, const char *name,
     "k.id, k.user_id, u.tenant_id, k.name, k.created_at, coalesce(k.expires_at, 0),"       \
     " coalesce(k.revoked_at, 0)"
 
-static void token_row(sqlite3_stmt *st, store_token *t)
+static void token_row(sqlite3_stmt *st, void *out)
 {
+    store_token *t = out;
     t->id = sqlite3_column_int64(st, 0);
     t->user_id = sqlite3_column_int64(st, 1);
     t->tenant_id = sqlite3_column_int64(st, 2);
@@ -224,19 +214,16 @@ static void token_row(sqlite3_stmt *st, store_token *t)
     t->revoked_at = sqlite3_column_int64(st, 6);
 }
 
+STORE_ROWS(token_rows, store_token, token_row)
+
 int store_token_get(store *s, int64_t id, store_token *out)
 {
     static const char sql[] = "SELECT " TOKEN_COLS " FROM api_tokens k"
                               " JOIN users u ON u.id = k.user_id WHERE k.id = ?1";
     sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, id);
-    int rc = store_step_row(st);
-    if (rc == STORE_OK)
-        token_row(st, out);
-    sqlite3_reset(st);
-    return rc;
+    if (st)
+        sqlite3_bind_int64(st, 1, id);
+    return store_get_one(st, token_row, out);
 }
 
 int store_token_list(store *s, int64_t user_id, int64_t after, int limit,
@@ -245,20 +232,14 @@ int store_token_list(store *s, int64_t user_id, int64_t after, int limit,
     static const char sql[] = "SELECT " TOKEN_COLS " FROM api_tokens k"
                               " JOIN users u ON u.id = k.user_id"
                               " WHERE k.user_id = ?1 AND k.id > ?2 ORDER BY k.id LIMIT ?3";
+    struct token_rows r = {row, arg};
     sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, user_id);
-    sqlite3_bind_int64(st, 2, after);
-    sqlite3_bind_int(st, 3, limit);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_token t;
-        token_row(st, &t);
-        row(arg, &t);
+    if (st) {
+        sqlite3_bind_int64(st, 1, user_id);
+        sqlite3_bind_int64(st, 2, after);
+        sqlite3_bind_int(st, 3, limit);
     }
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    return store_each(st, token_rows, &r);
 }
 
 int store_token_revoke(store_tx *tx, int64_t id, int64_t now_ms)

@@ -34,8 +34,9 @@ static const char *const delete_sql[2] = {
     "DELETE FROM workspaces WHERE id = ?1",
 };
 
-static void vol_row(sqlite3_stmt *st, store_volume *v)
+static void vol_row(sqlite3_stmt *st, void *out)
 {
+    store_volume *v = out;
     v->id = sqlite3_column_int64(st, 0);
     v->tenant_id = sqlite3_column_int64(st, 1);
     store_col_copy(st, 2, v->tenant, sizeof v->tenant);
@@ -45,43 +46,35 @@ static void vol_row(sqlite3_stmt *st, store_volume *v)
     v->created_at = sqlite3_column_int64(st, 6);
 }
 
+STORE_ROWS(vol_rows, store_volume, vol_row)
+
 int store_volume_get(store *s, store_vol_kind k, int64_t tenant_id, const char *name,
                      int with_public, store_volume *out)
 {
     sqlite3_stmt *st = store_read_stmt(s, get_sql[k]);
-    if (!st)
-        return STORE_EIO;
-    store_bind_text(st, 1, name);
-    sqlite3_bind_int64(st, 2, tenant_id);
-    if (k == STORE_DATASET)
-        sqlite3_bind_int(st, 3, with_public != 0);
-    int rc = store_step_row(st);
-    if (rc == STORE_OK)
-        vol_row(st, out);
-    sqlite3_reset(st);
-    return rc;
+    if (st) {
+        store_bind_text(st, 1, name);
+        sqlite3_bind_int64(st, 2, tenant_id);
+        if (k == STORE_DATASET)
+            sqlite3_bind_int(st, 3, with_public != 0);
+    }
+    return store_get_one(st, vol_row, out);
 }
 
 int store_volume_list(store *s, store_vol_kind k, int64_t tenant_id, int with_public,
                       int64_t after, int limit, void (*row)(void *arg, const store_volume *v),
                       void *arg)
 {
+    struct vol_rows r = {row, arg};
     sqlite3_stmt *st = store_read_stmt(s, list_sql[k]);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, tenant_id);
-    if (k == STORE_DATASET)
-        sqlite3_bind_int(st, 2, with_public != 0);
-    sqlite3_bind_int64(st, 3, after);
-    sqlite3_bind_int(st, 4, limit);
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_volume v;
-        vol_row(st, &v);
-        row(arg, &v);
+    if (st) {
+        sqlite3_bind_int64(st, 1, tenant_id);
+        if (k == STORE_DATASET)
+            sqlite3_bind_int(st, 2, with_public != 0);
+        sqlite3_bind_int64(st, 3, after);
+        sqlite3_bind_int(st, 4, limit);
     }
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    return store_each(st, vol_rows, &r);
 }
 
 int store_volume_insert(store_tx *tx, store_vol_kind k, int64_t tenant_id, const char *name,
