@@ -223,8 +223,9 @@ int store_node_mark_down(store_tx *tx, int64_t cutoff_ms, void (*row)(void *arg,
     " coalesce(started_at, 0), coalesce(finished_at, 0), coalesce(cpu_us, -1),"            \
     " coalesce(memory_peak, -1), coalesce(image_digest, '')"
 
-static void worker_row(sqlite3_stmt *st, store_worker *w)
+static void worker_row(sqlite3_stmt *st, void *out)
 {
+    store_worker *w = out;
     w->id = sqlite3_column_int64(st, 0);
     w->job_id = sqlite3_column_int64(st, 1);
     w->attempt = sqlite3_column_int64(st, 2);
@@ -245,17 +246,13 @@ static void worker_row(sqlite3_stmt *st, store_worker *w)
     store_col_copy(st, 17, w->image_digest, sizeof w->image_digest);
 }
 
+STORE_ROWS(worker_rows, store_worker, worker_row)
+
 static int worker_each(sqlite3_stmt *st, void (*row)(void *arg, const store_worker *w),
                        void *arg)
 {
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_worker w;
-        worker_row(st, &w);
-        row(arg, &w);
-    }
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    struct worker_rows r = {row, arg};
+    return store_each(st, worker_rows, &r);
 }
 
 int store_worker_insert(store_tx *tx, store_worker *w)
@@ -324,14 +321,9 @@ static const char worker_get_sql[] = "SELECT " WORKER_COLS " FROM workers WHERE 
 
 static int worker_one(sqlite3_stmt *st, int64_t id, store_worker *out)
 {
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, id);
-    int rc = store_step_row(st);
-    if (rc == STORE_OK)
-        worker_row(st, out);
-    sqlite3_reset(st);
-    return rc;
+    if (st)
+        sqlite3_bind_int64(st, 1, id);
+    return store_get_one(st, worker_row, out);
 }
 
 int store_worker_get(store *s, int64_t id, store_worker *out)
@@ -639,47 +631,38 @@ int store_port_lowest_free(store_tx *tx, int64_t node_id, int64_t lo, int64_t hi
     return STORE_OK;
 }
 
+#define QUOTA_COLS                                                                         \
+    "tenant_id, coalesce(max_running_jobs, -1), coalesce(max_workers, -1),"               \
+    " coalesce(max_cpus, -1), coalesce(max_gpus, -1)"
+
+static void quota_row(sqlite3_stmt *st, void *out)
+{
+    *(store_quota *)out = (store_quota){sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
+                                        sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3),
+                                        sqlite3_column_int64(st, 4)};
+}
+
+STORE_ROWS(quota_rows, store_quota, quota_row)
+
 int store_quota_get(store *s, int64_t tenant_id, store_quota *out)
 {
-    static const char sql[] =
-        "SELECT coalesce(max_running_jobs, -1), coalesce(max_workers, -1),"
-        " coalesce(max_cpus, -1), coalesce(max_gpus, -1) FROM tenant_quotas WHERE tenant_id = ?1";
+    static const char sql[] = "SELECT " QUOTA_COLS " FROM tenant_quotas WHERE tenant_id = ?1";
     sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, tenant_id);
-    int rc = store_step_row(st);
-    out->tenant_id = tenant_id;
-    if (rc == STORE_OK) {
-        out->max_running_jobs = sqlite3_column_int64(st, 0);
-        out->max_workers = sqlite3_column_int64(st, 1);
-        out->max_cpus = sqlite3_column_int64(st, 2);
-        out->max_gpus = sqlite3_column_int64(st, 3);
-    } else if (rc == STORE_NOTFOUND) {
-        out->max_running_jobs = out->max_workers = out->max_cpus = out->max_gpus = -1;
+    if (st)
+        sqlite3_bind_int64(st, 1, tenant_id);
+    int rc = store_get_one(st, quota_row, out);
+    if (rc == STORE_NOTFOUND) { /* no quota: no limit */
+        *out = (store_quota){tenant_id, -1, -1, -1, -1};
         rc = STORE_OK;
     }
-    sqlite3_reset(st);
     return rc;
 }
 
 int store_quota_all_tx(store_tx *tx, void (*row)(void *arg, const store_quota *q), void *arg)
 {
-    static const char sql[] =
-        "SELECT tenant_id, coalesce(max_running_jobs, -1), coalesce(max_workers, -1),"
-        " coalesce(max_cpus, -1), coalesce(max_gpus, -1) FROM tenant_quotas";
-    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
-    if (!st)
-        return STORE_EIO;
-    int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        store_quota q = {sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
-                         sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3),
-                         sqlite3_column_int64(st, 4)};
-        row(arg, &q);
-    }
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    static const char sql[] = "SELECT " QUOTA_COLS " FROM tenant_quotas";
+    struct quota_rows r = {row, arg};
+    return store_each(store_stmt(store_tx_conn(tx), sql), quota_rows, &r);
 }
 
 static void bind_limit(sqlite3_stmt *st, int i, int64_t v)
