@@ -60,6 +60,16 @@ th_resp th_put_file(th_daemon *d, const char *path, const char *token, const voi
                     size_t len);
 void th_free(th_resp *r);
 
+/* A step that must answer WANT: asserts the status of the response RESP
+ * (an expression; its body goes in the message) and frees it.  For test
+ * files, which include criterion.h. */
+#define th_must(RESP, WANT)                                                                \
+    do {                                                                                   \
+        th_resp must_ = (RESP);                                                            \
+        cr_assert_eq(must_.status, (WANT), "%s", must_.body ? must_.body : "");            \
+        th_free(&must_);                                                                   \
+    } while (0)
+
 /* The error code / field of an error response ("" when absent). */
 const char *th_err_code(const th_resp *r);
 const char *th_err_field(const th_resp *r);

@@ -67,15 +67,9 @@ static void platform(const char *const *cohortd_args)
         cr_skip_test("needs root to create mount and PID namespaces");
     th_start(&d, cohortd_args);
     th_user(&d, "acme", "alice", "member", tok);
-    th_resp r = th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}");
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
-    r = th_post(&d, "/v1/datasets", tok, "{\"name\":\"ds\"}");
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
-    r = th_put_file(&d, "/v1/datasets/ds/files/sub/a.txt", tok, "hello", 5);
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
+    th_must(th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}"), 201);
+    th_must(th_post(&d, "/v1/datasets", tok, "{\"name\":\"ds\"}"), 201);
+    th_must(th_put_file(&d, "/v1/datasets/ds/files/sub/a.txt", tok, "hello", 5), 201);
 }
 
 static void agents(int n, const char *cpus)
@@ -227,9 +221,7 @@ static void master_port(long job, char *out, size_t n)
 {
     char p[64];
     snprintf(p, sizeof p, "/v1/jobs/%ld/workers", job);
-    th_resp r = th_get(&d, p, tok);
-    cr_assert_eq(r.status, 200);
-    th_free(&r);
+    th_must(th_get(&d, p, tok), 200);
     char *t = fetch("out/env-0.txt");
     value_of(t, "MASTER_PORT", out, n);
     free(t);
@@ -806,11 +798,9 @@ static const char *const job = "{\"name\":\"%s\",\"image\":\"native\",\"workspac
 static void gpu_node(void)
 {
     platform(NULL);
-    th_resp r = th_post(&d, "/v1/worker-specs", TH_ADMIN,
-                        "{\"name\":\"gpu-test\",\"cpus\":1,\"memory_mb\":1024,\"gpus\":1,"
-                        "\"gpu_type\":\"nvidia\",\"price_per_hour\":10,\"currency\":\"USD\"}");
-    cr_assert_eq(r.status, 201, "%s", r.body);
-    th_free(&r);
+    th_must(th_post(&d, "/v1/worker-specs", TH_ADMIN,
+                    "{\"name\":\"gpu-test\",\"cpus\":1,\"memory_mb\":1024,\"gpus\":1,"
+                    "\"gpu_type\":\"nvidia\",\"price_per_hour\":10,\"currency\":\"USD\"}"), 201);
     th_agent_start(&ag[0], &d, "n1", gpu_agent);
     nagents = 1;
     th_put_text(&d, tok, "ws", "gpu.sh",
@@ -1513,9 +1503,7 @@ Test(agent, ranks_meet_across_two_network_namespaces, .timeout = 90)
     static char bin[2 << 20];
     size_t n = fread(bin, 1, sizeof bin, f);
     fclose(f);
-    th_resp r = th_put_file(&d, "/v1/workspaces/ws/files/meet?mode=755", tok, bin, n);
-    cr_assert_eq(r.status, 201, "%s", r.body);
-    th_free(&r);
+    th_must(th_put_file(&d, "/v1/workspaces/ws/files/meet?mode=755", tok, bin, n), 201);
     long id = submit("{\"name\":\"meet\",\"image\":\"native\",\"workspace\":\"ws\","
                      "\"code_path\":\"meet\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
                      "\"worker_spec\":\"cpu-small\",\"worker_count\":2,\"workers_per_node\":1}");
@@ -1523,7 +1511,7 @@ Test(agent, ranks_meet_across_two_network_namespaces, .timeout = 90)
     cr_expect(th_wait_state(&d, tok, id, "SUCCEEDED", 40000, seen), "job ended %s", seen);
     char p[128];
     snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=1", id);
-    r = th_get(&d, p, tok);
+    th_resp r = th_get(&d, p, tok);
     cr_expect(strstr(r.body, "rank 1 reached rank 0 at 10.211.") != NULL, "rank 1 said: %s", r.body);
     th_free(&r);
     snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=0", id);
@@ -1553,11 +1541,9 @@ Test(agent, cohort_worker_trains_across_two_hosts_from_its_image, .timeout = 240
     th_resp r;
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_expect_eq(system(cmd), 0);
-    r = th_post(&d, "/v1/images", TH_ADMIN,
-                "{\"name\":\"trainer\",\"reference\":\"cohort/worker:test\","
-                "\"framework\":\"native\"}");
-    cr_assert_eq(r.status, 201, "%s", r.body);
-    th_free(&r);
+    th_must(th_post(&d, "/v1/images", TH_ADMIN,
+                    "{\"name\":\"trainer\",\"reference\":\"cohort/worker:test\","
+                    "\"framework\":\"native\"}"), 201);
     th_put_text(&d, tok, "ws", "train.sh",
                 "#!/bin/sh\nexec cohort-worker train --log-every 10 \"$@\"\n", "755");
     long id = submit("{\"name\":\"cw2\",\"image\":\"trainer\",\"datasets\":[\"synth\"],"
@@ -1698,13 +1684,9 @@ Test(agent, an_unmodified_torch_distributed_script_trains, .timeout = 600)
     }
     th_resp r = th_post(&d, "/v1/datasets", tok, "{\"name\":\"digits\"}");
     th_free(&r);
-    r = th_put_file(&d, "/v1/datasets/digits/files/train-images-idx3-ubyte", tok, images,
-                    hi + N * SIDE * SIDE);
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
-    r = th_put_file(&d, "/v1/datasets/digits/files/train-labels-idx1-ubyte", tok, labels, hl + N);
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
+    th_must(th_put_file(&d, "/v1/datasets/digits/files/train-images-idx3-ubyte", tok, images,
+                        hi + N * SIDE * SIDE), 201);
+    th_must(th_put_file(&d, "/v1/datasets/digits/files/train-labels-idx1-ubyte", tok, labels, hl + N), 201);
     put_source_file("tests/ddp_train.py", "ddp_train.py");
     long id = submit("{\"name\":\"ddp\",\"image\":\"pytorch\",\"datasets\":[\"digits\"],"
                      "\"workspace\":\"ws\",\"code_path\":\"ddp_train.py\",\"epochs\":6,"
@@ -1777,11 +1759,9 @@ Test(agent, cohort_worker_trains_as_a_two_rank_job, .timeout = 180)
     th_resp r;
     /* cohort-worker from an image that holds it (and its libraries), not
      * from the host */
-    r = th_post(&d, "/v1/images", TH_ADMIN,
-                "{\"name\":\"trainer\",\"reference\":\"cohort/worker:test\","
-                "\"framework\":\"native\"}");
-    cr_assert_eq(r.status, 201, "%s", r.body);
-    th_free(&r);
+    th_must(th_post(&d, "/v1/images", TH_ADMIN,
+                    "{\"name\":\"trainer\",\"reference\":\"cohort/worker:test\","
+                    "\"framework\":\"native\"}"), 201);
     th_put_text(&d, tok, "ws", "train.sh",
                 "#!/bin/sh\nexec cohort-worker train --log-every 10 \"$@\"\n", "755");
     long id = submit("{\"name\":\"cw\",\"image\":\"trainer\",\"datasets\":[\"synth\"],"

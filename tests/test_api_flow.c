@@ -48,12 +48,8 @@ static void make_volumes(const char *tok)
     cr_expect_eq(th_num(&r, "size"), sizeof prog - 1);
     cr_expect_str_eq(th_str(&r, "mode"), "755");
     th_free(&r);
-    r = th_post(&d, "/v1/datasets", tok, "{\"name\":\"mnist\"}");
-    cr_assert_eq(r.status, 201, "%s", r.body);
-    th_free(&r);
-    r = th_put_file(&d, "/v1/datasets/mnist/files/raw/train-images-idx3-ubyte", tok, "IDX", 3);
-    cr_assert_eq(r.status, 201, "%s", r.body);
-    th_free(&r);
+    th_must(th_post(&d, "/v1/datasets", tok, "{\"name\":\"mnist\"}"), 201);
+    th_must(th_put_file(&d, "/v1/datasets/mnist/files/raw/train-images-idx3-ubyte", tok, "IDX", 3), 201);
 }
 
 Test(api_flow, tenant_user_token_and_whoami)
@@ -304,9 +300,7 @@ Test(api_flow, job_list_pagination)
     th_user(&d, "acme", "alice", "member", tok);
     make_volumes(tok);
     for (int i = 0; i < 7; i++) {
-        th_resp r = th_post(&d, "/v1/jobs", tok, JOB_BODY);
-        cr_assert_eq(r.status, 201);
-        th_free(&r);
+        th_must(th_post(&d, "/v1/jobs", tok, JOB_BODY), 201);
     }
     int seen = 0, pages = 0;
     char path[128] = "/v1/jobs?limit=3";

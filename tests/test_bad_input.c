@@ -31,9 +31,7 @@ static void setup(void)
     cr_assert_eq(r.status, 201);
     ws_id = (long)th_num(&r, "id");
     th_free(&r);
-    r = th_put_file(&d, "/v1/workspaces/ws/files/train.py", tok, "x", 1);
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
+    th_must(th_put_file(&d, "/v1/workspaces/ws/files/train.py", tok, "x", 1), 201);
     r = th_get(&d, "/v1/tenants/acme", TH_ADMIN);
     tenant_id = (long)th_num(&r, "id");
     th_free(&r);

@@ -55,9 +55,7 @@ static void platform(const char *const *args, int agents, const char *cpus)
         cr_skip_test("needs root to create mount and PID namespaces");
     th_start(&d, args);
     th_user(&d, "acme", "alice", "member", tok);
-    th_resp r = th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}");
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
+    th_must(th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}"), 201);
     spec("meter", METER_PRICE);
     spec("odd", ODD_PRICE);
     static const char *const names[] = {"b1", "b2"};
@@ -327,9 +325,7 @@ Test(billing, fifty_concurrent_submits_against_a_budget_for_one_run_one)
     cr_assert_eq(r.status, 200, "%s", r.body);
     th_free(&r);
     /* One job holds 60 (60 s at 1 per second); 100 does not hold two. */
-    r = th_post(&d, "/v1/tenants/acme/credits", TH_ADMIN, "{\"amount\":100,\"note\":\"race\"}");
-    cr_assert_eq(r.status, 201, "%s", r.body);
-    th_free(&r);
+    th_must(th_post(&d, "/v1/tenants/acme/credits", TH_ADMIN, "{\"amount\":100,\"note\":\"race\"}"), 201);
     pthread_t th[50];
     struct racer rc[50];
     for (int i = 0; i < 50; i++) {
@@ -384,9 +380,7 @@ Test(billing, exhaustion_stops_with_sigterm_and_a_topped_up_retry_resumes)
     th_resp r = put_json("/v1/tenants/acme/budget", TH_ADMIN, "{\"enforce\":true}");
     cr_assert_eq(r.status, 200, "%s", r.body);
     th_free(&r);
-    r = th_post(&d, "/v1/tenants/acme/credits", TH_ADMIN, "{\"amount\":15}");
-    cr_assert_eq(r.status, 201, "%s", r.body);
-    th_free(&r);
+    th_must(th_post(&d, "/v1/tenants/acme/credits", TH_ADMIN, "{\"amount\":15}"), 201);
     long id = submit("counter", "count.sh", "meter", 1, NULL);
     wait_state(id, "RUNNING", 20000);
     wait_state(id, "FAILED", 40000);
@@ -412,9 +406,7 @@ Test(billing, exhaustion_stops_with_sigterm_and_a_topped_up_retry_resumes)
     /* A retry without money waits for the budget... */
     char p[64];
     snprintf(p, sizeof p, "/v1/jobs/%ld/retry", id);
-    r = th_post(&d, p, tok, NULL);
-    cr_assert_eq(r.status, 200, "%s", r.body);
-    th_free(&r);
+    th_must(th_post(&d, p, tok, NULL), 200);
     usleep(1500000);
     j = get_json(tok, "/v1/jobs/%ld", id);
     cr_expect_str_eq(cJSON_GetObjectItem(j, "state")->valuestring, "PENDING");
@@ -423,9 +415,7 @@ Test(billing, exhaustion_stops_with_sigterm_and_a_topped_up_retry_resumes)
               cJSON_IsString(wr) ? wr->valuestring : "null");
     cJSON_Delete(j);
     /* ...and a top-up lets it run on from its saved state. */
-    r = th_post(&d, "/v1/tenants/acme/credits", TH_ADMIN, "{\"amount\":1000}");
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
+    th_must(th_post(&d, "/v1/tenants/acme/credits", TH_ADMIN, "{\"amount\":1000}"), 201);
     wait_state(id, "RUNNING", 20000);
     usleep(1500000);
     lg = th_get(&d, "/v1/workspaces/ws/files/log.txt", tok);
@@ -791,9 +781,7 @@ Test(billing, a_budget_past_a_thousand_budgeted_tenants_still_holds)
     th_resp r = put_json("/v1/tenants/late/budget", TH_ADMIN, "{\"monthly_cap\":1}");
     cr_assert_eq(r.status, 200, "%s", r.body);
     th_free(&r);
-    r = th_post(&d, "/v1/workspaces", late, "{\"name\":\"ws\"}");
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
+    th_must(th_post(&d, "/v1/workspaces", late, "{\"name\":\"ws\"}"), 201);
     th_put_text(&d, late, "ws", "x.sh", "#!/bin/sh\ntrue\n", "755");
     long id = submit_as(late, "capped", "x.sh", "meter", 1, "\"max_runtime_seconds\":60");
     char reason[256] = "";

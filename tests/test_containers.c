@@ -64,16 +64,10 @@ static void platform_base(void)
     th_user(&d, "globex", "bob", "member", tok_b);
     const char *toks[] = {tok, tok_b};
     for (int i = 0; i < 2; i++) {
-        th_resp r = th_post(&d, "/v1/workspaces", toks[i], "{\"name\":\"ws\"}");
-        cr_assert_eq(r.status, 201);
-        th_free(&r);
+        th_must(th_post(&d, "/v1/workspaces", toks[i], "{\"name\":\"ws\"}"), 201);
     }
-    th_resp r = th_post(&d, "/v1/datasets", tok, "{\"name\":\"ds\"}");
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
-    r = th_put_file(&d, "/v1/datasets/ds/files/a.txt", tok, "hello", 5);
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
+    th_must(th_post(&d, "/v1/datasets", tok, "{\"name\":\"ds\"}"), 201);
+    th_must(th_put_file(&d, "/v1/datasets/ds/files/a.txt", tok, "hello", 5), 201);
 }
 
 static void platform(const char *const *agent_args)
@@ -342,9 +336,7 @@ Test(containers, cancel_of_a_stubborn_container_leaves_nothing)
         usleep(100000);
     cr_assert_geq(th_count_marked(marker), 2, "the program and its grandchild run");
     snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", id);
-    th_resp r = th_post(&d, p, tok, NULL);
-    cr_assert_eq(r.status, 200);
-    th_free(&r);
+    th_must(th_post(&d, p, tok, NULL), 200);
     int left = 1;
     for (int i = 0; i < 100 && left; i++, usleep(100000))
         left = th_count_marked(marker);
@@ -458,14 +450,12 @@ static void expect_reason(const char *reference, const char *want)
     th_user(&d, "acme", "root", "tenant_admin", admin);
     snprintf(body, sizeof body,
              "{\"name\":\"img\",\"reference\":\"%s\",\"framework\":\"native\"}", reference);
-    th_resp r = th_post(&d, "/v1/images", admin, body);
-    cr_assert_eq(r.status, 201, "%s", r.body);
-    th_free(&r);
+    th_must(th_post(&d, "/v1/images", admin, body), 201);
     th_put_text(&d, tok, "ws", "x.sh", "#!/bin/sh\nexit 0\n", "755");
     long id = submit_as(tok, "x.sh", "img", NULL);
     cr_assert(th_wait_state(&d, tok, id, "FAILED", 60000, seen), "%s", seen);
     snprintf(p, sizeof p, "/v1/jobs/%ld", id);
-    r = th_get(&d, p, tok);
+    th_resp r = th_get(&d, p, tok);
     cr_expect(strstr(th_str(&r, "reason"), want) != NULL, "reason: %s", th_str(&r, "reason"));
     th_free(&r);
     /* and the agent runs on */
@@ -518,9 +508,7 @@ Test(containers, unused_images_are_evicted_past_the_bound_and_used_ones_stay, .t
         cr_assert_eq(th_push_image(repo, opts), 0);
         snprintf(body, sizeof body,
                  "{\"name\":\"%s\",\"reference\":\"%s\",\"framework\":\"native\"}", names[i], repo);
-        th_resp r = th_post(&d, "/v1/images", admin, body);
-        cr_assert_eq(r.status, 201, "%s", r.body);
-        th_free(&r);
+        th_must(th_post(&d, "/v1/images", admin, body), 201);
     }
     th_put_text(&d, tok, "ws", "long.sh", "#!/bin/sh\nsleep 30\n", "755");
     th_put_text(&d, tok, "ws", "short.sh", "#!/bin/sh\nexit 0\n", "755");
@@ -605,14 +593,12 @@ Test(containers, refused_credentials_fail_the_attempt_and_say_so)
         snprintf(body, sizeof body,
                  "{\"name\":\"%s\",\"reference\":\"%s/acme/secret:1\",\"framework\":\"native\"%s}",
                  cases[i].name, addr, cases[i].creds);
-        th_resp r = th_post(&d, "/v1/images", admin, body);
-        cr_assert_eq(r.status, 201, "%s", r.body);
-        th_free(&r);
+        th_must(th_post(&d, "/v1/images", admin, body), 201);
         long id = submit_as(tok, "x.sh", cases[i].name, NULL);
         const char *want = cases[i].want ? "FAILED" : "SUCCEEDED";
         cr_expect(th_wait_state(&d, tok, id, want, 60000, seen), "%s: %s", cases[i].name, seen);
         snprintf(p, sizeof p, "/v1/jobs/%ld", id);
-        r = th_get(&d, p, tok);
+        th_resp r = th_get(&d, p, tok);
         if (cases[i].want)
             cr_expect(strstr(th_str(&r, "reason"), cases[i].want) != NULL, "%s: %s",
                       cases[i].name, th_str(&r, "reason"));

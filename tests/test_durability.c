@@ -31,12 +31,8 @@ static void setup(void)
 {
     th_start(&d, unlimited);
     th_user(&d, "acme", "alice", "member", tok);
-    th_resp r = th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}");
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
-    r = th_put_file(&d, "/v1/workspaces/ws/files/t.py", tok, "x", 1);
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
+    th_must(th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}"), 201);
+    th_must(th_put_file(&d, "/v1/workspaces/ws/files/t.py", tok, "x", 1), 201);
 }
 
 /* The full-disk test's cohortd and mount: undone here too if it fails half-way. */
@@ -254,12 +250,9 @@ Test(durability, a_full_disk_answers_507_and_keeps_nothing_half_done)
     }
     th_start_in(&full, dir, unlimited);
     th_user(&full, "acme", "alice", "member", tk);
-    th_resp r = th_post(&full, "/v1/workspaces", tk, "{\"name\":\"ws\"}");
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
-    r = th_put_file(&full, "/v1/workspaces/ws/files/t.py", tk, "x", 1);
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
+    th_must(th_post(&full, "/v1/workspaces", tk, "{\"name\":\"ws\"}"), 201);
+    th_must(th_put_file(&full, "/v1/workspaces/ws/files/t.py", tk, "x", 1), 201);
+    th_resp r;
 
     fill_disk(dir);
     /* The WAL may still have room for a few rows; creates go on until the

@@ -19,19 +19,11 @@ static void setup(void)
     th_start(&d, NULL);
     alice = th_user(&d, "tenant-a", "alice", "tenant_admin", ta);
     th_user(&d, "tenant-b", "mallory", "tenant_admin", tb);
-    th_resp r = th_post(&d, "/v1/workspaces", ta, "{\"name\":\"secret-ws\"}");
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
-    r = th_put_file(&d, "/v1/workspaces/secret-ws/files/train.py", ta, "secret", 6);
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
-    r = th_post(&d, "/v1/datasets", ta, "{\"name\":\"secret-ds\"}");
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
-    r = th_put_file(&d, "/v1/datasets/secret-ds/files/x.bin", ta, "secret", 6);
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
-    r = th_post(&d, "/v1/jobs", ta,
+    th_must(th_post(&d, "/v1/workspaces", ta, "{\"name\":\"secret-ws\"}"), 201);
+    th_must(th_put_file(&d, "/v1/workspaces/secret-ws/files/train.py", ta, "secret", 6), 201);
+    th_must(th_post(&d, "/v1/datasets", ta, "{\"name\":\"secret-ds\"}"), 201);
+    th_must(th_put_file(&d, "/v1/datasets/secret-ds/files/x.bin", ta, "secret", 6), 201);
+    th_resp r = th_post(&d, "/v1/jobs", ta,
                 "{\"name\":\"a-job\",\"image\":\"pytorch\",\"datasets\":[\"secret-ds\"],"
                 "\"workspace\":\"secret-ws\",\"code_path\":\"train.py\",\"epochs\":1,\"lr\":0.1,"
                 "\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
@@ -156,13 +148,9 @@ Test(isolation, b_cannot_use_a_dataset_or_workspace_in_a_job)
 
 Test(isolation, public_datasets_are_readable_but_not_writable)
 {
-    th_resp r = th_post(&d, "/v1/datasets", TH_ADMIN, "{\"name\":\"mnist-public\"}");
-    cr_assert_eq(r.status, 201, "%s", r.body);
-    th_free(&r);
-    r = th_put_file(&d, "/v1/datasets/mnist-public/files/a", TH_ADMIN, "pub", 3);
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
-    r = th_get(&d, "/v1/datasets/mnist-public/files/a", tb);
+    th_must(th_post(&d, "/v1/datasets", TH_ADMIN, "{\"name\":\"mnist-public\"}"), 201);
+    th_must(th_put_file(&d, "/v1/datasets/mnist-public/files/a", TH_ADMIN, "pub", 3), 201);
+    th_resp r = th_get(&d, "/v1/datasets/mnist-public/files/a", tb);
     cr_expect_eq(r.status, 200);
     cr_expect_str_eq(r.body, "pub");
     th_free(&r);

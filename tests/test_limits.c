@@ -78,13 +78,9 @@ static void setup(void)
     const char *args[] = {"--header-timeout", "3", "--max-conns-per-ip", "600", NULL};
     th_start(&d, args);
     th_user(&d, "acme", "alice", "member", tok);
-    th_resp r = th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}");
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
-    r = th_put_file(&d, "/v1/workspaces/ws/files/t.py", tok, "x", 1);
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
-    r = th_post(&d, "/v1/jobs", tok,
+    th_must(th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}"), 201);
+    th_must(th_put_file(&d, "/v1/workspaces/ws/files/t.py", tok, "x", 1), 201);
+    th_resp r = th_post(&d, "/v1/jobs", tok,
                 "{\"name\":\"j\",\"image\":\"pytorch\",\"workspace\":\"ws\",\"code_path\":"
                 "\"t.py\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,\"worker_spec\":"
                 "\"cpu-small\",\"worker_count\":1}");

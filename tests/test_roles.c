@@ -22,12 +22,8 @@ static void setup(void)
     th_user(&d, "acme", "mark", "member", member);
     th_user(&d, "acme", "tara", "tenant_admin", tadmin);
     th_user(&d, "globex", "gus", "tenant_admin", other_admin);
-    th_resp r = th_post(&d, "/v1/workspaces", member, "{\"name\":\"ws\"}");
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
-    r = th_put_file(&d, "/v1/workspaces/ws/files/t.py", member, "x", 1);
-    cr_assert_eq(r.status, 201);
-    th_free(&r);
+    th_must(th_post(&d, "/v1/workspaces", member, "{\"name\":\"ws\"}"), 201);
+    th_must(th_put_file(&d, "/v1/workspaces/ws/files/t.py", member, "x", 1), 201);
 }
 
 static void teardown(void)
