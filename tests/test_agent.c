@@ -92,6 +92,36 @@ static long submit(const char *body)
     return id;
 }
 
+/* Rank's log of job id (the caller th_frees it). */
+static th_resp rank_log(long id, int rank)
+{
+    char p[96];
+    snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=%d", id, rank);
+    return th_get(&d, p, tok);
+}
+
+/* Waits up to ms for job id to succeed; returns rank 0's log (the caller
+ * th_frees it), and fails the test with that log when the job did not. */
+static th_resp succeeded_log(long id, int ms)
+{
+    char seen[16];
+    int ok = th_wait_state(&d, tok, id, "SUCCEEDED", ms, seen);
+    th_resp r = rank_log(id, 0);
+    cr_assert(ok, "job ended %s; rank 0 printed:\n%s", seen, r.body);
+    return r;
+}
+
+/* The image "trainer" (cohort-worker and its libraries, from the tests'
+ * registry) and ws/train.sh, which runs the C trainer as a job. */
+static void trainer_image(void)
+{
+    th_must(th_post(&d, "/v1/images", TH_ADMIN,
+                    "{\"name\":\"trainer\",\"reference\":\"cohort/worker:test\","
+                    "\"framework\":\"native\"}"), 201);
+    th_put_text(&d, tok, "ws", "train.sh",
+                "#!/bin/sh\nexec cohort-worker train --log-every 10 \"$@\"\n", "755");
+}
+
 /* The value of KEY in a KEY=VALUE file fetched from the workspace ("" if absent). */
 static void value_of(const char *text, const char *key, char *out, size_t n)
 {
@@ -1531,7 +1561,7 @@ Test(agent, ranks_meet_across_two_network_namespaces, .timeout = 90)
  * namespaces), trains over Gloo across them. */
 Test(agent, cohort_worker_trains_across_two_hosts_from_its_image, .timeout = 240)
 {
-    char dir[] = "/tmp/cohort-agent-worker-XXXXXX", cmd[600], p[160], seen[16];
+    char dir[] = "/tmp/cohort-agent-worker-XXXXXX", cmd[600], p[160];
     cr_assert_not_null(mkdtemp(dir));
     snprintf(cmd, sizeof cmd, "%s mkdata %s --train 1000 --test 200 >/dev/null",
              COHORT_WORKER_BIN, dir);
@@ -1541,19 +1571,12 @@ Test(agent, cohort_worker_trains_across_two_hosts_from_its_image, .timeout = 240
     th_resp r;
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_expect_eq(system(cmd), 0);
-    th_must(th_post(&d, "/v1/images", TH_ADMIN,
-                    "{\"name\":\"trainer\",\"reference\":\"cohort/worker:test\","
-                    "\"framework\":\"native\"}"), 201);
-    th_put_text(&d, tok, "ws", "train.sh",
-                "#!/bin/sh\nexec cohort-worker train --log-every 10 \"$@\"\n", "755");
+    trainer_image();
     long id = submit("{\"name\":\"cw2\",\"image\":\"trainer\",\"datasets\":[\"synth\"],"
                      "\"workspace\":\"ws\",\"code_path\":\"train.sh\",\"epochs\":3,"
                      "\"lr\":0.05,\"batch_size\":32,\"worker_spec\":\"cpu-small\","
                      "\"worker_count\":2,\"workers_per_node\":1}");
-    int ok = th_wait_state(&d, tok, id, "SUCCEEDED", 180000, seen);
-    snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=0", id);
-    r = th_get(&d, p, tok);
-    cr_assert(ok, "job ended %s; rank 0 printed:\n%s", seen, r.body);
+    r = succeeded_log(id, 180000);
     cr_expect_not_null(strstr(r.body, "2 ranks over gloo"), "%s", r.body);
     cr_expect_not_null(strstr(r.body, "epoch 3 done"), "%s", r.body);
     th_free(&r);
@@ -1693,11 +1716,7 @@ Test(agent, an_unmodified_torch_distributed_script_trains, .timeout = 600)
                      "\"lr\":0.5,\"batch_size\":32,\"worker_spec\":\"cpu-small\","
                      "\"worker_count\":2,\"env\":{\"OMP_NUM_THREADS\":\"1\"}}");
     char seen[16];
-    int ok = th_wait_state(&d, tok, id, "SUCCEEDED", 400000, seen);
-    char p[128];
-    snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=0", id);
-    r = th_get(&d, p, tok);
-    cr_assert(ok, "job ended %s; rank 0 printed:\n%s", seen, r.body);
+    r = succeeded_log(id, 400000);
     /* The loss falls: the last epoch's is below the first's. */
     double first = -1, last = -1;
     for (char *line = strtok(r.body, "\n"); line; line = strtok(NULL, "\n")) {
@@ -1712,6 +1731,7 @@ Test(agent, an_unmodified_torch_distributed_script_trains, .timeout = 600)
     th_free(&r);
     cr_expect(first > 0 && last >= 0, "no loss lines in the log");
     cr_expect_lt(last, first * 0.7, "the loss went from %.4f to %.4f", first, last);
+    char p[128];
     snprintf(p, sizeof p, "/v1/jobs/%ld/metrics", id);
     r = th_get(&d, p, tok);
     cr_expect_eq(th_items(&r), 12, "6 epochs from each of 2 ranks: %s", r.body);
@@ -1748,7 +1768,7 @@ Test(agent, an_unmodified_torch_distributed_script_trains, .timeout = 600)
  * needs (a native job whose program execs it). */
 Test(agent, cohort_worker_trains_as_a_two_rank_job, .timeout = 180)
 {
-    char dir[] = "/tmp/cohort-agent-worker-XXXXXX", cmd[600], p[160], seen[16];
+    char dir[] = "/tmp/cohort-agent-worker-XXXXXX", cmd[600], p[160];
     cr_assert_not_null(mkdtemp(dir));
     snprintf(cmd, sizeof cmd, "%s mkdata %s --train 2000 --test 500 >/dev/null",
              COHORT_WORKER_BIN, dir);
@@ -1759,19 +1779,12 @@ Test(agent, cohort_worker_trains_as_a_two_rank_job, .timeout = 180)
     th_resp r;
     /* cohort-worker from an image that holds it (and its libraries), not
      * from the host */
-    th_must(th_post(&d, "/v1/images", TH_ADMIN,
-                    "{\"name\":\"trainer\",\"reference\":\"cohort/worker:test\","
-                    "\"framework\":\"native\"}"), 201);
-    th_put_text(&d, tok, "ws", "train.sh",
-                "#!/bin/sh\nexec cohort-worker train --log-every 10 \"$@\"\n", "755");
+    trainer_image();
     long id = submit("{\"name\":\"cw\",\"image\":\"trainer\",\"datasets\":[\"synth\"],"
                      "\"workspace\":\"ws\",\"code_path\":\"train.sh\",\"epochs\":4,"
                      "\"lr\":0.05,\"batch_size\":32,\"worker_spec\":\"cpu-small\","
                      "\"worker_count\":2}");
-    int ok = th_wait_state(&d, tok, id, "SUCCEEDED", 150000, seen);
-    snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=0", id);
-    r = th_get(&d, p, tok);
-    cr_assert(ok, "job ended %s; rank 0 printed:\n%s", seen, r.body);
+    r = succeeded_log(id, 150000);
     cr_expect_not_null(strstr(r.body, "2 ranks over gloo"), "%s", r.body);
     const char *done = strstr(r.body, "epoch 4 done");
     cr_assert_not_null(done, "%s", r.body);
