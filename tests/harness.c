@@ -152,7 +152,12 @@ void th_cleanup(th_daemon *d)
         th_kill9(d);
     th_registry_stop();
     char cmd[300];
-    if (d->dir[0] && !strncmp(d->dir, "/tmp/cohort-test-", 17)) {
+    /* COHORT_TEST_KEEP=1 keeps each test's directory: cohortd's and the
+     * agents' logs, for whoever chases a failure. */
+    const char *keep = getenv("COHORT_TEST_KEEP");
+    if (keep && !strcmp(keep, "1") && d->dir[0])
+        fprintf(stderr, "kept %s\n", d->dir);
+    else if (d->dir[0] && !strncmp(d->dir, "/tmp/cohort-test-", 17)) {
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", d->dir);
         int rc = system(cmd);
         (void)rc;
@@ -675,6 +680,28 @@ void th_agent_cleanup(th_agent *a)
     }
 }
 
+/* For a job stuck short of its state: the end of every agent's log in the
+ * test's directory, and where the runtime's processes are blocked. */
+static void warn_where_workers_are(const th_daemon *d)
+{
+    static char out[6000];
+    char cmd[700];
+    snprintf(cmd, sizeof cmd,
+             "for f in '%s'/agent-*.log; do [ -f \"$f\" ] && echo \"== $f\" && tail -c 1500 \"$f\"; "
+             "done; echo '== processes'; ps -eo pid,ppid,stat,wchan:24,etime,args 2>/dev/null | "
+             "grep -E 'crun|cohort-(shim|init)|[.]init' | grep -v grep | head -30",
+             d->dir);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return;
+    size_t n = fread(out, 1, sizeof out - 1, p);
+    out[n] = '\0';
+    while (fread(cmd, 1, sizeof cmd, p) > 0)
+        ;
+    pclose(p);
+    cr_log_warn("%s", out);
+}
+
 int th_wait_state(th_daemon *d, const char *tok, long job, const char *want, int timeout_ms,
                   char *seen)
 {
@@ -706,6 +733,7 @@ int th_wait_state(th_daemon *d, const char *tok, long job, const char *want, int
     r = th_get(d, path, tok);
     cr_log_warn("its events: %.3000s", r.body ? r.body : "");
     th_free(&r);
+    warn_where_workers_are(d);
     return 0;
 }
 
