@@ -2,7 +2,8 @@
  * http: libmicrohttpd glue.  Each request gets a struct req_state that
  * lives from the first callback to the completion notice: it matches the
  * route, authenticates before reading any body, refuses too-large bodies
- * (413 before reading when Content-Length says so), streams uploads to the
+ * (413 before reading when Content-Length says it is over by more than
+ * DRAIN_MAX, else once the body is drained), streams uploads to the
  * handler's file, runs the handler, and parks the connection while a
  * durable write is committed.
  */
@@ -459,6 +460,13 @@ static void route(struct req_state *st, const char *url, const char *method)
     st->route_idx = (int)(st->route - api_routes());
 }
 
+/* A body over its bound by no more than this is still read, and dropped,
+ * before the 413 goes out: answered mid-body, libmicrohttpd 0.9.75 closes a
+ * socket with unread data, the kernel resets the connection, and a client
+ * may lose the answer (seen once in bad_input).  Past it the answer comes
+ * from the headers alone, as for a body nobody should wait for. */
+#define DRAIN_MAX (16LL << 20)
+
 /* Authenticates and checks the body's bounds before any of it is read;
  * an upload route opens its file here. */
 static void admit(struct req_state *st)
@@ -495,7 +503,9 @@ static void admit(struct req_state *st)
     const char *cl = get_header(st->conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
     long long len = cl ? strtoll(cl, NULL, 10) : 0;
     if (st->route->body == API_BODY_JSON || st->route->body == API_BODY_RAW) {
-        if (len > (long long)srv->ctx->body_limit) {
+        /* Up to DRAIN_MAX an oversized body is read and dropped (take), and
+         * answered 413 at its end; past that, from the headers alone. */
+        if (len > (long long)srv->ctx->body_limit && len > DRAIN_MAX) {
             api_error(rs, 413, "too_large", NULL, "the body is larger than %zu bytes",
                       srv->ctx->body_limit);
             st->ready = 1;
