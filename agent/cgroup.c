@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,6 +212,25 @@ int cg_procs_open(const char *path, char *err, size_t errlen)
 int cg_join(int procs_fd)
 {
     return write(procs_fd, "0", 1) == 1 ? 0 : -errno;
+}
+
+int cg_kill(const char *path)
+{
+    int rc = write_file(path, "cgroup.kill", "1");
+    if (rc == 0)
+        return 0;
+    /* Kernels before 5.14 have no cgroup.kill: one signal per process. */
+    char buf[8192];
+    if (read_file(path, "cgroup.procs", buf, sizeof buf) != 0)
+        return rc;
+    for (char *p = buf, *end; *p; p = end) {
+        long pid = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        if (pid > 1)
+            kill((pid_t)pid, SIGKILL);
+    }
+    return 0;
 }
 
 static void nap_ms(int ms)

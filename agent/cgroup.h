@@ -48,6 +48,10 @@ int cg_procs_open(const char *path, char *err, size_t errlen);
 /* Moves the calling process into the cgroup of procs_fd: 0 or -errno. */
 int cg_join(int procs_fd);
 
+/* SIGKILL to every process in the cgroup at path (cgroup.kill, or one by
+ * one from cgroup.procs where the kernel lacks it): 0 or -errno. */
+int cg_kill(const char *path);
+
 typedef struct cg_usage {
     int64_t cpu_us;      /* CPU time of every process that ran in it */
     int64_t memory_peak; /* bytes, -1 when the memory controller is off */

@@ -37,7 +37,7 @@
 struct config {
     const char *server, *join_token, *name, *address, *data_dir, *mount_root, *shim, *cgroup;
     const char *runtime, *registry, *insecure, *image_cache, *seccomp;
-    long long image_cache_max_mb, resolve_ttl_s;
+    long long image_cache_max_mb, resolve_ttl_s, start_timeout_s;
     char gpu_type[64];
     long long cpus, memory_mb, gpus, port_lo, port_hi, grace_s, keep_s;
     int nlaunchers;
@@ -91,6 +91,9 @@ static void usage(FILE *f)
             "  --image-cache-max MB  evict unused images past this size (default 51200)\n"
             "  --image-resolve-ttl S a tag's digest is asked of the registry again after S\n"
             "                        seconds (default 10; 0: for every worker)\n"
+            "  --start-timeout S     crun that has not started a container within S seconds\n"
+            "                        is killed, where it was blocked logged, and run once\n"
+            "                        more (default 15; 0: wait for ever)\n"
             "  --seccomp FILE|off    seccomp profile in the containers-common format\n"
             "                        (default /usr/share/containers/seccomp.json)\n"
             "  --help\n");
@@ -186,6 +189,7 @@ static int parse_args(int argc, char **argv, struct config *c)
         {"image-cache-max", required_argument, NULL, 'M'},
         {"seccomp", required_argument, NULL, 'P'},
         {"image-resolve-ttl", required_argument, NULL, 'L'},
+        {"start-timeout", required_argument, NULL, 'W'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     c->data_dir = "/var/lib/cohort-agent";
@@ -203,6 +207,7 @@ static int parse_args(int argc, char **argv, struct config *c)
     c->seccomp = "/usr/share/containers/seccomp.json";
     c->image_cache_max_mb = 51200;
     c->resolve_ttl_s = 10;
+    c->start_timeout_s = 15;
     int o;
     char *end;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -227,6 +232,11 @@ static int parse_args(int argc, char **argv, struct config *c)
         case 'L':
             c->resolve_ttl_s = strtoll(optarg, &end, 10);
             if (*end || c->resolve_ttl_s < 0 || c->resolve_ttl_s > 86400)
+                goto bad;
+            break;
+        case 'W':
+            c->start_timeout_s = strtoll(optarg, &end, 10);
+            if (*end || c->start_timeout_s < 0 || c->start_timeout_s > 86400)
                 goto bad;
             break;
         case 'M':
@@ -530,7 +540,7 @@ static sup *open_sup(const struct config *cfg, cg_root *cg, struct sup_paths *sp
             *slash = '\0';
         rt_config rtc = {cfg->data_dir,    cfg->image_cache, cfg->image_cache_max_mb << 20,
                          cfg->resolve_ttl_s, cfg->registry,  cfg->insecure, cfg->seccomp,
-                         slash ? self_dir : "."};
+                         slash ? self_dir : ".", cfg->start_timeout_s};
         err[0] = '\0';
         if (!(*container = rt_open(&rtc, err, sizeof err))) {
             fprintf(stderr, "cohort-agent: cannot run containers: %s\n", err);

@@ -246,6 +246,7 @@ cJSON *rt_open(const rt_config *c, char *err, size_t errlen)
     cJSON_AddStringToObject(o, "crun", crun);
     cJSON_AddStringToObject(o, "crun_root", croot);
     cJSON_AddStringToObject(o, "init", init_copy);
+    cJSON_AddNumberToObject(o, "start_timeout_ms", (double)c->start_timeout_s * 1000);
     cJSON_AddStringToObject(o, "skopeo", skopeo);
     cJSON_AddStringToObject(o, "umoci", umoci);
     cJSON_AddStringToObject(o, "image_cache", real_cache);

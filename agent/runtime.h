@@ -26,6 +26,7 @@ typedef struct rt_config {
     const char *insecure;    /* comma-separated hosts */
     const char *seccomp;     /* profile path, or "off" */
     const char *self_dir;    /* where cohort-init lies (beside the agent) */
+    int64_t start_timeout_s; /* crun must have started a container by then */
 } rt_config;
 
 /* prog on PATH (a default PATH when none is set), into out: 0, or -1. */

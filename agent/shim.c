@@ -7,6 +7,7 @@
 #include "agent/oci.h"
 #include "storage/clock.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -506,16 +507,21 @@ static void crun_leftover(const shim_spec *sp, const char *id)
         crun_once(sp, "delete", "-f", id);
 }
 
+/* Where one run of crun puts its files, and what it runs in. */
+struct launch {
+    const char *bundle, *pidfile, *crun_log, *id;
+    const char *cg; /* the worker's cgroup, "" for none */
+    int dfd, logfd, lockfd, cgfd;
+};
+
 /* The forked child that becomes crun: into the worker's cgroup, the
  * result pipe at descriptor 3 (crun hands it to cohort-init), output to
  * the log. */
-static void __attribute__((noreturn)) exec_crun(const shim_spec *sp, int cgfd, int logfd,
-                                                int result_w, const char *bundle,
-                                                const char *pidfile, const char *crun_log,
-                                                const char *id)
+static void __attribute__((noreturn)) exec_crun(const shim_spec *sp, const struct launch *ln,
+                                                int result_w)
 {
     char line[320], logopt[4400];
-    int e = cgfd >= 0 ? cg_join(cgfd) : 0;
+    int e = ln->cgfd >= 0 ? cg_join(ln->cgfd) : 0;
     if (e != 0) {
         snprintf(line, sizeof line, "error cannot join the worker's cgroup: %s\n", strerror(-e));
         ssize_t w = write(result_w, line, strlen(line));
@@ -524,14 +530,15 @@ static void __attribute__((noreturn)) exec_crun(const shim_spec *sp, int cgfd, i
     }
     int null = open("/dev/null", O_RDONLY);
     int rw = fcntl(result_w, F_DUPFD, 10);
-    if (null < 0 || rw < 0 || dup2(null, 0) < 0 || dup2(logfd, 1) < 0 || dup2(logfd, 2) < 0 ||
+    if (null < 0 || rw < 0 || dup2(null, 0) < 0 || dup2(ln->logfd, 1) < 0 || dup2(ln->logfd, 2) < 0 ||
         dup2(rw, 3) != 3)
         _exit(126);
     close_range(4, ~0U, 0);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
-    snprintf(logopt, sizeof logopt, "--log=file:%s", crun_log);
+    setpgid(0, 0); /* so that crun_kill reaches all crun starts */
+    snprintf(logopt, sizeof logopt, "--log=file:%s", ln->crun_log);
     /* crun copies itself into a sealed memfd and runs that copy, so that a
      * container's root cannot overwrite the runtime through /proc/self/exe
      * (CVE-2019-5736).  Here the container's root is an unprivileged host
@@ -539,7 +546,7 @@ static void __attribute__((noreturn)) exec_crun(const shim_spec *sp, int cgfd, i
      * exec cost every container a few ms: the variable says it is done. */
     setenv("_LIBCONTAINER_CLONED_BINARY", "1", 1);
     execl(sp->crun, sp->crun, "--root", sp->crun_root, logopt, "--cgroup-manager=disabled",
-          "run", "--bundle", bundle, "--pid-file", pidfile, "--preserve-fds", "1", id,
+          "run", "--bundle", ln->bundle, "--pid-file", ln->pidfile, "--preserve-fds", "1", ln->id,
           (char *)NULL);
     snprintf(line, sizeof line, "error cannot run %.200s: %s\n", sp->crun, strerror(errno));
     ssize_t w = write(3, line, strlen(line));
@@ -645,6 +652,222 @@ static void add_volume(struct binds *b, const char *src, const char *dst, int ro
         fclose(f);
 }
 
+struct proc_entry {
+    pid_t pid, ppid;
+    char state;
+    char comm[24];
+};
+
+/* Every process's pid, parent, state and name from /proc: an array the
+ * caller frees, its length in *n; NULL when /proc cannot be read. */
+static struct proc_entry *proc_table(size_t *n)
+{
+    DIR *d = opendir("/proc");
+    struct proc_entry *v = NULL;
+    size_t cap = 0;
+    *n = 0;
+    if (!d)
+        return NULL;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char path[64], buf[512];
+        if (de->d_name[0] < '1' || de->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof path, "/proc/%.20s/stat", de->d_name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        ssize_t got = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        char *open_paren = got > 0 ? (buf[got] = '\0', strchr(buf, '(')) : NULL;
+        char *close_paren = open_paren ? strrchr(buf, ')') : NULL;
+        struct proc_entry e = {0};
+        if (!close_paren || sscanf(close_paren + 1, " %c %d", &e.state, &e.ppid) != 2)
+            continue;
+        e.pid = (pid_t)atoi(buf);
+        snprintf(e.comm, sizeof e.comm, "%.*s",
+                 (int)(close_paren - open_paren - 1 < 23 ? close_paren - open_paren - 1 : 23),
+                 open_paren + 1);
+        if (*n == cap) {
+            size_t ncap = cap ? cap * 2 : 256;
+            struct proc_entry *nv = realloc(v, ncap * sizeof *nv);
+            if (!nv)
+                break; /* a shorter description, no failure: it is for people */
+            v = nv;
+            cap = ncap;
+        }
+        v[(*n)++] = e;
+    }
+    closedir(d);
+    return v;
+}
+
+/* crun (root) and every process below it as "pid name state wait-channel"
+ * into out, for the reason; their kernel stacks to stderr, the agent's log. */
+static void describe_tree(pid_t root, char *out, size_t outn)
+{
+    size_t n = 0, len = 0;
+    struct proc_entry *v = proc_table(&n);
+    char *in = v ? calloc(n ? n : 1, 1) : NULL;
+    out[0] = '\0';
+    if (!in) {
+        snprintf(out, outn, "crun pid %d", (int)root);
+        goto out;
+    }
+    /* Mark the tree: a parent found marked marks its child, until no change. */
+    for (int changed = 1; changed;) {
+        changed = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (in[i])
+                continue;
+            int mark = v[i].pid == root;
+            for (size_t j = 0; !mark && j < n; j++)
+                mark = in[j] && v[j].pid == v[i].ppid;
+            if (mark)
+                in[i] = 1, changed = 1;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!in[i])
+            continue;
+        char path[64], wchan[64] = "?", stack[2048];
+        snprintf(path, sizeof path, "/proc/%d/wchan", (int)v[i].pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            ssize_t got = read(fd, wchan, sizeof wchan - 1);
+            wchan[got > 0 ? got : 0] = '\0';
+            close(fd);
+        }
+        if (len < outn)
+            len += (size_t)snprintf(out + len, outn - len, "%s%d %s %c %s", len ? "; " : "",
+                                    (int)v[i].pid, v[i].comm, v[i].state,
+                                    wchan[0] && strcmp(wchan, "0") ? wchan : "-");
+        snprintf(path, sizeof path, "/proc/%d/stack", (int)v[i].pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        ssize_t got = fd >= 0 ? read(fd, stack, sizeof stack - 1) : -1;
+        if (fd >= 0)
+            close(fd);
+        if (got > 0) {
+            stack[got] = '\0';
+            fprintf(stderr, "cohort-shim: kernel stack of %d (%s):\n%s", (int)v[i].pid,
+                    v[i].comm, stack);
+        }
+    }
+out:
+    free(in);
+    free(v);
+}
+
+/* Decodes how crun ended into line: what cohort-init or crun reported on
+ * the result pipe, else the signal that ended init, else crun's last words. */
+static void crun_result(int st, int result_fd, const char *crun_log, char *line, size_t n)
+{
+    char reason[512];
+    ssize_t got;
+    while ((got = read(result_fd, line, n - 1)) < 0 && errno == EINTR)
+        ;
+    if (got > 0) {
+        line[got] = '\0';
+        size_t end = strcspn(line, "\n");
+        if (end > n - 2)
+            end = n - 2;
+        line[end] = '\n';
+        line[end + 1] = '\0';
+    } else if (WIFEXITED(st) && WEXITSTATUS(st) > 128 && WEXITSTATUS(st) < 128 + 65) {
+        /* init itself was killed (SIGKILL after the grace period) */
+        snprintf(line, n, "signal %d\n", WEXITSTATUS(st) - 128);
+    } else if (WIFSIGNALED(st)) {
+        snprintf(line, n, "signal %d\n", WTERMSIG(st));
+    } else {
+        crun_reason(crun_log, reason, sizeof reason);
+        snprintf(line, n, "error the container did not start: %.500s\n",
+                 reason[0] ? reason : "crun failed without a word");
+    }
+}
+
+enum { START_ENDED = 0, START_STALLED = 1, START_UNKILLABLE = 2 };
+
+/*
+ * Kills crun, all it started and whatever is in the worker's cgroup, and
+ * reaps crun: START_STALLED, or START_UNKILLABLE when crun is still there
+ * after 5 s (blocked in the kernel: no second try then).
+ */
+static int crun_kill(const shim_spec *sp, const struct launch *ln, pid_t crun)
+{
+    kill(-crun, SIGKILL); /* exec_crun made crun a process group leader */
+    kill(crun, SIGKILL);
+    if (ln->cg[0])
+        cg_kill(ln->cg);
+    int st;
+    for (int waited = 0; waitpid(crun, &st, WNOHANG) == 0; waited += 10) {
+        if (waited >= 5000)
+            return START_UNKILLABLE;
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    crun_leftover(sp, ln->id);
+    unlink(ln->pidfile);
+    return START_STALLED;
+}
+
+/*
+ * One `crun run` of the worker's container, watched until it ends: the
+ * container's init becomes the worker's pid, and the lease applies.
+ * START_ENDED with the status line in line when crun ended.  When crun has
+ * written no pid file within sp->start_ms (a run that starts at all does
+ * so in milliseconds), where it and its children are blocked goes to why,
+ * and crun_kill ends them.
+ */
+static int crun_run(const shim_spec *sp, const struct launch *ln, char *line, size_t n, char *why,
+                    size_t whyn)
+{
+    int rp[2];
+    if (pipe2(rp, O_CLOEXEC) != 0)
+        give_up(ln->dfd, "pipe: %s", strerror(errno));
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    signal(SIGCHLD, SIG_DFL);
+    pid_t crun = fork();
+    if (crun < 0)
+        give_up(ln->dfd, "fork: %s", strerror(errno));
+    if (crun == 0) {
+        close(rp[0]);
+        exec_crun(sp, ln, rp[1]);
+    }
+    close(rp[1]);
+    int st = 0, rc = START_ENDED;
+    pid_t init = 0;
+    struct lease l = {0, 0};
+    int64_t started = util_mono_ms();
+    for (;;) {
+        pid_t r = waitpid(crun, &st, WNOHANG);
+        if (r == crun || (r < 0 && errno != EINTR))
+            break;
+        if (init <= 0) {
+            char *t = read_text(ln->pidfile, 32);
+            init = t ? (pid_t)atoi(t) : 0;
+            free(t);
+            if (init > 0) {
+                snprintf(line, n, "%d\n", (int)init);
+                put_file(ln->dfd, "pid", line);
+            } else if (sp->start_ms > 0 && util_mono_ms() - started > sp->start_ms) {
+                describe_tree(crun, why, whyn);
+                rc = crun_kill(sp, ln, crun);
+                break;
+            }
+        }
+        lease_step(&l, ln->lockfd, sp, init > 0 ? init : crun);
+        struct timespec ts = {0, 100 * 1000000L};
+        sigtimedwait(&chld, NULL, &ts);
+    }
+    if (rc == START_ENDED)
+        crun_result(st, rp[0], ln->crun_log, line, n);
+    close(rp[0]);
+    return rc;
+}
+
 /*
  * The container flavour of the shim: the image, the bundle, crun run in the
  * worker's cgroup, the lease, and the status.  cg/cgfd: the worker's cgroup
@@ -655,7 +878,7 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
                                                       int cgfd)
 {
     char err[600], line[700], bundle[4200], config_path[4300], pidfile[4300], crun_log[4300],
-        prog[4200], ws[4200], id[64], host[256] = "localhost", reason[512];
+        prog[4200], ws[4200], id[64], host[256] = "localhost";
     img_use use;
     int progress_fd = dfd;
     if (img_acquire(&sp->cache, &sp->image, on_progress, &progress_fd, &use, err, sizeof err) != 0)
@@ -711,67 +934,27 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
     unlink(pidfile);
     crun_leftover(sp, id); /* state left by a shim that died */
 
-    int rp[2];
-    if (pipe2(rp, O_CLOEXEC) != 0)
-        give_up(dfd, "pipe: %s", strerror(errno));
-    sigset_t chld;
-    sigemptyset(&chld);
-    sigaddset(&chld, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &chld, NULL);
-    signal(SIGCHLD, SIG_DFL);
-    pid_t crun = fork();
-    if (crun < 0)
-        give_up(dfd, "fork: %s", strerror(errno));
-    if (crun == 0) {
-        close(rp[0]);
-        exec_crun(sp, cgfd, logfd, rp[1], bundle, pidfile, crun_log, id);
+    struct launch ln = {bundle, pidfile, crun_log, id, cg, dfd, logfd, lockfd, cgfd};
+    char why[400] = "";
+    int r = crun_run(sp, &ln, line, sizeof line, why, sizeof why);
+    if (r == START_STALLED) {
+        fprintf(stderr, "cohort-shim: worker %lld: crun wrote no pid file within %lld ms and was "
+                        "killed (%s); trying once more\n",
+                (long long)sp->id, (long long)sp->start_ms, why);
+        snprintf(line, sizeof line, "starting the container again (the first try did not start "
+                                    "within %lld s)\n", (long long)(sp->start_ms / 1000));
+        put_file(dfd, "phase", line);
+        r = crun_run(sp, &ln, line, sizeof line, why, sizeof why);
     }
-    close(rp[1]);
     if (cgfd >= 0)
         close(cgfd);
-
-    /* Until crun ends: the container's init as the worker's pid, the lease. */
-    int st = 0;
-    pid_t init = 0;
-    struct lease l = {0, 0};
-    for (;;) {
-        pid_t r = waitpid(crun, &st, WNOHANG);
-        if (r == crun || (r < 0 && errno != EINTR))
-            break;
-        if (init <= 0) {
-            char *t = read_text(pidfile, 32);
-            init = t ? (pid_t)atoi(t) : 0;
-            free(t);
-            if (init > 0) {
-                snprintf(line, sizeof line, "%d\n", (int)init);
-                put_file(dfd, "pid", line);
-            }
-        }
-        lease_step(&l, lockfd, sp, init > 0 ? init : crun);
-        struct timespec ts = {0, 100 * 1000000L};
-        sigtimedwait(&chld, NULL, &ts);
-    }
-    ssize_t n;
-    while ((n = read(rp[0], line, sizeof line - 1)) < 0 && errno == EINTR)
-        ;
-    close(rp[0]);
-    if (n > 0) {
-        line[n] = '\0';
-        size_t end = strcspn(line, "\n");
-        if (end > sizeof line - 2)
-            end = sizeof line - 2;
-        line[end] = '\n';
-        line[end + 1] = '\0';
-    } else if (WIFEXITED(st) && WEXITSTATUS(st) > 128 && WEXITSTATUS(st) < 128 + 65) {
-        /* init itself was killed (SIGKILL after the grace period) */
-        snprintf(line, sizeof line, "signal %d\n", WEXITSTATUS(st) - 128);
-    } else if (WIFSIGNALED(st)) {
-        snprintf(line, sizeof line, "signal %d\n", WTERMSIG(st));
-    } else {
-        crun_reason(crun_log, reason, sizeof reason);
-        snprintf(line, sizeof line, "error the container did not start: %.500s\n",
-                 reason[0] ? reason : "crun failed without a word");
-    }
+    if (r == START_STALLED)
+        snprintf(line, sizeof line, "error the container did not start within %lld s, twice "
+                                    "(crun was blocked: %.400s)\n",
+                 (long long)(sp->start_ms / 1000), why);
+    else if (r == START_UNKILLABLE)
+        snprintf(line, sizeof line, "error the container did not start and crun could not be "
+                                    "stopped (%.400s)\n", why);
     crun_leftover(sp, id); /* crun run removes its state itself, but for a crash */
     unlink(config_path);
     unlink(pidfile);

@@ -66,6 +66,8 @@ typedef struct shim_spec {
     const char *crun;      /* the crun program */
     const char *crun_root; /* crun's state directory for this agent */
     const char *init;      /* cohort-init on the host */
+    int64_t start_ms;      /* crun that has not started the container by then is
+                            * killed and run once more; 0: no bound */
     img_cache cache;       /* the node's images */
     img_source image;      /* this worker's */
     uint32_t uid_base;     /* the tenant's host uid range */

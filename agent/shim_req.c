@@ -87,6 +87,7 @@ static int container_setup(const cJSON *ct, const cJSON *spec, shim_req *r, char
     sp->crun = jget_str(ct, "crun");
     sp->crun_root = jget_str(ct, "crun_root");
     sp->init = jget_str(ct, "init");
+    sp->start_ms = jget_int(ct, "start_timeout_ms", 15000);
     sp->cache.dir = jget_str(ct, "image_cache");
     sp->cache.skopeo = jget_str(ct, "skopeo");
     sp->cache.umoci = jget_str(ct, "umoci");

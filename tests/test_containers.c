@@ -476,6 +476,111 @@ Test(containers, a_stopped_registry_fails_the_attempt_and_says_so)
     expect_reason(ref, "is unreachable");
 }
 
+/*
+ * A crun that never starts its container (CI saw one, once in a few runs,
+ * hold a worker at "starting the container"): a wrapper put first on the
+ * agent's PATH stalls the first `run` it is given (or every one, with
+ * always) before the real crun is reached.  The shim must notice within
+ * --start-timeout, say where crun was blocked, kill it and start again.
+ */
+static void stalling_crun(char *dir, size_t n, int always)
+{
+    char real[512] = "", path[700], script[2048];
+    FILE *w = popen("command -v crun", "r");
+    cr_assert(w && fgets(real, sizeof real, w), "no crun on PATH");
+    pclose(w);
+    real[strcspn(real, "\n")] = '\0';
+    snprintf(dir, n, "/tmp/cohort-stall-%d", (int)getpid());
+    mkdir(dir, 0755);
+    /* The shim gives crun no environment: full paths only. */
+    snprintf(script, sizeof script,
+             "#!/bin/sh\n"
+             "for a; do\n"
+             "  if [ \"$a\" = run ] && { [ %d = 1 ] || [ ! -e %s/stalled ]; }; then\n"
+             "    echo $$ >> %s/stalled\n"
+             "    exec /bin/sleep 1000\n"
+             "  fi\n"
+             "done\n"
+             "exec %s \"$@\"\n",
+             always, dir, dir, real);
+    snprintf(path, sizeof path, "%s/crun", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(script, f);
+    fclose(f);
+    chmod(path, 0755);
+    char *old = getenv("PATH"), newpath[4096];
+    snprintf(newpath, sizeof newpath, "%s:%s", dir, old ? old : "/usr/sbin:/usr/bin:/sbin:/bin");
+    setenv("PATH", newpath, 1);
+}
+
+/* The pids the wrapper stalled, each one checked to be gone. */
+static int stalled_runs(const char *dir, int *alive)
+{
+    char path[600], buf[256];
+    snprintf(path, sizeof path, "%s/stalled", dir);
+    int n = 0;
+    *alive = 0;
+    if (read_text(path, buf, sizeof buf) != 0)
+        return 0;
+    for (char *p = buf, *end; *p; p = end) {
+        long pid = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        n++;
+        char stat[64], st[512];
+        snprintf(stat, sizeof stat, "/proc/%ld/stat", pid);
+        /* gone, or a zombie of a process that is itself going */
+        if (read_text(stat, st, sizeof st) == 0 && !strstr(st, ") Z "))
+            (*alive)++;
+    }
+    return n;
+}
+
+Test(containers, a_crun_that_never_starts_is_killed_and_run_again)
+{
+    char seen[16], dir[256], cmd[700];
+    const char *args[] = {"--cpus", "8", "--memory-mb", "65536", "--start-timeout", "1", NULL};
+    platform_base();
+    stalling_crun(dir, sizeof dir, 0);
+    th_agent_start(&ag, &d, "n1", args);
+    th_put_text(&d, tok, "ws", "ok.sh", "#!/bin/sh\necho started\n", "755");
+    long id = submit_as(tok, "ok.sh", "native", NULL);
+    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 30000, seen), "%s", seen);
+    int alive;
+    cr_expect_eq(stalled_runs(dir, &alive), 1, "the wrapper stalled one crun run");
+    cr_expect_eq(alive, 0, "the stalled crun is still there");
+    cr_expect_eq(log_count("crun wrote no pid file within 1000 ms"), 1,
+                 "the agent's log says what happened");
+    cr_expect_geq(log_count(" sleep S "), 1, "the log names where crun was blocked");
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+Test(containers, a_crun_that_never_starts_twice_fails_the_attempt_and_says_where)
+{
+    char seen[16], dir[256], cmd[700], p[64];
+    const char *args[] = {"--cpus", "8", "--memory-mb", "65536", "--start-timeout", "1", NULL};
+    platform_base();
+    stalling_crun(dir, sizeof dir, 1);
+    th_agent_start(&ag, &d, "n1", args);
+    th_put_text(&d, tok, "ws", "ok.sh", "#!/bin/sh\necho started\n", "755");
+    long id = submit_as(tok, "ok.sh", "native", NULL);
+    cr_assert(th_wait_state(&d, tok, id, "FAILED", 30000, seen), "%s", seen);
+    snprintf(p, sizeof p, "/v1/jobs/%ld", id);
+    th_resp r = th_get(&d, p, tok);
+    const char *why = th_str(&r, "reason");
+    cr_expect(strstr(why, "did not start within 1 s, twice") && strstr(why, "sleep"),
+              "reason: %s", why);
+    th_free(&r);
+    int alive;
+    cr_expect_eq(stalled_runs(dir, &alive), 2, "two tries");
+    cr_expect_eq(alive, 0, "a stalled crun is still there");
+    cr_expect_eq(kill(ag.pid, 0), 0, "the agent died");
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
 /* Unpacked images in the agent's cache (directories named by a digest). */
 static int cached_images(void)
 {
