@@ -548,6 +548,16 @@ static sup *open_sup(const struct config *cfg, cg_root *cg, struct sup_paths *sp
         }
         printf("cohort-agent: workers run in containers (crun); images without a registry "
                "come from %s\n", cfg->registry);
+        const cJSON *drv = cJSON_GetObjectItem(*container, "gpu_driver");
+        int nlibs = cJSON_GetArraySize(cJSON_GetObjectItem(drv, "libs")),
+            nbins = cJSON_GetArraySize(cJSON_GetObjectItem(drv, "bins"));
+        if (nlibs > 0)
+            printf("cohort-agent: GPU workers get the host's NVIDIA driver: %d libraries and %d "
+                   "programs, read-only\n", nlibs, nbins);
+        else if (cfg->gpus > 0)
+            fprintf(stderr, "cohort-agent: warning: %lld GPUs but no NVIDIA driver library in "
+                            "ldconfig's cache: GPU containers get the device nodes only, and "
+                            "CUDA in them will not find libcuda\n", cfg->gpus);
     } else {
         fprintf(stderr, "cohort-agent: WARNING: --runtime host: workers run as root processes "
                         "on this machine's own files, and any job can take the node over. Use "

@@ -68,6 +68,7 @@ static void add_mounts(const oci_spec *s, cJSON *mounts)
     static const char *const bind_rw[] = {"rbind", "rw", "nosuid", "nodev", "idmap", NULL};
     static const char *const bind_ro[] = {"rbind", "ro", "nosuid", "nodev", "idmap", NULL};
     static const char *const gpu[] = {"bind", "rw", "nosuid", "noexec", NULL};
+    static const char *const host_file[] = {"bind", "ro", "nosuid", "nodev", NULL};
     char shm[64];
     snprintf(shm, sizeof shm, "size=%lldm", (long long)(s->shm_mb > 0 ? s->shm_mb : 64));
     const char *const shm_opts[] = {"nosuid", "noexec", "nodev", "mode=1777", shm, NULL};
@@ -84,6 +85,8 @@ static void add_mounts(const oci_spec *s, cJSON *mounts)
     for (int i = 0; i < s->nbinds; i++)
         add_mount(mounts, s->binds[i].dst, "bind", s->binds[i].src,
                   s->binds[i].ro ? bind_ro : bind_rw);
+    for (int i = 0; i < s->nfiles; i++)
+        add_mount(mounts, s->files[i].dst, "bind", s->files[i].src, host_file);
     for (int i = 0; s->devices && s->devices[i]; i++)
         add_mount(mounts, s->devices[i], "bind", s->devices[i], gpu);
 }

@@ -42,8 +42,11 @@ typedef struct oci_spec {
     const char *cwd;
     const char *hostname;
     uint32_t uid_base;      /* first host uid of the tenant's range */
-    const oci_bind *binds;  /* under mount_root, or /dev entries for GPUs */
+    const oci_bind *binds;  /* under mount_root, idmapped */
     int nbinds;
+    const oci_bind *files;  /* host files bound read-only as they are, not idmapped
+                             * (the GPU driver's libraries and programs) */
+    int nfiles;
     const char *const *devices; /* host device nodes given to it (GPUs), NULL-terminated */
     int64_t shm_mb;         /* size of /dev/shm */
     const cJSON *seccomp;   /* an OCI seccomp object, or NULL for none */

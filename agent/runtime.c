@@ -14,6 +14,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "agent/nvdriver.h"
 #include "agent/oci.h"
 
 #ifndef TMPFS_MAGIC
@@ -247,6 +248,13 @@ cJSON *rt_open(const rt_config *c, char *err, size_t errlen)
     cJSON_AddStringToObject(o, "crun_root", croot);
     cJSON_AddStringToObject(o, "init", init_copy);
     cJSON_AddNumberToObject(o, "start_timeout_ms", (double)c->start_timeout_s * 1000);
+    cJSON *driver = nvd_find(err, errlen);
+    if (!driver) {
+        cJSON_Delete(o);
+        cJSON_Delete(profile);
+        return NULL;
+    }
+    cJSON_AddItemToObject(o, "gpu_driver", driver);
     cJSON_AddStringToObject(o, "skopeo", skopeo);
     cJSON_AddStringToObject(o, "umoci", umoci);
     cJSON_AddStringToObject(o, "image_cache", real_cache);

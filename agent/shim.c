@@ -421,7 +421,8 @@ static char **container_env(const shim_spec *sp, const cJSON *image_env)
     int total = 0, n = 0;
     while (sp->env[total])
         total++;
-    char **env = calloc((size_t)total + (size_t)cJSON_GetArraySize(image_env) + 1, sizeof *env);
+    /* two more for driver_env */
+    char **env = calloc((size_t)total + (size_t)cJSON_GetArraySize(image_env) + 3, sizeof *env);
     if (!env)
         return NULL;
     for (int i = 0; i < sp->nenv_own; i++)
@@ -868,6 +869,75 @@ static int crun_run(const shim_spec *sp, const struct launch *ln, char *line, si
     return rc;
 }
 
+/* The host GPU driver's files (nvdriver.h) for a GPU worker: each library
+ * under lib_dir and each program under bin_dir, into b. */
+static void driver_binds(struct binds *b, const cJSON *driver, const char *lib_dir,
+                         const char *bin_dir)
+{
+    static const char *const kinds[] = {"libs", "bins"};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *f;
+        cJSON_ArrayForEach(f, cJSON_GetObjectItem(driver, kinds[k]))
+        {
+            const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(f, "name"));
+            const char *path = cJSON_GetStringValue(cJSON_GetObjectItem(f, "path"));
+            char dst[4400];
+            if (!name || !path || strchr(name, '/') || name[0] == '.' ||
+                path_join(dst, sizeof dst, k ? bin_dir : lib_dir, name) != 0)
+                continue; /* the agent wrote these: nothing else comes here */
+            bind_add(b, path, dst, 1);
+        }
+    }
+}
+
+/* "NAME=" + a + sep + b, or the part that is there when the other is NULL:
+ * a string the caller frees, or NULL. */
+static char *env_join(const char *name, const char *a, const char *b)
+{
+    size_t n = strlen(name) + 2 + (a ? strlen(a) : 0) + (b ? strlen(b) : 0) + 1;
+    char *v = malloc(n);
+    if (v)
+        snprintf(v, n, "%s=%s%s%s", name, a ? a : "", a && b ? ":" : "", b ? b : "");
+    return v;
+}
+
+/* The value of name in env, or NULL; its index to *at (the end when absent). */
+static const char *env_get(char **env, const char *name, int *at)
+{
+    size_t k = strlen(name);
+    int i = 0;
+    for (; env[i]; i++)
+        if (!strncmp(env[i], name, k) && env[i][k] == '=')
+            break;
+    *at = i;
+    return env[i] ? env[i] + k + 1 : NULL;
+}
+
+/*
+ * A GPU worker's environment: lib_dir first on LD_LIBRARY_PATH (before the
+ * image's own, so that the host's libcuda is the one loaded) and bin_dir
+ * last on PATH.  env has room for two more entries; the new strings go to
+ * own[0] and own[1] for the caller to free.  0, or -1 out of memory.
+ */
+static int driver_env(char **env, const char *lib_dir, const char *bin_dir, char *own[2])
+{
+    int at;
+    const char *old = env_get(env, "LD_LIBRARY_PATH", &at);
+    if (!(own[0] = env_join("LD_LIBRARY_PATH", lib_dir, old)))
+        return -1;
+    if (!env[at])
+        env[at + 1] = NULL;
+    env[at] = own[0];
+    old = env_get(env, "PATH", &at);
+    if (!(own[1] = env_join("PATH", old ? old : "/usr/local/sbin:/usr/local/bin:/usr/sbin:"
+                                                "/usr/bin:/sbin:/bin", bin_dir)))
+        return -1;
+    if (!env[at])
+        env[at + 1] = NULL;
+    env[at] = own[1];
+    return 0;
+}
+
 /*
  * The container flavour of the shim: the image, the bundle, crun run in the
  * worker's cgroup, the lease, and the status.  cg/cgfd: the worker's cgroup
@@ -906,8 +976,18 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
         snprintf(ds_dst, sizeof ds_dst, "%s/datasets/%s", sp->mount_root, sp->ds_name[i]);
         add_volume(&b, sp->ds_path[i], ds_dst, 1);
     }
-    if (b.failed)
-        give_up(dfd, "out of memory listing the volumes' mounts");
+    struct binds drv = {0};
+    char *drv_env[2] = {NULL, NULL};
+    if (sp->devices && sp->devices[0] && sp->gpu_driver) {
+        char lib_dir[4200], bin_dir[4200];
+        snprintf(lib_dir, sizeof lib_dir, "%s/.nvidia/lib", sp->mount_root);
+        snprintf(bin_dir, sizeof bin_dir, "%s/.nvidia/bin", sp->mount_root);
+        driver_binds(&drv, sp->gpu_driver, lib_dir, bin_dir);
+        if (drv.n > 0 && env && driver_env(env, lib_dir, bin_dir, drv_env) != 0)
+            drv.failed = 1;
+    }
+    if (b.failed || drv.failed)
+        give_up(dfd, "out of memory listing the container's mounts");
     char rootfs[4300], init_at[4200];
     snprintf(rootfs, sizeof rootfs, "%s/rootfs", use.bundle);
     path_join(init_at, sizeof init_at, sp->mount_root, ".init");
@@ -915,12 +995,16 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
     oci_spec os = {.rootfs = rootfs, .init = sp->init, .init_at = init_at,
                    .mount_root = sp->mount_root, .argv = argv, .env = env, .cwd = ws,
                    .hostname = host, .uid_base = sp->uid_base, .binds = b.v, .nbinds = b.n,
-                   .devices = sp->devices, .shm_mb = sp->shm_mb, .seccomp = sp->seccomp};
+                   .files = drv.v, .nfiles = drv.n, .devices = sp->devices,
+                   .shm_mb = sp->shm_mb, .seccomp = sp->seccomp};
     char *config = env && argv ? oci_config(&os, err, sizeof err) : NULL;
     cJSON_Delete(img);
     free(env);
     free(argv);
+    free(drv_env[0]);
+    free(drv_env[1]);
     binds_free(&b);
+    binds_free(&drv);
     path_join(bundle, sizeof bundle, state_dir, "bundle");
     path_join(config_path, sizeof config_path, bundle, "config.json");
     path_join(pidfile, sizeof pidfile, bundle, "init.pid");

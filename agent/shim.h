@@ -75,6 +75,8 @@ typedef struct shim_spec {
     const cJSON *seccomp;  /* OCI seccomp object, or NULL */
     int64_t shm_mb;
     const char *const *devices; /* GPU device nodes, NULL-terminated */
+    const cJSON *gpu_driver;    /* the host driver's files (nvdriver.h), bound into
+                                 * containers that get devices */
 } shim_spec;
 
 /*

@@ -123,6 +123,7 @@ static int container_setup(const cJSON *ct, const cJSON *spec, shim_req *r, char
     if (sp->shm_mb < 64)
         sp->shm_mb = 64;
     sp->devices = gpu_devices(spec, r);
+    sp->gpu_driver = cJSON_GetObjectItemCaseSensitive(ct, "gpu_driver");
     /* The OCI seccomp object the agent converted once (runtime.c). */
     const cJSON *sc = cJSON_GetObjectItemCaseSensitive(ct, "seccomp");
     if (sc && !cJSON_IsObject(sc))

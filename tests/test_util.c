@@ -374,3 +374,103 @@ Test(util, i64s_grows_past_any_fixed_size_and_keeps_order)
     cr_expect(ok, "values out of place");
     free(a.v);
 }
+
+/* The host GPU driver's files, as the agent lists them from `ldconfig -p`
+ * and binds them into GPU containers. */
+#include "agent/nvdriver.h"
+
+static const char *driver_path(const cJSON *list, const char *name)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, list)
+    {
+        if (!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(e, "name")), name))
+            return cJSON_GetStringValue(cJSON_GetObjectItem(e, "path"));
+    }
+    return NULL;
+}
+
+Test(nvdriver, the_driver_libraries_of_this_architecture_and_nothing_else)
+{
+    const char *text =
+        "1523 libs found in cache `/etc/ld.so.cache'\n"
+        "\tlibnvidia-ml.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libnvidia-ml.so.1\n"
+        "\tlibnvidia-glcore.so.550.54.15 (libc6,x86-64) => /lib/x86_64-linux-gnu/libnvidia-glcore.so.550.54.15\n"
+        "\tlibcudart.so.12 (libc6,x86-64) => /usr/local/cuda/lib64/libcudart.so.12\n"
+        "\tlibcuda.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libcuda.so.1\n"
+        "\tlibcuda.so.1 (libc6) => /lib/i386-linux-gnu/libcuda.so.1\n"
+        "\tlibcuda.so.1 (libc6,x86-64) => /opt/old/libcuda.so.1\n"
+        "\tlibcuda.so (libc6,x86-64) => /lib/x86_64-linux-gnu/libcuda.so\n"
+        "\tlibcudadebugger.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libcudadebugger.so.1\n"
+        "\tlibnvidia-ptxjitcompiler.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libnvidia-ptxjitcompiler.so.1\n"
+        "\tlibcuda.sox (libc6,x86-64) => /x/libcuda.sox\n"
+        "\tlibnvidia-cfg.so.1 (libc6,x86-64) => relative/libnvidia-cfg.so.1\n"
+        "garbage without the arrow\n"
+        "\tlibc.so.6 (libc6,x86-64, OS ABI: Linux 3.2.0) => /lib/x86_64-linux-gnu/libc.so.6\n";
+    cJSON *libs = nvd_parse_ldconfig(text);
+    cr_assert_not_null(libs);
+    char *all = cJSON_PrintUnformatted(libs);
+#if defined(__x86_64__)
+    cr_expect_eq(cJSON_GetArraySize(libs), 5, "%s", all);
+    cr_expect_str_eq(driver_path(libs, "libcuda.so.1"), "/lib/x86_64-linux-gnu/libcuda.so.1",
+                     "the linker's first, of this architecture: %s", all);
+    cr_expect_not_null(driver_path(libs, "libcuda.so"), "%s", all);
+    cr_expect_not_null(driver_path(libs, "libnvidia-ml.so.1"), "%s", all);
+    cr_expect_not_null(driver_path(libs, "libcudadebugger.so.1"), "%s", all);
+    cr_expect_not_null(driver_path(libs, "libnvidia-ptxjitcompiler.so.1"), "%s", all);
+#endif
+    cr_expect_null(driver_path(libs, "libcudart.so.12"), "CUDA's runtime is the image's: %s", all);
+    cr_expect_null(driver_path(libs, "libnvidia-glcore.so.550.54.15"), "no OpenGL: %s", all);
+    cr_expect_null(driver_path(libs, "libcuda.sox"), "%s", all);
+    cr_expect_null(driver_path(libs, "libnvidia-cfg.so.1"), "a relative path: %s", all);
+    cr_expect_null(driver_path(libs, "libc.so.6"), "%s", all);
+    free(all);
+    cJSON_Delete(libs);
+    libs = nvd_parse_ldconfig("");
+    cr_assert_not_null(libs);
+    cr_expect_eq(cJSON_GetArraySize(libs), 0);
+    cJSON_Delete(libs);
+}
+
+/* On this machine: whatever the driver is, the listing works and holds
+ * only absolute paths that exist. */
+Test(nvdriver, this_nodes_listing_names_existing_files)
+{
+    char err[256] = "";
+    cJSON *d = nvd_find(err, sizeof err);
+    cr_assert_not_null(d, "%s", err);
+    static const char *const kinds[] = {"libs", "bins"};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *list = cJSON_GetObjectItem(d, kinds[k]), *e;
+        cr_assert(cJSON_IsArray(list), "%s", kinds[k]);
+        cJSON_ArrayForEach(e, list)
+        {
+            const char *path = cJSON_GetStringValue(cJSON_GetObjectItem(e, "path"));
+            cr_expect(path && path[0] == '/' && access(path, R_OK) == 0, "%s", path);
+        }
+    }
+    cJSON_Delete(d);
+}
+
+Test(oci, the_drivers_files_are_bound_read_only_and_not_idmapped)
+{
+    char *argv[] = {"/cohort/workspace/train.py", NULL};
+    char *env[] = {"LD_LIBRARY_PATH=/cohort/.nvidia/lib", NULL};
+    oci_bind files[] = {{"/lib/x86_64-linux-gnu/libcuda.so.1", "/cohort/.nvidia/lib/libcuda.so.1", 1},
+                        {"/usr/bin/nvidia-smi", "/cohort/.nvidia/bin/nvidia-smi", 1}};
+    oci_spec s = {.rootfs = "/cache/abc/rootfs", .init = "/cache/.cohort-init",
+                  .init_at = "/cohort/.init", .mount_root = "/cohort", .argv = argv, .env = env,
+                  .cwd = "/cohort/workspace", .hostname = "node1", .uid_base = 268500992,
+                  .files = files, .nfiles = 2, .shm_mb = 64};
+    char err[128];
+    char *text = oci_config(&s, err, sizeof err);
+    cr_assert_not_null(text, "%s", err);
+    cr_expect_not_null(strstr(text, "{\"destination\":\"/cohort/.nvidia/lib/libcuda.so.1\","
+                                    "\"type\":\"bind\",\"source\":\"/lib/x86_64-linux-gnu/"
+                                    "libcuda.so.1\",\"options\":[\"bind\",\"ro\",\"nosuid\","
+                                    "\"nodev\"]}"),
+                       "%s", text);
+    cr_expect_not_null(strstr(text, "\"destination\":\"/cohort/.nvidia/bin/nvidia-smi\""), "%s",
+                       text);
+    free(text);
+}
