@@ -4,6 +4,8 @@
  */
 #include "agent/cgroup.h"
 
+#include "agent/fileutil.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -18,22 +20,6 @@
 #define CGROUP2_MAGIC 0x63677270
 
 static const char *const ctl_names[] = {"cpu", "memory", "pids"};
-
-/* Reads dir/name into buf (NUL-terminated, at most n-1 bytes): 0 or -1. */
-static int read_file(const char *dir, const char *name, char *buf, size_t n)
-{
-    char path[1200];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t got = read(fd, buf, n - 1);
-    close(fd);
-    if (got < 0)
-        return -1;
-    buf[got] = '\0';
-    return 0;
-}
 
 /* Writes text to dir/name: 0 or -errno. */
 static int write_file(const char *dir, const char *name, const char *text)
@@ -73,7 +59,7 @@ static int64_t keyed(const char *text, const char *key, int64_t dflt)
 static void enable_controllers(const char *dir)
 {
     char have[512];
-    if (read_file(dir, "cgroup.controllers", have, sizeof have) != 0)
+    if (fu_read_in(dir, "cgroup.controllers", have, sizeof have) != 0)
         return;
     for (size_t i = 0; i < sizeof ctl_names / sizeof *ctl_names; i++) {
         char op[16];
@@ -144,7 +130,7 @@ int cg_open(const char *want, const char *tag, cg_root *out, char *err, size_t e
         enable_controllers(mid);
     enable_controllers(out->path);
     char on[512] = "";
-    read_file(out->path, "cgroup.subtree_control", on, sizeof on);
+    fu_read_in(out->path, "cgroup.subtree_control", on, sizeof on);
     out->cpu = has_word(on, "cpu");
     out->memory = has_word(on, "memory");
     out->pids = has_word(on, "pids");
@@ -221,7 +207,7 @@ int cg_kill(const char *path)
         return 0;
     /* Kernels before 5.14 have no cgroup.kill: one signal per process. */
     char buf[8192];
-    if (read_file(path, "cgroup.procs", buf, sizeof buf) != 0)
+    if (fu_read_in(path, "cgroup.procs", buf, sizeof buf) != 0)
         return rc;
     for (char *p = buf, *end; *p; p = end) {
         long pid = strtol(p, &end, 10);
@@ -244,17 +230,20 @@ int cg_worker_end(const char *path, cg_usage *u, int wait_ms)
     char buf[2048];
     /* The namespace's last processes are being killed: let them leave. */
     for (int waited = 0; waited < wait_ms; waited += 5) {
-        if (read_file(path, "cgroup.events", buf, sizeof buf) != 0 || keyed(buf, "populated", 1) == 0)
+        if (fu_read_in(path, "cgroup.events", buf, sizeof buf) != 0 ||
+            keyed(buf, "populated", 1) == 0)
             break;
         nap_ms(5);
     }
-    u->cpu_us = read_file(path, "cpu.stat", buf, sizeof buf) == 0 ? keyed(buf, "usage_usec", 0) : 0;
-    u->memory_peak = read_file(path, "memory.peak", buf, sizeof buf) == 0 ? strtoll(buf, NULL, 10) : -1;
-    u->memory_max = read_file(path, "memory.max", buf, sizeof buf) == 0 && buf[0] != 'm'
+    u->cpu_us =
+        fu_read_in(path, "cpu.stat", buf, sizeof buf) == 0 ? keyed(buf, "usage_usec", 0) : 0;
+    u->memory_peak =
+        fu_read_in(path, "memory.peak", buf, sizeof buf) == 0 ? strtoll(buf, NULL, 10) : -1;
+    u->memory_max = fu_read_in(path, "memory.max", buf, sizeof buf) == 0 && buf[0] != 'm'
                         ? strtoll(buf, NULL, 10)
                         : -1;
     u->oom_kills =
-        read_file(path, "memory.events", buf, sizeof buf) == 0 ? keyed(buf, "oom_kill", 0) : 0;
+        fu_read_in(path, "memory.events", buf, sizeof buf) == 0 ? keyed(buf, "oom_kill", 0) : 0;
     for (int waited = 0; rmdir(path) != 0; waited += 5) {
         if (errno == ENOENT)
             return 0;

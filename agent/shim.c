@@ -4,6 +4,7 @@
  */
 #include "agent/shim.h"
 
+#include "agent/fileutil.h"
 #include "agent/oci.h"
 #include "storage/clock.h"
 
@@ -675,12 +676,7 @@ static struct proc_entry *proc_table(size_t *n)
         if (de->d_name[0] < '1' || de->d_name[0] > '9')
             continue;
         snprintf(path, sizeof path, "/proc/%.20s/stat", de->d_name);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            continue;
-        ssize_t got = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        char *open_paren = got > 0 ? (buf[got] = '\0', strchr(buf, '(')) : NULL;
+        char *open_paren = fu_read(path, buf, sizeof buf) == 0 ? strchr(buf, '(') : NULL;
         char *close_paren = open_paren ? strrchr(buf, ')') : NULL;
         struct proc_entry e = {0};
         if (!close_paren || sscanf(close_paren + 1, " %c %d", &e.state, &e.ppid) != 2)
@@ -733,23 +729,14 @@ static void describe_tree(pid_t root, char *out, size_t outn)
             continue;
         char path[64], wchan[64] = "?", stack[2048];
         snprintf(path, sizeof path, "/proc/%d/wchan", (int)v[i].pid);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd >= 0) {
-            ssize_t got = read(fd, wchan, sizeof wchan - 1);
-            wchan[got > 0 ? got : 0] = '\0';
-            close(fd);
-        }
+        if (fu_read(path, wchan, sizeof wchan) != 0)
+            snprintf(wchan, sizeof wchan, "?");
         if (len < outn)
             len += (size_t)snprintf(out + len, outn - len, "%s%d %s %c %s", len ? "; " : "",
                                     (int)v[i].pid, v[i].comm, v[i].state,
                                     wchan[0] && strcmp(wchan, "0") ? wchan : "-");
         snprintf(path, sizeof path, "/proc/%d/stack", (int)v[i].pid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        ssize_t got = fd >= 0 ? read(fd, stack, sizeof stack - 1) : -1;
-        if (fd >= 0)
-            close(fd);
-        if (got > 0) {
-            stack[got] = '\0';
+        if (fu_read(path, stack, sizeof stack) == 0 && stack[0]) {
             fprintf(stderr, "cohort-shim: kernel stack of %d (%s):\n%s", (int)v[i].pid,
                     v[i].comm, stack);
         }

@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/fileutil.h"
 #include "agent/jget.h"
 #include "storage/util.h"
 
@@ -63,18 +64,13 @@ static struct worker *find(sup *s, int64_t id)
     return NULL;
 }
 
+/* dir/id/name's first line into out: 0, or -1. */
 static int read_small(const char *dir, int64_t id, const char *name, char *out, size_t n)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/%lld/%s", dir, (long long)id, name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    char sub[4200];
+    snprintf(sub, sizeof sub, "%s/%lld", dir, (long long)id);
+    if (fu_read_in(sub, name, out, n) != 0)
         return -1;
-    ssize_t got = read(fd, out, n - 1);
-    close(fd);
-    if (got < 0)
-        return -1;
-    out[got] = '\0';
     out[strcspn(out, "\n")] = '\0';
     return 0;
 }

@@ -1,0 +1,42 @@
+/*
+ * fileutil: small files read whole (see fileutil.h).
+ */
+#include "agent/fileutil.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <unistd.h>
+
+int fu_read(const char *path, char *buf, size_t n)
+{
+    if (n == 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t got;
+    while ((got = read(fd, buf, n - 1)) < 0 && errno == EINTR)
+        ;
+    int e = errno;
+    close(fd);
+    if (got < 0) {
+        errno = e;
+        return -1;
+    }
+    buf[got] = '\0';
+    return 0;
+}
+
+int fu_read_in(const char *dir, const char *name, char *buf, size_t n)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    return fu_read(path, buf, n);
+}

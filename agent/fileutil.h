@@ -1,0 +1,16 @@
+/*
+ * fileutil: the small files the agent, its shims and the cgroup code read
+ * (a pid, a status line, a cgroup's counters), read whole in one call.
+ */
+#ifndef COHORT_AGENT_FILEUTIL_H
+#define COHORT_AGENT_FILEUTIL_H
+
+#include <stddef.h>
+
+/* Up to n-1 bytes of path into buf, NUL-terminated: 0, or -1 with errno. */
+int fu_read(const char *path, char *buf, size_t n);
+
+/* The same for dir/name (a path too long for the buffer fails: ENAMETOOLONG). */
+int fu_read_in(const char *dir, const char *name, char *buf, size_t n);
+
+#endif
