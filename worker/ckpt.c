@@ -31,12 +31,25 @@ struct header {
     uint64_t nstate;
 };
 
-static int write_all(int fd, const void *buf, size_t len, uLong *crc)
+/* zlib's crc32 over len bytes, in pieces its uInt length can hold. */
+static uLong crc_more(uLong crc, const uint8_t *p, size_t len)
 {
-    const uint8_t *p = buf;
-    *crc = crc32(*crc, p, (uInt)len);
     while (len) {
-        ssize_t n = write(fd, p, len > (1u << 30) ? 1u << 30 : len);
+        uInt piece = len > (1u << 30) ? 1u << 30 : (uInt)len;
+        crc = crc32(crc, p, piece);
+        p += piece;
+        len -= piece;
+    }
+    return crc;
+}
+
+/* All len bytes of p written (out set) or read: 0, or -1 (an error, or the
+ * end of the file before len bytes). */
+static int io_all(int fd, uint8_t *p, size_t len, int out)
+{
+    while (len) {
+        size_t piece = len > (1u << 30) ? 1u << 30 : len;
+        ssize_t n = out ? write(fd, p, piece) : read(fd, p, piece);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
@@ -47,21 +60,18 @@ static int write_all(int fd, const void *buf, size_t len, uLong *crc)
     return 0;
 }
 
+static int write_all(int fd, const void *buf, size_t len, uLong *crc)
+{
+    *crc = crc_more(*crc, buf, len);
+    return io_all(fd, (uint8_t *)buf, len, 1);
+}
+
 static int read_all(int fd, void *buf, size_t len, uLong *crc)
 {
-    uint8_t *p = buf;
-    size_t want = len;
-    while (len) {
-        ssize_t n = read(fd, p, len > (1u << 30) ? 1u << 30 : len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
+    if (io_all(fd, buf, len, 0) != 0)
+        return -1;
     if (crc)
-        *crc = crc32(*crc, buf, (uInt)want);
+        *crc = crc_more(*crc, buf, len);
     return 0;
 }
 
