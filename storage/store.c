@@ -188,12 +188,44 @@ sqlite3_stmt *store_read_stmt(store *s, const char *sql)
     return c ? store_stmt(c, sql) : NULL;
 }
 
-int store_tx_exec_id(store_tx *tx, const char *sql, int64_t id)
+sqlite3_stmt *store_prep(store_conn *c, const char *sql, const store_arg *args)
 {
-    sqlite3_stmt *st = store_stmt(tx->conn, sql);
+    sqlite3_stmt *st = c ? store_stmt(c, sql) : NULL;
+    for (int i = 1; st && args && args[i - 1].kind; i++) {
+        const store_arg *a = &args[i - 1];
+        switch (a->kind) {
+        case 'i': sqlite3_bind_int64(st, i, a->i); break;
+        case 't': store_bind_text(st, i, a->t); break;
+        case 'b': sqlite3_bind_blob(st, i, a->b, a->n, SQLITE_TRANSIENT); break;
+        default: break; /* STORE_NULL: it stays NULL */
+        }
+    }
+    return st;
+}
+
+int store_exec(store_conn *c, int64_t *id, const char *sql, const store_arg *args)
+{
+    sqlite3_stmt *st = store_prep(c, sql, args);
+    return st ? store_step_change(c, st, id) : STORE_EIO;
+}
+
+int store_int64(store_conn *c, int64_t *out, const char *sql, const store_arg *args)
+{
+    sqlite3_stmt *st = store_prep(c, sql, args);
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, id);
+    int rc = store_step_row(st);
+    if (rc == STORE_OK)
+        *out = sqlite3_column_int64(st, 0);
+    sqlite3_reset(st);
+    return rc;
+}
+
+int store_tx_exec_id(store_tx *tx, const char *sql, int64_t id)
+{
+    sqlite3_stmt *st = store_prep(tx->conn, sql, STORE_ARGS(STORE_I(id)));
+    if (!st)
+        return STORE_EIO;
     return store_step_change(tx->conn, st, NULL);
 }
 

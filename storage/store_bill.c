@@ -80,11 +80,10 @@ int store_account_set(store_tx *tx, const store_account *a)
         "INSERT INTO accounts(tenant_id, currency, enforce, monthly_cap) VALUES (?1, ?2, ?3, ?4)"
         " ON CONFLICT(tenant_id) DO UPDATE SET currency = ?2, enforce = ?3, monthly_cap = ?4";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, other_sql);
+    sqlite3_stmt *st = store_prep(c, other_sql, STORE_ARGS(STORE_I(a->tenant_id),
+            STORE_T(a->currency)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, a->tenant_id);
-    store_bind_text(st, 2, a->currency);
     int rc = store_step_row(st);
     sqlite3_reset(st);
     if (rc != STORE_NOTFOUND)
@@ -111,17 +110,9 @@ int store_credit_add(store_tx *tx, int64_t tenant_id, int64_t amount, const char
         return rc;
     if (amount <= 0 || amount > STORE_MONEY_MAX || a.balance > STORE_MONEY_MAX - amount)
         return STORE_INVALID;
-    store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, tenant_id);
-    sqlite3_bind_int64(st, 2, now_ms);
-    sqlite3_bind_int64(st, 3, amount);
-    store_bind_text(st, 4, a.currency);
-    sqlite3_bind_int64(st, 5, user_id);
-    store_bind_text(st, 6, note && note[0] ? note : NULL);
-    return store_step_change(c, st, id);
+    return store_exec(store_tx_conn(tx), id, sql, STORE_ARGS(STORE_I(tenant_id), STORE_I(now_ms),
+            STORE_I(amount), STORE_T(a.currency), STORE_I(user_id),
+            STORE_T(note && note[0] ? note : NULL)));
 }
 
 /* ---- charges ---- */
@@ -141,10 +132,9 @@ int store_charge_worker(store_tx *tx, int64_t worker_id)
         " VALUES (?1, ?2, 'charge', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
         " ON CONFLICT(job_id, attempt, rank) DO NOTHING";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, get_sql);
+    sqlite3_stmt *st = store_prep(c, get_sql, STORE_ARGS(STORE_I(worker_id)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, worker_id);
     int rc = store_step_row(st);
     if (rc != STORE_OK) {
         sqlite3_reset(st);
@@ -191,17 +181,8 @@ int store_hold_put(store_tx *tx, int64_t job_id, int64_t attempt, int64_t tenant
     static const char sql[] =
         "INSERT INTO job_holds(job_id, attempt, tenant_id, amount, bounded, created_at)"
         " VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
-    store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, attempt);
-    sqlite3_bind_int64(st, 3, tenant_id);
-    sqlite3_bind_int64(st, 4, amount);
-    sqlite3_bind_int(st, 5, bounded ? 1 : 0);
-    sqlite3_bind_int64(st, 6, now_ms);
-    return store_step_change(c, st, NULL);
+    return store_exec(store_tx_conn(tx), NULL, sql, STORE_ARGS(STORE_I(job_id), STORE_I(attempt),
+            STORE_I(tenant_id), STORE_I(amount), STORE_I(bounded ? 1 : 0), STORE_I(now_ms)));
 }
 
 int store_hold_release_idle(store_tx *tx)
@@ -229,11 +210,9 @@ static int live_cost(store_conn *c, int64_t job_id, int64_t attempt, int64_t pri
     static const char sql[] =
         "SELECT started_at FROM workers WHERE job_id = ?1 AND attempt = ?2"
         " AND started_at IS NOT NULL AND finished_at IS NULL";
-    sqlite3_stmt *st = store_stmt(c, sql);
+    sqlite3_stmt *st = store_prep(c, sql, STORE_ARGS(STORE_I(job_id), STORE_I(attempt)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, attempt);
     int rc;
     *cost = 0;
     *running = 0;
@@ -269,30 +248,23 @@ int store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money 
     size_t n = 0, cap = 0;
     memset(out, 0, sizeof *out);
     store_conn *c = store_tx_conn(tx);
+    int64_t one, month, next;
     int rc = store_account_get_tx(tx, tenant_id, &out->acct);
-    sqlite3_stmt *st = rc == STORE_OK ? store_stmt(c, has_sql) : NULL;
-    if (!st)
-        return rc == STORE_OK ? STORE_EIO : rc;
-    sqlite3_bind_int64(st, 1, tenant_id);
-    out->has_account = store_step_row(st) == STORE_OK;
-    sqlite3_reset(st);
-    int64_t month, next;
+    if (rc == STORE_OK) /* a failure to read is an error, not "no account" */
+        rc = store_int64(c, &one, has_sql, STORE_ARGS(STORE_I(tenant_id)));
+    if (rc != STORE_OK && rc != STORE_NOTFOUND)
+        return rc;
+    out->has_account = rc == STORE_OK;
     util_month_bounds(now_ms, &month, &next);
-    if (!(st = store_stmt(c, month_sql)))
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, tenant_id);
-    sqlite3_bind_int64(st, 2, month);
-    rc = store_step_row(st);
-    if (rc == STORE_OK)
-        out->spent_month = sqlite3_column_int64(st, 0);
-    sqlite3_reset(st);
+    rc = store_int64(c, &out->spent_month, month_sql,
+                     STORE_ARGS(STORE_I(tenant_id), STORE_I(month)));
     if (rc != STORE_OK)
         return rc;
-    if (!(st = store_stmt(c, holds_sql)))
-        return STORE_EIO;
     /* Every hold is read first (the live costs below use statements of
      * their own, and unbounded() may write); as many as the tenant has. */
-    sqlite3_bind_int64(st, 1, tenant_id);
+    sqlite3_stmt *st = store_prep(c, holds_sql, STORE_ARGS(STORE_I(tenant_id)));
+    if (!st)
+        return STORE_EIO;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         if (n == cap) {
             size_t ncap = cap ? cap * 2 : 64;
@@ -368,13 +340,10 @@ int store_ledger_list(store *s, int64_t tenant_id, int64_t from, int64_t to, con
         " coalesce(price_per_hour, 0), coalesce(note, '')"
         " FROM ledger WHERE tenant_id = ?1 AND at >= ?2 AND at < ?3"
         " AND (?4 IS NULL OR kind = ?4) ORDER BY at, id";
-    sqlite3_stmt *st = store_read_stmt(s, sql);
+    sqlite3_stmt *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(tenant_id),
+            STORE_I(from), STORE_I(to), STORE_T(kind)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, tenant_id);
-    sqlite3_bind_int64(st, 2, from);
-    sqlite3_bind_int64(st, 3, to);
-    store_bind_text(st, 4, kind);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         store_entry e;
@@ -413,10 +382,9 @@ int store_job_cost(store *s, int64_t job_id, int64_t now_ms,
         " LEFT JOIN ledger l ON l.job_id = w.job_id AND l.attempt = w.attempt"
         "  AND l.rank = w.rank"
         " WHERE w.job_id = ?1 ORDER BY w.attempt, w.rank";
-    sqlite3_stmt *st = store_read_stmt(s, sql);
+    sqlite3_stmt *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(job_id)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, job_id);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         store_rank_cost c;
@@ -461,12 +429,10 @@ int store_usage_group(store *s, int64_t tenant_id, int64_t from, int64_t to, con
                                                       : NULL;
     if (!sql)
         return STORE_INVALID;
-    sqlite3_stmt *st = store_read_stmt(s, sql);
+    sqlite3_stmt *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(tenant_id),
+            STORE_I(from), STORE_I(to)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, tenant_id);
-    sqlite3_bind_int64(st, 2, from);
-    sqlite3_bind_int64(st, 3, to);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         store_usage u;
@@ -526,10 +492,9 @@ int store_tenant_use(store *s, int64_t tenant_id, store_use *out)
         "SELECT count(*), coalesce(sum(worker_count), 0), coalesce(sum(worker_count * cpus), 0),"
         " coalesce(sum(worker_count * gpus), 0) FROM jobs"
         " WHERE tenant_id = ?1 AND state IN ('STARTING', 'RUNNING')";
-    sqlite3_stmt *st = store_read_stmt(s, sql);
+    sqlite3_stmt *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(tenant_id)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, tenant_id);
     int rc = store_step_row(st);
     if (rc == STORE_OK) {
         out->jobs = sqlite3_column_int64(st, 0);

@@ -29,10 +29,8 @@ STORE_ROWS(spec_rows, store_spec, spec_row)
 int store_spec_get(store *s, const char *name, store_spec *out)
 {
     static const char sql[] = "SELECT " SPEC_COLS " FROM worker_specs WHERE name = ?1";
-    sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (st)
-        store_bind_text(st, 1, name);
-    return store_get_one(st, spec_row, out);
+    return store_get_one(store_prep(store_reader(s), sql, STORE_ARGS(STORE_T(name))), spec_row,
+                         out);
 }
 
 int store_spec_list(store *s, int64_t after, int limit,
@@ -41,12 +39,8 @@ int store_spec_list(store *s, int64_t after, int limit,
     static const char sql[] =
         "SELECT " SPEC_COLS " FROM worker_specs WHERE id > ?1 ORDER BY id LIMIT ?2";
     struct spec_rows r = {row, arg};
-    sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (st) {
-        sqlite3_bind_int64(st, 1, after);
-        sqlite3_bind_int(st, 2, limit);
-    }
-    return store_each(st, spec_rows, &r);
+    return store_each(store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(after),
+            STORE_I(limit))), spec_rows, &r);
 }
 
 static void spec_bind(sqlite3_stmt *st, const store_spec *sp, int64_t now)
@@ -112,12 +106,8 @@ int store_image_get(store *s, int64_t tenant_id, const char *name, store_image *
     static const char sql[] = "SELECT " IMAGE_COLS " FROM images WHERE name = ?1"
                               " AND (tenant_id IS NULL OR tenant_id = ?2)"
                               " ORDER BY tenant_id IS NULL LIMIT 1";
-    sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (st) {
-        store_bind_text(st, 1, name);
-        sqlite3_bind_int64(st, 2, tenant_id);
-    }
-    return store_get_one(st, image_row, out);
+    return store_get_one(store_prep(store_reader(s), sql, STORE_ARGS(STORE_T(name),
+            STORE_I(tenant_id))), image_row, out);
 }
 
 int store_image_list(store *s, int64_t tenant_id, int64_t after, int limit,
@@ -127,13 +117,8 @@ int store_image_list(store *s, int64_t tenant_id, int64_t after, int limit,
                               " AND (?3 < 0 OR tenant_id IS NULL OR tenant_id = ?3)"
                               " ORDER BY id LIMIT ?2";
     struct image_rows r = {row, arg};
-    sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (st) {
-        sqlite3_bind_int64(st, 1, after);
-        sqlite3_bind_int(st, 2, limit);
-        sqlite3_bind_int64(st, 3, tenant_id);
-    }
-    return store_each(st, image_rows, &r);
+    return store_each(store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(after), STORE_I(limit),
+            STORE_I(tenant_id))), image_rows, &r);
 }
 
 int store_image_insert(store_tx *tx, const store_image *im, int64_t *id)

@@ -22,6 +22,34 @@ sqlite3_stmt *store_stmt(store_conn *c, const char *sql);
 sqlite3 *store_conn_db(store_conn *c);
 /* The calling thread's reader and a prepared statement on it; NULL on failure. */
 sqlite3_stmt *store_read_stmt(store *s, const char *sql);
+/*
+ * A statement's parameters, bound to ?1, ?2, ... in order: an array made
+ * by STORE_ARGS of STORE_I (an integer, converted to int64_t), STORE_T (a
+ * string, NULL binds NULL), STORE_B (a blob: pointer, length) and
+ * STORE_NULL; or NULL for none.  Values are copied when bound.
+ */
+typedef struct store_arg {
+    char kind; /* 'i', 't', 'b', 'n'; 0 ends the array */
+    int64_t i;
+    const char *t;
+    const void *b;
+    int n;
+} store_arg;
+#define STORE_I(x) {.kind = 'i', .i = (x)}
+#define STORE_T(s) {.kind = 't', .t = (s)}
+#define STORE_B(p, len) {.kind = 'b', .b = (p), .n = (len)}
+#define STORE_NULL {.kind = 'n'}
+#define STORE_ARGS(...) ((const store_arg[]){__VA_ARGS__, {.kind = 0}})
+
+/* The cached statement for sql on c with args bound; the caller steps and
+ * resets it.  NULL (STORE_EIO) when c is NULL or sql cannot be prepared. */
+sqlite3_stmt *store_prep(store_conn *c, const char *sql, const store_arg *args);
+/* store_prep, then store_step_change (id as there). */
+int store_exec(store_conn *c, int64_t *id, const char *sql, const store_arg *args);
+/* store_prep, then the first column of the first row into *out: STORE_OK,
+ * STORE_NOTFOUND (no row: *out untouched) or an error. */
+int store_int64(store_conn *c, int64_t *out, const char *sql, const store_arg *args);
+
 /* Runs a write statement whose only parameter, ?1, is id.
  * STORE_NOTFOUND when it changed no row. */
 int store_tx_exec_id(store_tx *tx, const char *sql, int64_t id);

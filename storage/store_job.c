@@ -119,16 +119,8 @@ static int event_insert(store_conn *c, int64_t job_id, int64_t at, int64_t attem
     static const char sql[] =
         "INSERT INTO job_events(job_id, at, attempt, from_state, to_state, reason)"
         " VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
-    sqlite3_stmt *st = store_stmt(c, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, at);
-    sqlite3_bind_int64(st, 3, attempt);
-    store_bind_text(st, 4, from);
-    store_bind_text(st, 5, to);
-    store_bind_text(st, 6, reason && reason[0] ? reason : NULL);
-    return store_step_change(c, st, NULL);
+    return store_exec(c, NULL, sql, STORE_ARGS(STORE_I(job_id), STORE_I(at), STORE_I(attempt),
+            STORE_T(from), STORE_T(to), STORE_T(reason && reason[0] ? reason : NULL)));
 }
 
 int store_job_note(store_tx *tx, int64_t job_id, int64_t attempt, const char *reason)
@@ -213,11 +205,9 @@ static int job_get_conn(store_conn *c, int64_t tenant_id, int64_t id, store_job 
 {
     static const char sql[] =
         "SELECT " JOB_COLS JOB_FROM " WHERE j.id = ?1 AND (?2 = 0 OR j.tenant_id = ?2)";
-    sqlite3_stmt *st = store_stmt(c, sql);
+    sqlite3_stmt *st = store_prep(c, sql, STORE_ARGS(STORE_I(id), STORE_I(tenant_id)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_int64(st, 2, tenant_id);
     int rc = store_step_row(st);
     if (rc == STORE_OK)
         rc = job_row(st, out);
@@ -240,11 +230,10 @@ int store_job_by_idem_tx(store_tx *tx, int64_t tenant_id, const char *key, store
 {
     static const char sql[] =
         "SELECT " JOB_COLS JOB_FROM " WHERE j.tenant_id = ?1 AND j.idempotency_key = ?2";
-    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    sqlite3_stmt *st = store_prep(store_tx_conn(tx), sql, STORE_ARGS(STORE_I(tenant_id),
+            STORE_T(key)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, tenant_id);
-    store_bind_text(st, 2, key);
     int rc = store_step_row(st);
     if (rc == STORE_OK)
         rc = job_row(st, out);
@@ -260,14 +249,10 @@ int store_job_list(store *s, const store_job_filter *f,
         " WHERE (?1 = 0 OR j.tenant_id = ?1) AND (?2 IS NULL OR j.state = ?2)"
         " AND (?3 IS NULL OR j.name = ?3) AND (?4 = 0 OR j.id < ?4)"
         " ORDER BY j.id DESC LIMIT ?5";
-    sqlite3_stmt *st = store_read_stmt(s, sql);
+    sqlite3_stmt *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(f->tenant_id),
+            STORE_T(f->state), STORE_T(f->name), STORE_I(f->before), STORE_I(f->limit)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, f->tenant_id);
-    store_bind_text(st, 2, f->state);
-    store_bind_text(st, 3, f->name);
-    sqlite3_bind_int64(st, 4, f->before);
-    sqlite3_bind_int(st, 5, f->limit);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         store_job j;
@@ -339,13 +324,8 @@ int store_job_events(store *s, int64_t job_id, int64_t after, int limit,
         "SELECT id, at, attempt, coalesce(from_state, ''), to_state, coalesce(reason, '')"
         " FROM job_events WHERE job_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
     struct event_rows r = {row, arg};
-    sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (st) {
-        sqlite3_bind_int64(st, 1, job_id);
-        sqlite3_bind_int64(st, 2, after);
-        sqlite3_bind_int(st, 3, limit);
-    }
-    return store_each(st, event_rows, &r);
+    return store_each(store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(job_id), STORE_I(after),
+            STORE_I(limit))), event_rows, &r);
 }
 
 int store_job_admit(store_tx *tx, int64_t job_id, int64_t price_per_hour,
@@ -357,11 +337,9 @@ int store_job_admit(store_tx *tx, int64_t job_id, int64_t price_per_hour,
         "  currency)"
         " WHERE id = ?1 AND admitted_at IS NULL";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
+    sqlite3_stmt *st = store_prep(c, sql, STORE_ARGS(STORE_I(job_id), STORE_I(price_per_hour)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, price_per_hour);
     if (estimated_max >= 0)
         sqlite3_bind_int64(st, 3, estimated_max);
     sqlite3_bind_int64(st, 4, now_ms);
@@ -382,10 +360,10 @@ int store_job_briefs_tx(store_tx *tx, job_state state,
         " CASE WHEN admitted_at IS NULL THEN coalesce((SELECT currency FROM worker_specs s"
         "  WHERE s.name = jobs.worker_spec), currency) ELSE currency END"
         " FROM jobs WHERE state = ?1 ORDER BY id";
-    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    sqlite3_stmt *st =
+        store_prep(store_tx_conn(tx), sql, STORE_ARGS(STORE_T(store_job_state_name(state))));
     if (!st)
         return STORE_EIO;
-    store_bind_text(st, 1, store_job_state_name(state));
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         store_job_brief b;
@@ -418,16 +396,8 @@ int store_metric_insert(store_tx *tx, int64_t job_id, int64_t attempt, int64_t r
 {
     static const char sql[] =
         "INSERT INTO job_metrics(job_id, attempt, rank, at, data) VALUES (?1, ?2, ?3, ?4, ?5)";
-    store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, attempt);
-    sqlite3_bind_int64(st, 3, rank);
-    sqlite3_bind_int64(st, 4, at);
-    store_bind_text(st, 5, json);
-    return store_step_change(c, st, NULL);
+    return store_exec(store_tx_conn(tx), NULL, sql, STORE_ARGS(STORE_I(job_id), STORE_I(attempt),
+            STORE_I(rank), STORE_I(at), STORE_T(json)));
 }
 
 /* A metric row; its json points into the statement until the next step. */
@@ -447,11 +417,6 @@ int store_metric_list(store *s, int64_t job_id, int64_t after, int limit,
     static const char sql[] = "SELECT id, attempt, rank, at, data FROM job_metrics"
                               " WHERE job_id = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
     struct metric_rows r = {row, arg};
-    sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (st) {
-        sqlite3_bind_int64(st, 1, job_id);
-        sqlite3_bind_int64(st, 2, after);
-        sqlite3_bind_int(st, 3, limit);
-    }
-    return store_each(st, metric_rows, &r);
+    return store_each(store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(job_id), STORE_I(after),
+            STORE_I(limit))), metric_rows, &r);
 }

@@ -57,11 +57,10 @@ int store_join_token_insert(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN],
     static const char sql[] =
         "INSERT INTO node_join_tokens(hash, created_at, expires_at) VALUES (?1, ?2, ?3)";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
+    sqlite3_stmt *st = store_prep(c, sql, STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN),
+            STORE_I(util_now_ms())));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_blob(st, 1, hash, UTIL_SHA256_LEN, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, util_now_ms());
     if (expires_at > 0)
         sqlite3_bind_int64(st, 3, expires_at);
     return store_step_change(c, st, id);
@@ -71,11 +70,10 @@ int store_join_token_check(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_
 {
     static const char sql[] = "SELECT hash FROM node_join_tokens WHERE hash = ?1"
                               " AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?2)";
-    sqlite3_stmt *st = store_read_stmt(s, sql);
+    sqlite3_stmt *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN),
+            STORE_I(now_ms)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_blob(st, 1, hash, UTIL_SHA256_LEN, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, now_ms);
     int rc = store_step_row(st);
     if (rc == STORE_OK && (sqlite3_column_bytes(st, 0) != UTIL_SHA256_LEN ||
                            !util_ct_equal(sqlite3_column_blob(st, 0), hash, UTIL_SHA256_LEN)))
@@ -112,6 +110,8 @@ int store_node_insert(store_tx *tx, store_node *n, const uint8_t token_hash[UTIL
 
 static int node_one(sqlite3_stmt *st, store_node *out)
 {
+    if (!st)
+        return STORE_EIO;
     int rc = store_step_row(st);
     if (rc == STORE_OK) {
         node_row(st, out);
@@ -125,64 +125,40 @@ static int node_one(sqlite3_stmt *st, store_node *out)
 int store_node_by_token(store *s, const uint8_t hash[UTIL_SHA256_LEN], store_node *out)
 {
     static const char sql[] = NODE_SELECT " WHERE n.token_hash = ?1 GROUP BY n.id";
-    sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_blob(st, 1, hash, UTIL_SHA256_LEN, SQLITE_STATIC);
-    return node_one(st, out);
+    return node_one(
+        store_prep(store_reader(s), sql, STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN))), out);
 }
 
 static const char node_get_sql[] = NODE_SELECT " WHERE n.id = ?1 GROUP BY n.id";
 
 int store_node_get(store *s, int64_t id, store_node *out)
 {
-    sqlite3_stmt *st = store_read_stmt(s, node_get_sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, id);
-    return node_one(st, out);
+    return node_one(store_prep(store_reader(s), node_get_sql, STORE_ARGS(STORE_I(id))), out);
 }
 
 int store_node_get_tx(store_tx *tx, int64_t id, store_node *out)
 {
-    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), node_get_sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, id);
-    return node_one(st, out);
+    return node_one(store_prep(store_tx_conn(tx), node_get_sql, STORE_ARGS(STORE_I(id))), out);
 }
 
 int store_node_list(store *s, int64_t after, int limit,
                     void (*row)(void *arg, const store_node *n), void *arg)
 {
     static const char sql[] = NODE_SELECT " WHERE n.id > ?1 GROUP BY n.id ORDER BY n.id LIMIT ?2";
-    sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, after);
-    sqlite3_bind_int(st, 2, limit);
-    return node_each(st, row, arg);
+    return node_each(store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(after),
+            STORE_I(limit))), row, arg);
 }
 
 int store_node_all_tx(store_tx *tx, void (*row)(void *arg, const store_node *n), void *arg)
 {
     static const char sql[] = NODE_SELECT " GROUP BY n.id ORDER BY n.id";
-    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
-    if (!st)
-        return STORE_EIO;
-    return node_each(st, row, arg);
+    return node_each(store_prep(store_tx_conn(tx), sql, NULL), row, arg);
 }
 
 int store_node_heartbeat(store_tx *tx, int64_t id, int64_t now_ms)
 {
     static const char sql[] = "UPDATE nodes SET last_heartbeat = ?2, state = 'up' WHERE id = ?1";
-    store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_int64(st, 2, now_ms);
-    return store_step_change(c, st, NULL);
+    return store_exec(store_tx_conn(tx), NULL, sql, STORE_ARGS(STORE_I(id), STORE_I(now_ms)));
 }
 
 int store_node_set_drained(store_tx *tx, int64_t id, int drained)
@@ -197,10 +173,9 @@ int store_node_mark_down(store_tx *tx, int64_t cutoff_ms, void (*row)(void *arg,
 {
     static const char sql[] = "UPDATE nodes SET state = 'down'"
                               " WHERE state = 'up' AND last_heartbeat < ?1 RETURNING id";
-    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    sqlite3_stmt *st = store_prep(store_tx_conn(tx), sql, STORE_ARGS(STORE_I(cutoff_ms)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, cutoff_ms);
     util_i64s ids = {0};
     int nomem = 0, rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW)
@@ -280,12 +255,8 @@ int store_worker_list_tx(store_tx *tx, int64_t job_id, int64_t attempt,
 {
     static const char sql[] = "SELECT " WORKER_COLS " FROM workers"
                               " WHERE job_id = ?1 AND attempt = ?2 ORDER BY rank";
-    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, attempt);
-    return worker_each(st, row, arg);
+    return worker_each(store_prep(store_tx_conn(tx), sql, STORE_ARGS(STORE_I(job_id),
+            STORE_I(attempt))), row, arg);
 }
 
 int store_worker_list(store *s, int64_t job_id, int64_t attempt, int64_t after, int limit,
@@ -294,14 +265,8 @@ int store_worker_list(store *s, int64_t job_id, int64_t attempt, int64_t after, 
     /* Ids grow with the attempt and, within one placement, with the rank. */
     static const char sql[] = "SELECT " WORKER_COLS " FROM workers WHERE job_id = ?1"
                               " AND (?2 = 0 OR attempt = ?2) AND id > ?3 ORDER BY id LIMIT ?4";
-    sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, attempt);
-    sqlite3_bind_int64(st, 3, after);
-    sqlite3_bind_int(st, 4, limit);
-    return worker_each(st, row, arg);
+    return worker_each(store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(job_id),
+            STORE_I(attempt), STORE_I(after), STORE_I(limit))), row, arg);
 }
 
 int store_worker_desired(store *s, int64_t node_id,
@@ -310,11 +275,7 @@ int store_worker_desired(store *s, int64_t node_id,
     static const char sql[] = "SELECT " WORKER_COLS " FROM workers WHERE node_id = ?1"
                               " AND desired = 'run' AND state IN ('assigned', 'running')"
                               " ORDER BY id";
-    sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, node_id);
-    return worker_each(st, row, arg);
+    return worker_each(store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(node_id))), row, arg);
 }
 
 static const char worker_get_sql[] = "SELECT " WORKER_COLS " FROM workers WHERE id = ?1";
@@ -343,12 +304,10 @@ static int worker_then_job(store_tx *tx, int64_t id, int64_t node_id, const char
                            const char *w_sql, const char *j_sql)
 {
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, w_sql);
+    sqlite3_stmt *st = store_prep(c, w_sql, STORE_ARGS(STORE_I(id), STORE_I(node_id),
+            STORE_T(text)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_int64(st, 2, node_id);
-    store_bind_text(st, 3, text);
     int rc = store_step_change(c, st, NULL);
     if (rc != STORE_OK)
         return rc;
@@ -394,16 +353,11 @@ int store_worker_report(store_tx *tx, int64_t id, int64_t node_id, const char *s
         "  THEN ?7 END)"
         " WHERE id = ?1 AND node_id = ?2 AND state IN ('assigned', 'running') AND state != ?3";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
+    sqlite3_stmt *st = store_prep(c, sql, STORE_ARGS(STORE_I(id), STORE_I(node_id), STORE_T(state),
+            STORE_I(exit_code), STORE_I(signal), STORE_T(message && message[0] ? message : NULL),
+            STORE_I(now_ms)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_int64(st, 2, node_id);
-    store_bind_text(st, 3, state);
-    sqlite3_bind_int64(st, 4, exit_code);
-    sqlite3_bind_int64(st, 5, signal);
-    store_bind_text(st, 6, message && message[0] ? message : NULL);
-    sqlite3_bind_int64(st, 7, now_ms);
     int rc = store_step_change(c, st, NULL);
     /* The rank's charge goes into the ledger in the same transaction as its end. */
     if (rc == STORE_OK && strcmp(state, "assigned") && strcmp(state, "running"))
@@ -419,13 +373,10 @@ int store_worker_usage(store_tx *tx, int64_t id, int64_t node_id, int64_t cpu_us
         " memory_peak = CASE WHEN ?4 >= 0 THEN ?4 ELSE memory_peak END"
         " WHERE id = ?1 AND node_id = ?2 AND state IN ('exited', 'failed')";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
+    sqlite3_stmt *st = store_prep(c, sql, STORE_ARGS(STORE_I(id), STORE_I(node_id), STORE_I(cpu_us),
+            STORE_I(memory_peak)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_int64(st, 2, node_id);
-    sqlite3_bind_int64(st, 3, cpu_us);
-    sqlite3_bind_int64(st, 4, memory_peak);
     int rc = store_step_change(c, st, NULL);
     return rc == STORE_NOTFOUND ? STORE_OK : rc;
 }
@@ -435,11 +386,9 @@ int store_worker_stop_attempt(store_tx *tx, int64_t job_id, int64_t attempt)
     static const char sql[] =
         "UPDATE workers SET desired = 'stop' WHERE job_id = ?1 AND attempt = ?2";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
+    sqlite3_stmt *st = store_prep(c, sql, STORE_ARGS(STORE_I(job_id), STORE_I(attempt)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, attempt);
     int rc = store_step_change(c, st, NULL);
     return rc == STORE_NOTFOUND ? STORE_OK : rc;
 }
@@ -451,11 +400,10 @@ int store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms,
         "UPDATE workers SET state = 'lost', message = 'node down', finished_at = ?2,"
         " desired = 'stop' WHERE node_id = ?1 AND state IN ('assigned', 'running')"
         " RETURNING job_id, id";
-    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    sqlite3_stmt *st = store_prep(store_tx_conn(tx), sql, STORE_ARGS(STORE_I(node_id),
+            STORE_I(now_ms)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, node_id);
-    sqlite3_bind_int64(st, 2, now_ms);
     /* Every changed row must be charged: the statement is stepped to its end
      * (all rows are updated whatever is read) and every id kept. */
     int64_t *ids = NULL; /* job, worker pairs */
@@ -496,10 +444,9 @@ int store_usage_tx(store_tx *tx, int64_t since_ms,
         "SELECT j.tenant_id, j.cpus, j.gpus, w.started_at, coalesce(w.finished_at, 0)"
         " FROM workers w JOIN jobs j ON j.id = w.job_id"
         " WHERE w.started_at IS NOT NULL AND (w.finished_at IS NULL OR w.finished_at > ?1)";
-    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    sqlite3_stmt *st = store_prep(store_tx_conn(tx), sql, STORE_ARGS(STORE_I(since_ms)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, since_ms);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW)
         row(arg, sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
@@ -530,16 +477,8 @@ int store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_
 {
     static const char sql[] = "INSERT INTO job_ports(node_id, port, job_id, attempt, rank)"
                               " VALUES (?1, ?2, ?3, ?4, ?5)";
-    store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, node_id);
-    sqlite3_bind_int64(st, 2, port);
-    sqlite3_bind_int64(st, 3, job_id);
-    sqlite3_bind_int64(st, 4, attempt);
-    sqlite3_bind_int64(st, 5, rank);
-    return store_step_change(c, st, NULL);
+    return store_exec(store_tx_conn(tx), NULL, sql, STORE_ARGS(STORE_I(node_id), STORE_I(port),
+            STORE_I(job_id), STORE_I(attempt), STORE_I(rank)));
 }
 
 int store_port_list(store *s, int64_t job_id, int64_t attempt,
@@ -549,11 +488,10 @@ int store_port_list(store *s, int64_t job_id, int64_t attempt,
     static const char sql[] = "SELECT p.rank, n.address, p.port FROM job_ports p"
                               " JOIN nodes n ON n.id = p.node_id"
                               " WHERE p.job_id = ?1 AND p.attempt = ?2 ORDER BY p.rank";
-    sqlite3_stmt *st = store_read_stmt(s, sql);
+    sqlite3_stmt *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(job_id),
+            STORE_I(attempt)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, attempt);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW)
         row(arg, sqlite3_column_int64(st, 0), (const char *)sqlite3_column_text(st, 1),
@@ -608,12 +546,10 @@ int store_port_lowest_free(store_tx *tx, int64_t node_id, int64_t lo, int64_t hi
 {
     static const char sql[] = "SELECT port FROM job_ports WHERE node_id = ?1"
                               " AND port BETWEEN ?2 AND ?3 ORDER BY port";
-    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    sqlite3_stmt *st = store_prep(store_tx_conn(tx), sql, STORE_ARGS(STORE_I(node_id), STORE_I(lo),
+            STORE_I(hi)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, node_id);
-    sqlite3_bind_int64(st, 2, lo);
-    sqlite3_bind_int64(st, 3, hi);
     /* The ports in use come in order: the first gap is the answer. */
     int64_t want = lo;
     int rc;
@@ -647,9 +583,7 @@ STORE_ROWS(quota_rows, store_quota, quota_row)
 int store_quota_get(store *s, int64_t tenant_id, store_quota *out)
 {
     static const char sql[] = "SELECT " QUOTA_COLS " FROM tenant_quotas WHERE tenant_id = ?1";
-    sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (st)
-        sqlite3_bind_int64(st, 1, tenant_id);
+    sqlite3_stmt *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(tenant_id)));
     int rc = store_get_one(st, quota_row, out);
     if (rc == STORE_NOTFOUND) { /* no quota: no limit */
         *out = (store_quota){tenant_id, -1, -1, -1, -1};
@@ -680,10 +614,9 @@ int store_quota_put(store_tx *tx, const store_quota *q)
         " VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT(tenant_id) DO UPDATE SET"
         " max_running_jobs = ?2, max_workers = ?3, max_cpus = ?4, max_gpus = ?5";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
+    sqlite3_stmt *st = store_prep(c, sql, STORE_ARGS(STORE_I(q->tenant_id)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, q->tenant_id);
     bind_limit(st, 2, q->max_running_jobs);
     bind_limit(st, 3, q->max_workers);
     bind_limit(st, 4, q->max_cpus);
@@ -696,15 +629,8 @@ int store_job_place(store_tx *tx, int64_t job_id, int64_t master_node, int64_t p
 {
     static const char sql[] =
         "UPDATE jobs SET master_node_id = ?2, master_port = ?3, placed_per_node = ?4 WHERE id = ?1";
-    store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, master_node);
-    sqlite3_bind_int64(st, 3, port);
-    sqlite3_bind_int64(st, 4, per_node);
-    return store_step_change(c, st, NULL);
+    return store_exec(store_tx_conn(tx), NULL, sql, STORE_ARGS(STORE_I(job_id),
+            STORE_I(master_node), STORE_I(port), STORE_I(per_node)));
 }
 
 int store_job_next_attempt(store_tx *tx, int64_t job_id)

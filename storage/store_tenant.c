@@ -37,11 +37,10 @@ int store_token_lookup(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t no
         " JOIN users u ON u.id = k.user_id JOIN tenants t ON t.id = u.tenant_id"
         " WHERE k.hash = ?1 AND k.revoked_at IS NULL"
         " AND (k.expires_at IS NULL OR k.expires_at > ?2)";
-    sqlite3_stmt *st = store_read_stmt(s, sql);
+    sqlite3_stmt *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN),
+            STORE_I(now_ms)));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_blob(st, 1, hash, UTIL_SHA256_LEN, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, now_ms);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         const void *h = sqlite3_column_blob(st, 1);
@@ -64,13 +63,8 @@ int store_token_lookup(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t no
 int store_tenant_insert(store_tx *tx, const char *name, int64_t *id)
 {
     static const char sql[] = "INSERT INTO tenants(name, created_at) VALUES (?1, ?2)";
-    store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
-    if (!st)
-        return STORE_EIO;
-    store_bind_text(st, 1, name);
-    sqlite3_bind_int64(st, 2, util_now_ms());
-    return store_step_change(c, st, id);
+    return store_exec(store_tx_conn(tx), id, sql, STORE_ARGS(STORE_T(name),
+            STORE_I(util_now_ms())));
 }
 
 static void tenant_row(sqlite3_stmt *st, void *out)
@@ -88,10 +82,8 @@ int store_tenant_by_name(store *s, const char *name, store_tenant *out)
 {
     static const char sql[] =
         "SELECT id, name, is_platform, created_at FROM tenants WHERE name = ?1";
-    sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (st)
-        store_bind_text(st, 1, name);
-    return store_get_one(st, tenant_row, out);
+    return store_get_one(store_prep(store_reader(s), sql, STORE_ARGS(STORE_T(name))), tenant_row,
+                         out);
 }
 
 int store_tenant_list(store *s, int64_t after, int limit,
@@ -100,12 +92,8 @@ int store_tenant_list(store *s, int64_t after, int limit,
     static const char sql[] = "SELECT id, name, is_platform, created_at FROM tenants"
                               " WHERE id > ?1 AND is_platform = 0 ORDER BY id LIMIT ?2";
     struct tenant_rows r = {row, arg};
-    sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (st) {
-        sqlite3_bind_int64(st, 1, after);
-        sqlite3_bind_int(st, 2, limit);
-    }
-    return store_each(st, tenant_rows, &r);
+    return store_each(store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(after),
+            STORE_I(limit))), tenant_rows, &r);
 }
 
 int store_user_insert(store_tx *tx, int64_t tenant_id, const char *name, const char *role,
@@ -113,25 +101,15 @@ int store_user_insert(store_tx *tx, int64_t tenant_id, const char *name, const c
 {
     static const char sql[] =
         "INSERT INTO users(tenant_id, name, role, created_at) VALUES (?1, ?2, ?3, ?4)";
-    store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, tenant_id);
-    store_bind_text(st, 2, name);
-    store_bind_text(st, 3, role);
-    sqlite3_bind_int64(st, 4, util_now_ms());
-    return store_step_change(c, st, id);
+    return store_exec(store_tx_conn(tx), id, sql, STORE_ARGS(STORE_I(tenant_id), STORE_T(name),
+            STORE_T(role), STORE_I(util_now_ms())));
 }
 
 int store_user_get(store *s, int64_t id, store_user *out)
 {
     static const char sql[] = "SELECT " USER_COLS " FROM users u"
                               " JOIN tenants t ON t.id = u.tenant_id WHERE u.id = ?1";
-    sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (st)
-        sqlite3_bind_int64(st, 1, id);
-    return store_get_one(st, user_only, out);
+    return store_get_one(store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(id))), user_only, out);
 }
 
 int store_user_list(store *s, int64_t tenant_id, int64_t after, int limit,
@@ -141,13 +119,8 @@ int store_user_list(store *s, int64_t tenant_id, int64_t after, int limit,
                               " JOIN tenants t ON t.id = u.tenant_id"
                               " WHERE u.tenant_id = ?1 AND u.id > ?2 ORDER BY u.id LIMIT ?3";
     struct user_rows r = {row, arg};
-    sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (st) {
-        sqlite3_bind_int64(st, 1, tenant_id);
-        sqlite3_bind_int64(st, 2, after);
-        sqlite3_bind_int(st, 3, limit);
-    }
-    return store_each(st, user_rows, &r);
+    return store_each(store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(tenant_id),
+            STORE_I(after), STORE_I(limit))), user_rows, &r);
 }
 
 int store_platform_admin_count(store *s, int64_t *n)
@@ -170,14 +143,7 @@ int store_platform_admin_count(store *s, int64_t *n)
 int store_platform_tenant_tx(store_tx *tx, int64_t *id)
 {
     static const char sql[] = "SELECT id FROM tenants WHERE is_platform = 1";
-    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
-    if (!st)
-        return STORE_EIO;
-    int rc = store_step_row(st);
-    if (rc == STORE_OK)
-        *id = sqlite3_column_int64(st, 0);
-    sqlite3_reset(st);
-    return rc;
+    return store_int64(store_tx_conn(tx), id, sql, NULL);
 }
 
 int store_token_insert(store_tx *tx, int64_t user_id, const char *name,
@@ -186,13 +152,10 @@ int store_token_insert(store_tx *tx, int64_t user_id, const char *name,
     static const char sql[] = "INSERT INTO api_tokens(user_id, name, hash, created_at, expires_at)"
                               " VALUES (?1, ?2, ?3, ?4, ?5)";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
+    sqlite3_stmt *st = store_prep(c, sql, STORE_ARGS(STORE_I(user_id), STORE_T(name),
+            STORE_B(hash, UTIL_SHA256_LEN), STORE_I(util_now_ms())));
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, user_id);
-    store_bind_text(st, 2, name);
-    sqlite3_bind_blob(st, 3, hash, UTIL_SHA256_LEN, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 4, util_now_ms());
     if (expires_at > 0)
         sqlite3_bind_int64(st, 5, expires_at);
     return store_step_change(c, st, id);
@@ -220,10 +183,7 @@ int store_token_get(store *s, int64_t id, store_token *out)
 {
     static const char sql[] = "SELECT " TOKEN_COLS " FROM api_tokens k"
                               " JOIN users u ON u.id = k.user_id WHERE k.id = ?1";
-    sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (st)
-        sqlite3_bind_int64(st, 1, id);
-    return store_get_one(st, token_row, out);
+    return store_get_one(store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(id))), token_row, out);
 }
 
 int store_token_list(store *s, int64_t user_id, int64_t after, int limit,
@@ -233,24 +193,13 @@ int store_token_list(store *s, int64_t user_id, int64_t after, int limit,
                               " JOIN users u ON u.id = k.user_id"
                               " WHERE k.user_id = ?1 AND k.id > ?2 ORDER BY k.id LIMIT ?3";
     struct token_rows r = {row, arg};
-    sqlite3_stmt *st = store_read_stmt(s, sql);
-    if (st) {
-        sqlite3_bind_int64(st, 1, user_id);
-        sqlite3_bind_int64(st, 2, after);
-        sqlite3_bind_int(st, 3, limit);
-    }
-    return store_each(st, token_rows, &r);
+    return store_each(store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(user_id), STORE_I(after),
+            STORE_I(limit))), token_rows, &r);
 }
 
 int store_token_revoke(store_tx *tx, int64_t id, int64_t now_ms)
 {
     static const char sql[] =
         "UPDATE api_tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL";
-    store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_int64(st, 2, now_ms);
-    return store_step_change(c, st, NULL);
+    return store_exec(store_tx_conn(tx), NULL, sql, STORE_ARGS(STORE_I(id), STORE_I(now_ms)));
 }

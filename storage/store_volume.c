@@ -80,14 +80,8 @@ int store_volume_list(store *s, store_vol_kind k, int64_t tenant_id, int with_pu
 int store_volume_insert(store_tx *tx, store_vol_kind k, int64_t tenant_id, const char *name,
                         int64_t *id)
 {
-    store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, insert_sql[k]);
-    if (!st)
-        return STORE_EIO;
-    sqlite3_bind_int64(st, 1, tenant_id);
-    store_bind_text(st, 2, name);
-    sqlite3_bind_int64(st, 3, util_now_ms());
-    return store_step_change(c, st, id);
+    return store_exec(store_tx_conn(tx), id, insert_sql[k], STORE_ARGS(STORE_I(tenant_id),
+            STORE_T(name), STORE_I(util_now_ms())));
 }
 
 int store_volume_delete(store_tx *tx, store_vol_kind k, int64_t id)
