@@ -679,7 +679,7 @@ int img_evict(const img_cache *c)
     struct cached *all = NULL;
     size_t n = 0, cap = 0;
     int64_t total = 0;
-    int gone = 0;
+    int gone = 0, oom = 0;
     struct dirent *e;
     while (d && (e = readdir(d)) != NULL) {
         char p[4400];
@@ -689,20 +689,14 @@ int img_evict(const img_cache *c)
         snprintf(p, sizeof p, "%s/%s/.ready", c->dir, e->d_name);
         if (stat(p, &sb) != 0)
             continue;
-        if (n == cap) {
-            size_t nc = cap ? cap * 2 : 16;
-            struct cached *na = realloc(all, nc * sizeof *na);
-            if (!na)
-                break;
-            all = na;
-            cap = nc;
-        }
-        memcpy(all[n].hex, e->d_name, 65); /* 64 hex digits and the NUL, checked above */
-        all[n].used = sb.st_mtime;
+        struct cached one = {.used = sb.st_mtime};
+        memcpy(one.hex, e->d_name, 65); /* 64 hex digits and the NUL, checked above */
         snprintf(p, sizeof p, "%s/%s", c->dir, e->d_name);
-        all[n].bytes = du(p);
-        total += all[n].bytes;
-        n++;
+        one.bytes = du(p);
+        total += one.bytes;
+        UTIL_PUSH(all, n, cap, one, &oom);
+        if (oom) /* the images listed so far are still evicted in order */
+            break;
     }
     if (d)
         closedir(d);

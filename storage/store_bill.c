@@ -265,27 +265,22 @@ int store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money 
     sqlite3_stmt *st = store_prep(c, holds_sql, STORE_ARGS(STORE_I(tenant_id)));
     if (!st)
         return STORE_EIO;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (n == cap) {
-            size_t ncap = cap ? cap * 2 : 64;
-            struct hold *more = realloc(holds, ncap * sizeof *holds);
-            if (!more)
-                break;
-            holds = more;
-            cap = ncap;
-        }
-        struct hold *h = &holds[n++];
-        h->job = sqlite3_column_int64(st, 0);
-        h->attempt = sqlite3_column_int64(st, 1);
-        h->amount = sqlite3_column_int64(st, 2);
-        h->bounded = sqlite3_column_int(st, 3);
-        h->price = sqlite3_column_int64(st, 4);
-        h->cap = sqlite3_column_int64(st, 5);
-        h->active = sqlite3_column_int(st, 6);
-        h->charged = sqlite3_column_int64(st, 7);
+    int oom = 0;
+    while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        struct hold h = {
+            .job = sqlite3_column_int64(st, 0),
+            .attempt = sqlite3_column_int64(st, 1),
+            .amount = sqlite3_column_int64(st, 2),
+            .bounded = sqlite3_column_int(st, 3),
+            .price = sqlite3_column_int64(st, 4),
+            .cap = sqlite3_column_int64(st, 5),
+            .active = sqlite3_column_int(st, 6),
+            .charged = sqlite3_column_int64(st, 7),
+        };
+        UTIL_PUSH(holds, n, cap, h, &oom);
     }
     sqlite3_reset(st);
-    if (rc == SQLITE_ROW)
+    if (oom)
         rc = STORE_NOMEM;
     else
         rc = rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);

@@ -288,15 +288,24 @@ Test(oci, seccomp_rules_follow_the_capabilities_and_arch_and_forbid_user_namespa
     cJSON_Delete(not_a_profile);
 }
 
+/* A worker's container as the shim describes it, without binds. */
+static oci_spec test_spec(char **argv, char **env)
+{
+    return (oci_spec){.rootfs = "/cache/abc/rootfs", .init = "/cache/.cohort-init",
+                      .init_at = "/cohort/.init", .mount_root = "/cohort", .argv = argv,
+                      .env = env, .cwd = "/cohort/workspace", .hostname = "node1",
+                      .uid_base = 268500992, .shm_mb = 64};
+}
+
 Test(oci, a_container_config_maps_root_away_and_keeps_what_it_must_read_only)
 {
     char *argv[] = {"/cohort/workspace/train.sh", "--local_rank=0", NULL};
     char *env[] = {"RANK=0", NULL};
     oci_bind binds[] = {{"/data/ws", "/cohort/workspace", 0}, {"/data/ds", "/cohort/datasets/d", 1}};
-    oci_spec s = {.rootfs = "/cache/abc/rootfs", .init = "/cache/.cohort-init",
-                  .init_at = "/cohort/.init", .mount_root = "/cohort", .argv = argv, .env = env,
-                  .cwd = "/cohort/workspace", .hostname = "node1", .uid_base = 268500992,
-                  .binds = binds, .nbinds = 2, .shm_mb = 1024};
+    oci_spec s = test_spec(argv, env);
+    s.binds = binds;
+    s.nbinds = 2;
+    s.shm_mb = 1024;
     char err[128];
     char *text = oci_config(&s, err, sizeof err);
     cr_assert_not_null(text, "%s", err);
@@ -458,10 +467,9 @@ Test(oci, the_drivers_files_are_bound_read_only_and_not_idmapped)
     char *env[] = {"LD_LIBRARY_PATH=/cohort/.nvidia/lib", NULL};
     oci_bind files[] = {{"/lib/x86_64-linux-gnu/libcuda.so.1", "/cohort/.nvidia/lib/libcuda.so.1", 1},
                         {"/usr/bin/nvidia-smi", "/cohort/.nvidia/bin/nvidia-smi", 1}};
-    oci_spec s = {.rootfs = "/cache/abc/rootfs", .init = "/cache/.cohort-init",
-                  .init_at = "/cohort/.init", .mount_root = "/cohort", .argv = argv, .env = env,
-                  .cwd = "/cohort/workspace", .hostname = "node1", .uid_base = 268500992,
-                  .files = files, .nfiles = 2, .shm_mb = 64};
+    oci_spec s = test_spec(argv, env);
+    s.files = files;
+    s.nfiles = 2;
     char err[128];
     char *text = oci_config(&s, err, sizeof err);
     cr_assert_not_null(text, "%s", err);
