@@ -15,14 +15,14 @@
 /* What CUDA programs load from the driver (the display, video and OpenGL
  * parts of the driver are left out: training needs none of them). */
 static const char *const driver_libs[] = {
-    "libcuda.so",           "libcudadebugger.so",         "libnvidia-ml.so",
-    "libnvidia-ptxjitcompiler.so", "libnvidia-nvvm.so",   "libnvidia-gpucomp.so",
-    "libnvidia-cfg.so",     "libnvidia-opencl.so",        "libnvidia-allocator.so",
-    "libnvidia-pkcs11.so",  "libnvidia-pkcs11-openssl3.so", "libnvidia-fatbinaryloader.so",
-    "libnvidia-compiler.so", NULL};
+    "libcuda.so", "libcudadebugger.so", "libnvidia-ml.so", "libnvidia-ptxjitcompiler.so",
+    "libnvidia-nvvm.so", "libnvidia-gpucomp.so", "libnvidia-cfg.so", "libnvidia-opencl.so",
+    "libnvidia-allocator.so", "libnvidia-pkcs11.so", "libnvidia-pkcs11-openssl3.so",
+    "libnvidia-fatbinaryloader.so", "libnvidia-compiler.so", NULL};
 
-static const char *const driver_bins[] = {"nvidia-smi", "nvidia-debugdump", "nvidia-cuda-mps-control",
-                                          "nvidia-cuda-mps-server", NULL};
+static const char *const driver_bins[] = {"nvidia-smi", "nvidia-debugdump",
+                                          "nvidia-cuda-mps-control", "nvidia-cuda-mps-server",
+                                          NULL};
 
 /* The tag ldconfig gives this machine's own libraries, or NULL to take all. */
 #if defined(__x86_64__)
@@ -67,8 +67,8 @@ static int add_file(cJSON *list, const char *name, size_t nlen, const char *path
     memcpy(pbuf, path, plen);
     pbuf[plen] = '\0';
     cJSON *o = cJSON_CreateObject();
-    if (!o || !cJSON_AddStringToObject(o, "name", nbuf) || !cJSON_AddStringToObject(o, "path", pbuf) ||
-        !cJSON_AddItemToArray(list, o)) {
+    if (!o || !cJSON_AddStringToObject(o, "name", nbuf) ||
+        !cJSON_AddStringToObject(o, "path", pbuf) || !cJSON_AddItemToArray(list, o)) {
         cJSON_Delete(o);
         return -1;
     }
