@@ -30,20 +30,15 @@ static cJSON *spec_json(const store_spec *sp)
     return o;
 }
 
-static void spec_row(void *arg, const store_spec *sp)
-{
-    api_list_add(arg, spec_json(sp), sp->id);
-}
+API_ROWS(spec_row, store_spec, spec_json)
 
 void api_spec_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
-    int limit;
-    int64_t cursor;
-    if (api_page(rq, &limit, &cursor, rs))
+    api_list pg;
+    if (api_list_open(rq, &pg, rs))
         return;
-    api_list pg = {cJSON_CreateArray(), 0, 0};
-    int rc = store_spec_list(ctx->st, cursor, limit, spec_row, &pg);
-    api_list_done(rs, &pg, limit, rc, "worker specs");
+    int rc = store_spec_list(ctx->st, pg.cursor, pg.limit, spec_row, &pg);
+    api_list_close(rs, &pg, rc, "worker specs");
 }
 
 void api_spec_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
@@ -172,10 +167,7 @@ static cJSON *image_json(const store_image *im)
     return o;
 }
 
-static void image_row(void *arg, const store_image *im)
-{
-    api_list_add(arg, image_json(im), im->id);
-}
+API_ROWS(image_row, store_image, image_json)
 
 /* Whose images the caller sees: the public ones and its tenant's own; the
  * platform admin sees every one. */
@@ -186,13 +178,11 @@ static int64_t image_scope(const api_req *rq)
 
 void api_image_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
-    int limit;
-    int64_t cursor;
-    if (api_page(rq, &limit, &cursor, rs))
+    api_list pg;
+    if (api_list_open(rq, &pg, rs))
         return;
-    api_list pg = {cJSON_CreateArray(), 0, 0};
-    int rc = store_image_list(ctx->st, image_scope(rq), cursor, limit, image_row, &pg);
-    api_list_done(rs, &pg, limit, rc, "images");
+    int rc = store_image_list(ctx->st, image_scope(rq), pg.cursor, pg.limit, image_row, &pg);
+    api_list_close(rs, &pg, rc, "images");
 }
 
 void api_image_get(api_ctx *ctx, const api_req *rq, api_resp *rs)

@@ -39,13 +39,26 @@ int64_t api_id(const char *s);
 
 /* A page of a list: items plus next_cursor (the last id, when the page is full). */
 typedef struct api_list {
-    cJSON *items;
+    cJSON *items; /* made by the first api_list_add when NULL */
     int n;
     int64_t last;
+    int limit;      /* the page asked for (api_list_open) */
+    int64_t cursor;
 } api_list;
+/* An empty page for ?limit= and ?cursor=: 0, or -1 with the 400 in rs. */
+int api_list_open(const api_req *rq, api_list *pg, api_resp *rs);
+/* api_list_done for a page opened by api_list_open. */
+void api_list_close(api_resp *rs, api_list *pg, int rc, const char *what);
 /* Sends {"items": [...], "next_cursor": "..." | null}; consumes pg->items. */
 void api_list_send(api_resp *rs, api_list *pg, int limit);
 void api_list_add(api_list *pg, cJSON *item, int64_t id);
+/* Defines static void NAME(void *arg, const TYPE *row): a store list's row
+ * callback that adds TO_JSON(row) to the api_list at arg, keyed by row->id. */
+#define API_ROWS(NAME, TYPE, TO_JSON)                                                      \
+    static void NAME(void *arg, const TYPE *row)                                           \
+    {                                                                                      \
+        api_list_add(arg, TO_JSON(row), row->id);                                          \
+    }
 /* Ends a list handler: sends the page when rc is STORE_OK, else drops it and
  * answers the store's error about what. */
 void api_list_done(api_resp *rs, api_list *pg, int limit, int rc, const char *what);

@@ -522,7 +522,7 @@ void api_job_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_error(rs, 400, "invalid_value", "name", "name filter too long");
         return;
     }
-    struct job_rows rows = {{cJSON_CreateArray(), 0, 0}, ctx};
+    struct job_rows rows = {.ctx = ctx};
     int rc = store_job_list(ctx->st, &f, job_row, &rows);
     api_list_done(rs, &rows.pg, f.limit, rc, "jobs");
 }
@@ -545,22 +545,17 @@ static cJSON *event_json(const store_event *e)
     return o;
 }
 
-static void event_row(void *arg, const store_event *e)
-{
-    api_list_add(arg, event_json(e), e->id);
-}
+API_ROWS(event_row, store_event, event_json)
 
 void api_job_events(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     store_job j;
-    int limit;
-    int64_t cursor;
-    if (api_page(rq, &limit, &cursor, rs) || api_job_find(ctx, rq, &j, rs))
+    api_list pg;
+    if (api_list_open(rq, &pg, rs) || api_job_find(ctx, rq, &j, rs))
         return;
-    api_list pg = {cJSON_CreateArray(), 0, 0};
-    int rc = store_job_events(ctx->st, j.id, cursor, limit, event_row, &pg);
+    int rc = store_job_events(ctx->st, j.id, pg.cursor, pg.limit, event_row, &pg);
     store_job_clear(&j);
-    api_list_done(rs, &pg, limit, rc, "events");
+    api_list_close(rs, &pg, rc, "events");
 }
 
 /* ---- cancel and delete ---- */
@@ -745,10 +740,10 @@ static void worker_row(void *arg, const store_worker *w)
 void api_job_workers(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     store_job j;
-    int limit;
-    int64_t cursor, attempt = 0;
+    api_list pg;
+    int64_t attempt = 0;
     const char *a = rq->query(rq->h, "attempt");
-    if (api_page(rq, &limit, &cursor, rs))
+    if (api_list_open(rq, &pg, rs))
         return;
     if (a && (attempt = api_id(a)) <= 0) {
         api_error(rs, 400, "invalid_value", "attempt", "attempt must be a positive integer");
@@ -756,8 +751,7 @@ void api_job_workers(api_ctx *ctx, const api_req *rq, api_resp *rs)
     }
     if (api_job_find(ctx, rq, &j, rs))
         return;
-    api_list pg = {cJSON_CreateArray(), 0, 0};
-    int rc = store_worker_list(ctx->st, j.id, attempt, cursor, limit, worker_row, &pg);
+    int rc = store_worker_list(ctx->st, j.id, attempt, pg.cursor, pg.limit, worker_row, &pg);
     store_job_clear(&j);
-    api_list_done(rs, &pg, limit, rc, "workers");
+    api_list_close(rs, &pg, rc, "workers");
 }

@@ -351,15 +351,31 @@ int api_store_error(api_resp *rs, int rc, const char *what)
 
 void api_list_add(api_list *pg, cJSON *item, int64_t id)
 {
-    cJSON_AddItemToArray(pg->items, item);
+    if (!pg->items)
+        pg->items = cJSON_CreateArray();
+    if (!cJSON_AddItemToArray(pg->items, item)) {
+        cJSON_Delete(item); /* out of memory: the page is short, not broken */
+        return;
+    }
     pg->n++;
     pg->last = id;
+}
+
+int api_list_open(const api_req *rq, api_list *pg, api_resp *rs)
+{
+    memset(pg, 0, sizeof *pg);
+    return api_page(rq, &pg->limit, &pg->cursor, rs);
+}
+
+void api_list_close(api_resp *rs, api_list *pg, int rc, const char *what)
+{
+    api_list_done(rs, pg, pg->limit, rc, what);
 }
 
 void api_list_send(api_resp *rs, api_list *pg, int limit)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToObject(o, "items", pg->items);
+    cJSON_AddItemToObject(o, "items", pg->items ? pg->items : cJSON_CreateArray());
     pg->items = NULL;
     if (pg->n == limit) {
         char c[24];

@@ -507,12 +507,10 @@ static void metric_row(void *arg, const store_metric *m)
 void api_job_metrics(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     store_job j;
-    int limit;
-    int64_t cursor;
-    if (api_page(rq, &limit, &cursor, rs) || api_job_find(ctx, rq, &j, rs))
+    api_list pg;
+    if (api_list_open(rq, &pg, rs) || api_job_find(ctx, rq, &j, rs))
         return;
-    api_list pg = {cJSON_CreateArray(), 0, 0};
-    int rc = store_metric_list(ctx->st, j.id, cursor, limit, metric_row, &pg);
+    int rc = store_metric_list(ctx->st, j.id, pg.cursor, pg.limit, metric_row, &pg);
     store_job_clear(&j);
-    api_list_done(rs, &pg, limit, rc, "metrics");
+    api_list_close(rs, &pg, rc, "metrics");
 }

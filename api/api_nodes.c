@@ -97,24 +97,19 @@ out:
     cJSON_Delete(in);
 }
 
-static void node_row(void *arg, const store_node *n)
-{
-    api_list_add(arg, node_json(n), n->id);
-}
+API_ROWS(node_row, store_node, node_json)
 
 void api_node_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
-    int limit;
-    int64_t cursor;
+    api_list pg;
     if (!api_is_platform_admin(rq->who)) {
         api_forbid(rs, "platform_admin");
         return;
     }
-    if (api_page(rq, &limit, &cursor, rs))
+    if (api_list_open(rq, &pg, rs))
         return;
-    api_list pg = {cJSON_CreateArray(), 0, 0};
-    int rc = store_node_list(ctx->st, cursor, limit, node_row, &pg);
-    api_list_done(rs, &pg, limit, rc, "nodes");
+    int rc = store_node_list(ctx->st, pg.cursor, pg.limit, node_row, &pg);
+    api_list_close(rs, &pg, rc, "nodes");
 }
 
 static int node_find(api_ctx *ctx, const api_req *rq, store_node *n, api_resp *rs)

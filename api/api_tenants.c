@@ -99,29 +99,23 @@ out:
     cJSON_Delete(in);
 }
 
-static void tenant_row(void *arg, const store_tenant *t)
-{
-    api_list *pg = arg;
-    api_list_add(pg, tenant_json(t), t->id);
-}
+API_ROWS(tenant_row, store_tenant, tenant_json)
 
 void api_tenant_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
-    int limit;
-    int64_t cursor;
-    if (api_page(rq, &limit, &cursor, rs))
+    api_list pg;
+    if (api_list_open(rq, &pg, rs))
         return;
-    api_list pg = {cJSON_CreateArray(), 0, 0};
     int rc = STORE_OK;
     if (api_is_platform_admin(rq->who)) {
-        rc = store_tenant_list(ctx->st, cursor, limit, tenant_row, &pg);
+        rc = store_tenant_list(ctx->st, pg.cursor, pg.limit, tenant_row, &pg);
     } else {
         /* Everyone else sees one tenant: their own. */
         store_tenant t;
-        if (cursor == 0 && store_tenant_by_name(ctx->st, rq->who->user.tenant, &t) == STORE_OK)
+        if (pg.cursor == 0 && store_tenant_by_name(ctx->st, rq->who->user.tenant, &t) == STORE_OK)
             tenant_row(&pg, &t);
     }
-    api_list_done(rs, &pg, limit, rc, "tenants");
+    api_list_close(rs, &pg, rc, "tenants");
 }
 
 void api_tenant_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
@@ -183,22 +177,16 @@ out:
     cJSON_Delete(in);
 }
 
-static void user_row(void *arg, const store_user *u)
-{
-    api_list *pg = arg;
-    api_list_add(pg, user_json(u), u->id);
-}
+API_ROWS(user_row, store_user, user_json)
 
 void api_user_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     store_tenant t;
-    int limit;
-    int64_t cursor;
-    if (tenant_find(ctx, rq, &t, rs) || api_page(rq, &limit, &cursor, rs))
+    api_list pg;
+    if (tenant_find(ctx, rq, &t, rs) || api_list_open(rq, &pg, rs))
         return;
-    api_list pg = {cJSON_CreateArray(), 0, 0};
-    int rc = store_user_list(ctx->st, t.id, cursor, limit, user_row, &pg);
-    api_list_done(rs, &pg, limit, rc, "users");
+    int rc = store_user_list(ctx->st, t.id, pg.cursor, pg.limit, user_row, &pg);
+    api_list_close(rs, &pg, rc, "users");
 }
 
 void api_user_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
@@ -268,26 +256,20 @@ out:
     cJSON_Delete(in);
 }
 
-static void token_row(void *arg, const store_token *t)
-{
-    api_list *pg = arg;
-    api_list_add(pg, token_json(t), t->id);
-}
+API_ROWS(token_row, store_token, token_json)
 
 void api_token_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     store_user u;
-    int limit;
-    int64_t cursor;
-    if (user_find(ctx, rq, &u, rs) || api_page(rq, &limit, &cursor, rs))
+    api_list pg;
+    if (user_find(ctx, rq, &u, rs) || api_list_open(rq, &pg, rs))
         return;
     if (!may_manage_tokens(rq->who, &u)) {
         api_forbid(rs, "tenant_admin");
         return;
     }
-    api_list pg = {cJSON_CreateArray(), 0, 0};
-    int rc = store_token_list(ctx->st, u.id, cursor, limit, token_row, &pg);
-    api_list_done(rs, &pg, limit, rc, "tokens");
+    int rc = store_token_list(ctx->st, u.id, pg.cursor, pg.limit, token_row, &pg);
+    api_list_close(rs, &pg, rc, "tokens");
 }
 
 struct token_del {

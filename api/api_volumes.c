@@ -177,14 +177,12 @@ static void vol_row(void *arg, const store_volume *v)
 
 static void volume_list(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_kind k)
 {
-    int limit;
-    int64_t cursor;
-    if (api_page(rq, &limit, &cursor, rs))
+    struct vol_list l = {.k = k};
+    if (api_list_open(rq, &l.pg, rs))
         return;
-    struct vol_list l = {{cJSON_CreateArray(), 0, 0}, k};
-    int rc = store_volume_list(ctx->st, k, api_tenant_of(rq->who), k == STORE_DATASET, cursor,
-                               limit, vol_row, &l);
-    api_list_done(rs, &l.pg, limit, rc, kind_what[k]);
+    int rc = store_volume_list(ctx->st, k, api_tenant_of(rq->who), k == STORE_DATASET,
+                               l.pg.cursor, l.pg.limit, vol_row, &l);
+    api_list_close(rs, &l.pg, rc, kind_what[k]);
 }
 
 static void volume_get(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_kind k)
