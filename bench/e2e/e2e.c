@@ -28,6 +28,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/common/bench_http.h"
+
 #define ADMIN "bench-e2e-admin-token-0123456789"
 
 #define SUBMITTERS 8
@@ -35,57 +37,14 @@
 static char base[160], dir[64];
 static CURL *curl; /* the main thread's; each submitter has its own */
 
-struct sink {
-    char buf[1 << 16];
-    size_t len;
-};
-
-static size_t on_data(char *p, size_t size, size_t n, void *arg)
+static long call_on(CURL *c, const char *method, const char *path, const char *ctype,
+                    const char *body, size_t n, bench_sink *out)
 {
-    struct sink *s = arg;
-    size_t add = size * n;
-    if (s->len + add >= sizeof s->buf)
-        add = sizeof s->buf - 1 - s->len;
-    memcpy(s->buf + s->len, p, add);
-    s->len += add;
-    s->buf[s->len] = '\0';
-    return size * n;
-}
-
-static long call_on(CURL *curl, const char *method, const char *path, const char *ctype,
-                    const char *body, size_t n, struct sink *out)
-{
-    char url[512], auth[128], ct[128];
-    struct curl_slist *h = NULL;
-    snprintf(url, sizeof url, "%s%s", base, path);
-    snprintf(auth, sizeof auth, "Authorization: Bearer %s", ADMIN);
-    h = curl_slist_append(h, auth);
-    if (ctype) {
-        snprintf(ct, sizeof ct, "Content-Type: %s", ctype);
-        h = curl_slist_append(h, ct);
-    }
-    out->len = 0;
-    out->buf[0] = '\0';
-    curl_easy_reset(curl);
-    curl_easy_setopt(curl, CURLOPT_URL, url);
-    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, out);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT, 30L);
-    if (body) {
-        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, (long)n);
-    }
-    long st = 0;
-    if (curl_easy_perform(curl) == CURLE_OK)
-        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &st);
-    curl_slist_free_all(h);
-    return st;
+    return bench_call(c, base, ADMIN, method, path, ctype, body, n, NULL, out);
 }
 
 static long call(const char *method, const char *path, const char *ctype, const char *body,
-                 size_t n, struct sink *out)
+                 size_t n, bench_sink *out)
 {
     return call_on(curl, method, path, ctype, body, n, out);
 }
@@ -162,8 +121,8 @@ static void *submit_main(void *arg)
 {
     struct submitter *sb = arg;
     CURL *c = curl_easy_init();
-    struct sink *out = malloc(sizeof *out);
-    for (int i = sb->first; c && out && i < sb->jobs; i += sb->step) {
+    bench_sink out = {0};
+    for (int i = sb->first; c && i < sb->jobs; i += sb->step) {
         char body[512];
         int n = snprintf(body, sizeof body,
                          "{\"name\":\"e2e-%d\",\"image\":\"native\",\"workspace\":\"ws\","
@@ -172,10 +131,10 @@ static void *submit_main(void *arg)
                          "\"env\":{\"BENCH_I\":\"%d\"}}",
                          i, i);
         sb->submitted[i] = now_ns();
-        if (call_on(c, "POST", "/v1/jobs", "application/json", body, (size_t)n, out) != 201)
+        if (call_on(c, "POST", "/v1/jobs", "application/json", body, (size_t)n, &out) != 201)
             sb->failed++;
     }
-    free(out);
+    bench_sink_free(&out);
     curl_easy_cleanup(c);
     return NULL;
 }
@@ -248,7 +207,7 @@ int main(int argc, char **argv)
     line[strcspn(line, "\n")] = '\0';
     snprintf(base, sizeof base, "http://%s", line);
 
-    struct sink out;
+    bench_sink out = {0};
     call("POST", "/v1/nodes/join-tokens", NULL, NULL, 0, &out);
     char join[128] = "";
     char *t = strstr(out.buf, "\"token\":\"");
@@ -422,6 +381,7 @@ int main(int argc, char **argv)
         return 1;
     free(submitted);
     free(lat);
+    bench_sink_free(&out);
     curl_easy_cleanup(curl);
     return done == jobs ? 0 : 1;
 }

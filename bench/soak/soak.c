@@ -32,6 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench/common/bench_http.h"
+
 #define ADMIN "bench-soak-admin-token-012345678"
 #define MAX_TENANTS 200
 #define NAGENTS 4
@@ -45,66 +47,12 @@ static volatile int sampling = 1;
  * The jobs mostly sleep, so this is how many may wait at once, not load. */
 static char agent_cpus[16] = "16";
 
-struct sink {
-    char *buf;
-    size_t len, cap;
-};
-
-static size_t on_data(char *p, size_t size, size_t n, void *arg)
-{
-    struct sink *s = arg;
-    size_t add = size * n;
-    if (s->len + add + 1 > s->cap) {
-        size_t nc = (s->len + add + 1) * 2;
-        char *b = realloc(s->buf, nc);
-        if (!b)
-            return 0;
-        s->buf = b;
-        s->cap = nc;
-    }
-    memcpy(s->buf + s->len, p, add);
-    s->len += add;
-    s->buf[s->len] = '\0';
-    return size * n;
-}
-
 /* One HTTP call; the status (0: no answer).  out->buf holds the body. */
 static long call(CURL *c, const char *token, const char *method, const char *path,
                  const char *ctype, const void *body, size_t n, const char *idem,
-                 struct sink *out)
+                 bench_sink *out)
 {
-    char url[512], auth[160], ct[128], key[160];
-    struct curl_slist *h = NULL;
-    long st = 0;
-    snprintf(url, sizeof url, "%s%s", base, path);
-    snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
-    h = curl_slist_append(h, auth);
-    if (ctype) {
-        snprintf(ct, sizeof ct, "Content-Type: %s", ctype);
-        h = curl_slist_append(h, ct);
-    }
-    if (idem) {
-        snprintf(key, sizeof key, "Idempotency-Key: %s", idem);
-        h = curl_slist_append(h, key);
-    }
-    out->len = 0;
-    if (out->buf)
-        out->buf[0] = '\0';
-    curl_easy_reset(c);
-    curl_easy_setopt(c, CURLOPT_URL, url);
-    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, out);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT, 20L);
-    if (body) {
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)n);
-    }
-    if (curl_easy_perform(c) == CURLE_OK)
-        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
-    curl_slist_free_all(h);
-    return st;
+    return bench_call(c, base, token, method, path, ctype, body, n, idem, out);
 }
 
 /* The string value of "key" in a flat JSON answer (first match). */
@@ -233,11 +181,11 @@ static void start_cohortd(const char *listen)
                     NULL};
     cohortd_pid = spawn(NULL, argv, log);
     CURL *c = curl_easy_init();
-    struct sink out = {0};
+    bench_sink out = {0};
     for (int i = 0; i < 200 && call(c, ADMIN, "GET", "/healthz", NULL, NULL, 0, NULL, &out) != 200;
          i++)
         usleep(50000);
-    free(out.buf);
+    bench_sink_free(&out);
     curl_easy_cleanup(c);
 }
 
@@ -294,7 +242,7 @@ static const char *const programs[] = {
 
 static int setup_tenant(CURL *c, int t)
 {
-    struct sink out = {0};
+    bench_sink out = {0};
     char body[256], path[128], uid[32];
     int rc = -1;
     snprintf(ten[t].name, sizeof ten[t].name, "t%03d", t);
@@ -326,7 +274,7 @@ static int setup_tenant(CURL *c, int t)
 out:
     if (rc)
         fprintf(stderr, "bench/soak: tenant %d: %s\n", t, out.buf ? out.buf : "no answer");
-    free(out.buf);
+    bench_sink_free(&out);
     return rc;
 }
 
@@ -336,7 +284,7 @@ static int submit(CURL *c, int i)
 {
     struct job *j = &jobs[i];
     struct tenant *t = &ten[j->tenant];
-    struct sink out = {0};
+    bench_sink out = {0};
     char body[512], key[32];
     static const char *const prog[] = {"ok.sh", "flaky.sh", "long.sh"};
     int workers = j->kind == 1 ? 2 : 1 + i % 2;
@@ -360,17 +308,17 @@ static int submit(CURL *c, int i)
     else
         fprintf(stderr, "bench/soak: job %d not acknowledged: %ld %s\n", i, st,
                 out.buf ? out.buf : "");
-    free(out.buf);
+    bench_sink_free(&out);
     return st == 201 ? 0 : -1;
 }
 
 static void cancel(CURL *c, int i)
 {
-    struct sink out = {0};
+    bench_sink out = {0};
     char path[64];
     snprintf(path, sizeof path, "/v1/jobs/%ld/cancel", jobs[i].id);
     call(c, ten[jobs[i].tenant].token, "POST", path, NULL, NULL, 0, NULL, &out);
-    free(out.buf);
+    bench_sink_free(&out);
 }
 
 static double t0, span;
@@ -488,7 +436,7 @@ int main(int argc, char **argv)
     snprintf(base, sizeof base, "http://%s", listen);
     start_cohortd(listen);
     CURL *admin = curl_easy_init();
-    struct sink out = {0};
+    bench_sink out = {0};
     for (int i = 0; i < NAGENTS; i++) {
         call(admin, ADMIN, "POST", "/v1/nodes/join-tokens", NULL, NULL, 0, NULL, &out);
         json_str(out.buf, "token", join[i], sizeof join[i]);
@@ -694,6 +642,6 @@ int main(int argc, char **argv)
     printf("RESULT op=soak %s\n", failures ? "FAILED" : "passed");
     if (!failures)
         sh("rm -rf '%s'", dir);
-    free(out.buf);
+    bench_sink_free(&out);
     return failures ? 1 : 0;
 }
