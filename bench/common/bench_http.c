@@ -78,3 +78,15 @@ void bench_sink_free(bench_sink *out)
     out->buf = NULL;
     out->len = out->cap = 0;
 }
+
+int bench_registry_conf(const char *dir, const char *addr, char *conf, size_t n)
+{
+    snprintf(conf, n, "%s/registry.yml", dir);
+    FILE *f = fopen(conf, "w");
+    if (!f)
+        return -1;
+    fprintf(f, "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
+               "    rootdirectory: %s/registry\nhttp:\n  addr: %s\n",
+            dir, addr);
+    return fclose(f) == 0 ? 0 : -1;
+}

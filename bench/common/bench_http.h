@@ -1,6 +1,7 @@
 /*
  * bench_http: what the benchmarks that drive cohortd over HTTP share: one
- * call with a bearer token, its answer in a buffer that grows as needed.
+ * call with a bearer token, its answer in a buffer that grows as needed,
+ * and the configuration of the registry they serve their images from.
  */
 #ifndef COHORT_BENCH_HTTP_H
 #define COHORT_BENCH_HTTP_H
@@ -26,5 +27,9 @@ long bench_call(CURL *c, const char *base, const char *token, const char *method
 
 /* Frees out's buffer; it may be used again afterwards. */
 void bench_sink_free(bench_sink *out);
+
+/* Writes dir/registry.yml for docker-registry serving dir/registry at addr
+ * ("IP:PORT"); its path goes to conf.  0, or -1 when it cannot be written. */
+int bench_registry_conf(const char *dir, const char *addr, char *conf, size_t n);
 
 #endif

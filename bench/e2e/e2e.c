@@ -91,15 +91,9 @@ static pid_t start_registry(char *addr, size_t n)
 {
     char conf[128], log[128], cmd[1024];
     snprintf(addr, n, "127.0.0.1:%d", free_port());
-    snprintf(conf, sizeof conf, "%s/registry.yml", dir);
     snprintf(log, sizeof log, "%s/registry.log", dir);
-    FILE *f = fopen(conf, "w");
-    if (!f)
+    if (bench_registry_conf(dir, addr, conf, sizeof conf) != 0)
         return -1;
-    fprintf(f, "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
-               "    rootdirectory: %s/registry\nhttp:\n  addr: %s\n",
-            dir, addr);
-    fclose(f);
     char *argv[] = {"/usr/bin/docker-registry", "serve", conf, NULL};
     pid_t p = spawn(argv, log);
     snprintf(cmd, sizeof cmd, "curl -sf http://%s/v2/ >/dev/null", addr);

@@ -155,15 +155,9 @@ static int start_registry(void)
 {
     char conf[128], log[128];
     snprintf(reg, sizeof reg, "%s:%d", bridge_ip, 15000 + getpid() % 1000);
-    snprintf(conf, sizeof conf, "%s/registry.yml", dir);
     snprintf(log, sizeof log, "%s/registry.log", dir);
-    FILE *f = fopen(conf, "w");
-    if (!f)
+    if (bench_registry_conf(dir, reg, conf, sizeof conf) != 0)
         return -1;
-    fprintf(f, "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
-               "    rootdirectory: %s/registry\nhttp:\n  addr: %s\n",
-            dir, reg);
-    fclose(f);
     char *argv[] = {"/usr/bin/docker-registry", "serve", conf, NULL};
     reg_pid = spawn(NULL, argv, log);
     for (int i = 0; i < 100 && sh("curl -sf http://%s/v2/ >/dev/null", reg); i++)
