@@ -188,6 +188,10 @@ int api_billing_tenant(api_ctx *ctx, const api_req *rq, int64_t *id, char *name,
 /* The job in the path when the caller may see it (404 otherwise); caller clears j. */
 struct store_job;
 int api_job_find(api_ctx *ctx, const api_req *rq, struct store_job *j, api_resp *rs);
+/* The page asked for of one of the job in the path's lists (events, metrics):
+ * 0 with its id in *job, or -1 with the 400 or 404 in rs. */
+int api_job_list_open(api_ctx *ctx, const api_req *rq, api_list *pg, int64_t *job,
+                      api_resp *rs);
 
 /* ---- volumes shared with jobs (api_volumes.c, api_files.c) ---- */
 #include "storage/store_volume.h"

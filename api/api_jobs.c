@@ -547,15 +547,24 @@ static cJSON *event_json(const store_event *e)
 
 API_ROWS(event_row, store_event, event_json)
 
-void api_job_events(api_ctx *ctx, const api_req *rq, api_resp *rs)
+int api_job_list_open(api_ctx *ctx, const api_req *rq, api_list *pg, int64_t *job,
+                      api_resp *rs)
 {
     store_job j;
-    api_list pg;
-    if (api_list_open(rq, &pg, rs) || api_job_find(ctx, rq, &j, rs))
-        return;
-    int rc = store_job_events(ctx->st, j.id, pg.cursor, pg.limit, event_row, &pg);
+    if (api_list_open(rq, pg, rs) || api_job_find(ctx, rq, &j, rs))
+        return -1;
+    *job = j.id;
     store_job_clear(&j);
-    api_list_close(rs, &pg, rc, "events");
+    return 0;
+}
+
+void api_job_events(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    api_list pg;
+    int64_t job;
+    if (api_job_list_open(ctx, rq, &pg, &job, rs) == 0)
+        api_list_close(rs, &pg, store_job_events(ctx->st, job, pg.cursor, pg.limit, event_row, &pg),
+                       "events");
 }
 
 /* ---- cancel and delete ---- */

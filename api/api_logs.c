@@ -506,11 +506,9 @@ static void metric_row(void *arg, const store_metric *m)
 
 void api_job_metrics(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
-    store_job j;
     api_list pg;
-    if (api_list_open(rq, &pg, rs) || api_job_find(ctx, rq, &j, rs))
-        return;
-    int rc = store_metric_list(ctx->st, j.id, pg.cursor, pg.limit, metric_row, &pg);
-    store_job_clear(&j);
-    api_list_close(rs, &pg, rc, "metrics");
+    int64_t job;
+    if (api_job_list_open(ctx, rq, &pg, &job, rs) == 0)
+        api_list_close(rs, &pg, store_metric_list(ctx->st, job, pg.cursor, pg.limit, metric_row,
+                                                  &pg), "metrics");
 }
