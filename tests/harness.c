@@ -277,6 +277,47 @@ void th_free(th_resp *r)
     memset(r, 0, sizeof *r);
 }
 
+char *th_take_body(th_resp *r)
+{
+    char *b = r->body;
+    r->body = NULL;
+    th_free(r);
+    return b;
+}
+
+cJSON *th_take_json(th_resp *r)
+{
+    cJSON *j = r->json;
+    r->json = NULL;
+    th_free(r);
+    return j;
+}
+
+char *th_get_body(th_daemon *d, const char *path, const char *token)
+{
+    th_resp r = th_get(d, path, token);
+    cr_assert_eq(r.status, 200, "GET %s: %ld %s", path, r.status, r.body);
+    return th_take_body(&r);
+}
+
+cJSON *th_get_json(th_daemon *d, const char *path, const char *token)
+{
+    th_resp r = th_get(d, path, token);
+    cr_assert_eq(r.status, 200, "GET %s: %ld %s", path, r.status, r.body);
+    return th_take_json(&r);
+}
+
+int th_read_text(const char *path, char *buf, size_t n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t got = fread(buf, 1, n - 1, f);
+    fclose(f);
+    buf[got] = '\0';
+    return 0;
+}
+
 static const char *err_member(const th_resp *r, const char *key)
 {
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(r->json, "error");

@@ -59,6 +59,15 @@ th_resp th_post(th_daemon *d, const char *path, const char *token, const char *j
 th_resp th_put_file(th_daemon *d, const char *path, const char *token, const void *data,
                     size_t len);
 void th_free(th_resp *r);
+/* The body (or the parsed JSON) of r, which is the caller's to free, and the
+ * rest of r freed. */
+char *th_take_body(th_resp *r);
+cJSON *th_take_json(th_resp *r);
+/* GET path, which must answer 200: its body (its JSON), the caller's. */
+char *th_get_body(th_daemon *d, const char *path, const char *token);
+cJSON *th_get_json(th_daemon *d, const char *path, const char *token);
+/* Up to n-1 bytes of the file at path into buf: 0, or -1 when it cannot be opened. */
+int th_read_text(const char *path, char *buf, size_t n);
 
 /* A step that must answer WANT: asserts the status of the response RESP
  * (an expression; its body goes in the message) and frees it.  For test

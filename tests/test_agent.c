@@ -140,12 +140,7 @@ static char *fetch(const char *path)
 {
     char p[256];
     snprintf(p, sizeof p, "/v1/workspaces/ws/files/%s", path);
-    th_resp r = th_get(&d, p, tok);
-    cr_assert_eq(r.status, 200, "%s: %ld %s", path, r.status, r.body);
-    char *body = r.body;
-    r.body = NULL;
-    th_free(&r);
-    return body;
+    return th_get_body(&d, p, tok);
 }
 
 /* Dataset "synth" from the MNIST-format files cohort-worker mkdata wrote in dir. */
@@ -529,17 +524,6 @@ static int cgroup2_mount(char *out, size_t n)
     return rc;
 }
 
-static int read_text(const char *path, char *buf, size_t n)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t got = fread(buf, 1, n - 1, f);
-    fclose(f);
-    buf[got] = '\0';
-    return 0;
-}
-
 /* Why a limit of the controller ctl cannot be tested here, or NULL when the
  * cgroup v2 hierarchy (its mount point into mnt) has that controller. */
 static const char *controller_missing(const char *ctl, char *mnt, size_t n)
@@ -548,7 +532,7 @@ static const char *controller_missing(const char *ctl, char *mnt, size_t n)
     if (cgroup2_mount(mnt, n) != 0)
         return "no cgroup v2 hierarchy is mounted here";
     snprintf(path, sizeof path, "%s/cgroup.controllers", mnt);
-    if (read_text(path, have, sizeof have) != 0)
+    if (th_read_text(path, have, sizeof have) != 0)
         return "the cgroup v2 hierarchy lists no controllers";
     for (char *t = strtok(have, " \n"); t; t = strtok(NULL, " \n"))
         if (!strcmp(t, ctl))
@@ -613,9 +597,9 @@ Test(agent, each_worker_runs_in_a_cgroup_of_its_own)
         char pidf[600];
         long wid = (long)cJSON_GetObjectItem(w, "id")->valuedouble;
         snprintf(pidf, sizeof pidf, "%s/workers/%ld/pid", ag[0].dir, wid);
-        cr_assert_eq(read_text(pidf, buf, sizeof buf), 0, "%s is missing", pidf);
+        cr_assert_eq(th_read_text(pidf, buf, sizeof buf), 0, "%s is missing", pidf);
         snprintf(path, sizeof path, "/proc/%ld/cgroup", atol(buf));
-        cr_assert_eq(read_text(path, buf, sizeof buf), 0, "%s", path);
+        cr_assert_eq(th_read_text(path, buf, sizeof buf), 0, "%s", path);
         char *line = strstr(buf, "0::");
         cr_assert_not_null(line, "%s: %s", path, buf);
         line[strcspn(line, "\n")] = '\0';
@@ -630,19 +614,19 @@ Test(agent, each_worker_runs_in_a_cgroup_of_its_own)
     for (int r = 0; r < 2; r++) {
         /* The shell, its background sleep and the namespace's init. */
         snprintf(path, sizeof path, "%s%s/cgroup.procs", mnt, rel[r]);
-        cr_assert_eq(read_text(path, buf, sizeof buf), 0, "%s is missing", path);
+        cr_assert_eq(th_read_text(path, buf, sizeof buf), 0, "%s is missing", path);
         int procs = 0;
         for (char *q = buf; *q; q++)
             procs += *q == '\n';
         cr_expect_geq(procs, 3, "rank %d's cgroup holds %d processes", r, procs);
         /* The limits of cpu-small (1 CPU, 2048 MiB) where the controllers are on. */
         snprintf(path, sizeof path, "%s%s/cpu.max", mnt, rel[r]);
-        if (read_text(path, buf, sizeof buf) == 0)
+        if (th_read_text(path, buf, sizeof buf) == 0)
             cr_expect_str_eq(buf, "100000 100000\n");
         else
             cr_log_info("the cpu controller is not on here: no cpu.max to check");
         snprintf(path, sizeof path, "%s%s/memory.max", mnt, rel[r]);
-        if (read_text(path, buf, sizeof buf) == 0)
+        if (th_read_text(path, buf, sizeof buf) == 0)
             cr_expect_eq(strtoll(buf, NULL, 10), 2048LL << 20, "memory.max %s", buf);
         else
             cr_log_info("the memory controller is not on here: no memory.max to check");
@@ -711,7 +695,7 @@ Test(agent, workers_show_the_cpu_time_their_cgroup_counted)
     if (cgroup2_mount(mnt, sizeof mnt) != 0)
         cr_skip_test("no cgroup v2 hierarchy is mounted here");
     snprintf(path, sizeof path, "%s/cgroup.controllers", mnt);
-    read_text(path, ctl, sizeof ctl);
+    th_read_text(path, ctl, sizeof ctl);
     platform(NULL);
     agents(1, "8");
     /* about half a second of CPU in a child, then the program's own */
@@ -1614,9 +1598,7 @@ Test(agent, tensorflow_workers_reach_each_other_through_tf_config, .timeout = 30
     for (int r = 0; r < 4; r++) {
         snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=%d", id, r);
         th_resp lr = th_get(&d, p, tok);
-        logs[r] = lr.body;
-        lr.body = NULL;
-        th_free(&lr);
+        logs[r] = th_take_body(&lr);
     }
     cr_assert(ok, "job ended %s; rank 0: %s rank 1: %s rank 2: %s rank 3: %s", seen, logs[0],
               logs[1], logs[2], logs[3]);

@@ -94,22 +94,12 @@ static cJSON *get_json(const char *t, const char *fmt, long a)
 {
     char p[160];
     snprintf(p, sizeof p, fmt, a);
-    th_resp r = th_get(&d, p, t);
-    cr_assert_eq(r.status, 200, "%s: %ld %s", p, r.status, r.body);
-    cJSON *o = r.json;
-    r.json = NULL;
-    th_free(&r);
-    return o;
+    return th_get_json(&d, p, t);
 }
 
 static cJSON *get_path(const char *t, const char *path)
 {
-    th_resp r = th_get(&d, path, t);
-    cr_assert_eq(r.status, 200, "%s: %ld %s", path, r.status, r.body);
-    cJSON *o = r.json;
-    r.json = NULL;
-    th_free(&r);
-    return o;
+    return th_get_json(&d, path, t);
 }
 
 static th_resp put_json(const char *path, const char *t, const char *json)

@@ -96,12 +96,7 @@ static char *fetch_as(const char *t, const char *path)
 {
     char p[256];
     snprintf(p, sizeof p, "/v1/workspaces/ws/files/%s", path);
-    th_resp r = th_get(&d, p, t);
-    cr_assert_eq(r.status, 200, "%s: %ld %s", path, r.status, r.body);
-    char *body = r.body;
-    r.body = NULL;
-    th_free(&r);
-    return body;
+    return th_get_body(&d, p, t);
 }
 
 /* The value of KEY in KEY=VALUE lines ("" when absent). */
@@ -117,17 +112,6 @@ static void value_of(const char *text, const char *key, char *out, size_t n)
     }
 }
 
-static int read_text(const char *path, char *buf, size_t n)
-{
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t got = fread(buf, 1, n - 1, f);
-    fclose(f);
-    buf[got] = '\0';
-    return 0;
-}
-
 /* The host pid of a running job's only worker (its container's init). */
 static long worker_pid(long job)
 {
@@ -140,7 +124,7 @@ static long worker_pid(long job)
     th_free(&r);
     snprintf(path, sizeof path, "%s/workers/%ld/pid", ag.dir, wid);
     for (int i = 0; i < 100; i++) {
-        if (read_text(path, buf, sizeof buf) == 0 && atol(buf) > 0)
+        if (th_read_text(path, buf, sizeof buf) == 0 && atol(buf) > 0)
             return atol(buf);
         usleep(50000);
     }
@@ -225,7 +209,7 @@ Test(containers, a_job_cannot_reach_the_host_the_platform_or_another_tenant, .ti
     /* The host's view of the running worker. */
     long pid = worker_pid(id);
     snprintf(path, sizeof path, "/proc/%ld/status", pid);
-    cr_assert_eq(read_text(path, buf, sizeof buf), 0);
+    cr_assert_eq(th_read_text(path, buf, sizeof buf), 0);
     char *uid = strstr(buf, "\nUid:");
     cr_assert_not_null(uid);
     r = th_get(&d, "/v1/tenants/acme", TH_ADMIN);
@@ -266,7 +250,7 @@ Test(containers, a_job_cannot_reach_the_host_the_platform_or_another_tenant, .ti
     cr_expect_lt(atoi(v), 8, "it sees %s processes", v);
     /* The host's /etc/shadow never reached it. */
     char shadow[4096] = "";
-    if (read_text("/etc/shadow", shadow, sizeof shadow) == 0 && shadow[0]) {
+    if (th_read_text("/etc/shadow", shadow, sizeof shadow) == 0 && shadow[0]) {
         shadow[strcspn(shadow, "\n")] = '\0';
         value_of(t, "SHADOW", v, sizeof v);
         cr_expect(strstr(v, shadow) == NULL, "it read the host's /etc/shadow: %s", v);
@@ -521,7 +505,7 @@ static int stalled_runs(const char *dir, int *alive)
     snprintf(path, sizeof path, "%s/stalled", dir);
     int n = 0;
     *alive = 0;
-    if (read_text(path, buf, sizeof buf) != 0)
+    if (th_read_text(path, buf, sizeof buf) != 0)
         return 0;
     for (char *p = buf, *end; *p; p = end) {
         long pid = strtol(p, &end, 10);
@@ -531,22 +515,31 @@ static int stalled_runs(const char *dir, int *alive)
         char stat[64], st[512];
         snprintf(stat, sizeof stat, "/proc/%ld/stat", pid);
         /* gone, or a zombie of a process that is itself going */
-        if (read_text(stat, st, sizeof st) == 0 && !strstr(st, ") Z "))
+        if (th_read_text(stat, st, sizeof st) == 0 && !strstr(st, ") Z "))
             (*alive)++;
     }
     return n;
 }
 
-Test(containers, a_crun_that_never_starts_is_killed_and_run_again)
+/* A job on an agent whose crun stalls (always, or only its first run), with
+ * a start timeout of 1 s; the job's id once it has ended in want. */
+static long stalled_job(char *dir, size_t n, int always, const char *want)
 {
-    char seen[16], dir[256], cmd[700];
+    char seen[16];
     const char *args[] = {"--cpus", "8", "--memory-mb", "65536", "--start-timeout", "1", NULL};
     platform_base();
-    stalling_crun(dir, sizeof dir, 0);
+    stalling_crun(dir, n, always);
     th_agent_start(&ag, &d, "n1", args);
     th_put_text(&d, tok, "ws", "ok.sh", "#!/bin/sh\necho started\n", "755");
     long id = submit_as(tok, "ok.sh", "native", NULL);
-    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 30000, seen), "%s", seen);
+    cr_assert(th_wait_state(&d, tok, id, want, 30000, seen), "%s", seen);
+    return id;
+}
+
+Test(containers, a_crun_that_never_starts_is_killed_and_run_again)
+{
+    char dir[256], cmd[700];
+    stalled_job(dir, sizeof dir, 0, "SUCCEEDED");
     int alive;
     cr_expect_eq(stalled_runs(dir, &alive), 1, "the wrapper stalled one crun run");
     cr_expect_eq(alive, 0, "the stalled crun is still there");
@@ -559,14 +552,8 @@ Test(containers, a_crun_that_never_starts_is_killed_and_run_again)
 
 Test(containers, a_crun_that_never_starts_twice_fails_the_attempt_and_says_where)
 {
-    char seen[16], dir[256], cmd[700], p[64];
-    const char *args[] = {"--cpus", "8", "--memory-mb", "65536", "--start-timeout", "1", NULL};
-    platform_base();
-    stalling_crun(dir, sizeof dir, 1);
-    th_agent_start(&ag, &d, "n1", args);
-    th_put_text(&d, tok, "ws", "ok.sh", "#!/bin/sh\necho started\n", "755");
-    long id = submit_as(tok, "ok.sh", "native", NULL);
-    cr_assert(th_wait_state(&d, tok, id, "FAILED", 30000, seen), "%s", seen);
+    char dir[256], cmd[700], p[64];
+    long id = stalled_job(dir, sizeof dir, 1, "FAILED");
     snprintf(p, sizeof p, "/v1/jobs/%ld", id);
     th_resp r = th_get(&d, p, tok);
     const char *why = th_str(&r, "reason");
