@@ -485,6 +485,11 @@ static int open_workers_cgroup(const struct config *cfg, cg_root *cg)
 {
     char tag[128], ctl[64], err[512] = "", path[PATH_MAX + 64];
     snprintf(tag, sizeof tag, "%s-%08x", cfg->name, hash32(cfg->data_dir));
+    /* Under `ip netns exec` nothing is at /sys/fs/cgroup until it is mounted. */
+    if (!cfg->cgroup && rt_mount_cgroup2(err, sizeof err) != 0) {
+        fprintf(stderr, "cohort-agent: warning: %s\n", err);
+        err[0] = '\0';
+    }
     if (cg_open(cfg->cgroup, tag, cg, err, sizeof err) != 0) {
         fprintf(stderr, "cohort-agent: --cgroup: %s\n", err);
         return -1;

@@ -63,23 +63,27 @@ static int controller_listed(const char *list, const char *name)
     return 0;
 }
 
+int rt_mount_cgroup2(char *err, size_t errlen)
+{
+    struct statfs fs;
+    if (statfs("/sys/fs/cgroup", &fs) != 0 || fs.f_type != SYSFS_MAGIC)
+        return 0;
+    if (mount("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) !=
+        0) {
+        snprintf(err, errlen, "nothing is mounted at /sys/fs/cgroup and cgroup2 could not be: %s",
+                 strerror(errno));
+        return -1;
+    }
+    printf("cohort-agent: mounted the cgroup v2 hierarchy at /sys/fs/cgroup (nothing was)\n");
+    return 0;
+}
+
 int rt_fix_hybrid_cgroups(char *err, size_t errlen)
 {
     struct statfs fs;
     char ctl[512], on[512], dir[300];
-    /* Nothing mounted at /sys/fs/cgroup (an agent started by `ip netns
-     * exec`, which mounts a fresh sysfs): crun needs a cgroup file system
-     * there, so the cgroup v2 hierarchy goes there. */
-    if (statfs("/sys/fs/cgroup", &fs) == 0 && fs.f_type == SYSFS_MAGIC) {
-        if (mount("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                  NULL) != 0) {
-            snprintf(err, errlen, "nothing is mounted at /sys/fs/cgroup and cgroup2 could not "
-                                  "be: %s",
-                     strerror(errno));
-            return -1;
-        }
-        printf("cohort-agent: mounted the cgroup v2 hierarchy at /sys/fs/cgroup (nothing was)\n");
-    }
+    if (rt_mount_cgroup2(err, errlen) != 0)
+        return -1;
     /* Hybrid: a tmpfs at /sys/fs/cgroup with the v2 hierarchy under unified/. */
     if (statfs("/sys/fs/cgroup", &fs) != 0 || fs.f_type != TMPFS_MAGIC)
         return 0;

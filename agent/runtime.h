@@ -36,6 +36,11 @@ int rt_find_program(const char *prog, char *out, size_t n);
  * containers: what is missing and what to do). */
 cJSON *rt_open(const rt_config *c, char *err, size_t errlen);
 
+/* Mounts the cgroup v2 hierarchy at /sys/fs/cgroup where nothing is mounted
+ * there (an agent started by `ip netns exec`, which mounts a fresh sysfs):
+ * crun needs it, and so do the workers' cgroups.  0, or -1 with err set. */
+int rt_mount_cgroup2(char *err, size_t errlen);
+
 /* Moves controllers attached to the cgroup v2 hierarchy of a hybrid host
  * to v1 hierarchies of their own.  0 when nothing is left attached. */
 int rt_fix_hybrid_cgroups(char *err, size_t errlen);
