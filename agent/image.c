@@ -291,6 +291,35 @@ static int64_t du(const char *path)
     return tree_bytes;
 }
 
+/* The disk an unpacked image takes: walked once and remembered in its
+ * .bytes (an image never changes once ready), so that eviction, which runs
+ * in a worker's start, reads a number per image instead of walking trees
+ * of tens of thousands of files. */
+static int64_t image_bytes(const char *dir)
+{
+    char path[4500], tmp[4600], text[32] = "";
+    snprintf(path, sizeof path, "%s/.bytes", dir);
+    FILE *f = fopen(path, "re");
+    if (f) {
+        int ok = fgets(text, sizeof text, f) != NULL;
+        fclose(f);
+        long long v = ok ? strtoll(text, NULL, 10) : -1;
+        if (v > 0)
+            return v;
+    }
+    int64_t bytes = du(dir);
+    snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+    f = fopen(tmp, "we");
+    int ok = f && fprintf(f, "%lld\n", (long long)bytes) > 0;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    if (ok)
+        rename(tmp, path);
+    else
+        unlink(tmp);
+    return bytes;
+}
+
 struct pull_watch {
     const img_source *src;
     const char *layout;
@@ -692,7 +721,7 @@ int img_evict(const img_cache *c)
         struct cached one = {.used = sb.st_mtime};
         memcpy(one.hex, e->d_name, 65); /* 64 hex digits and the NUL, checked above */
         snprintf(p, sizeof p, "%s/%s", c->dir, e->d_name);
-        one.bytes = du(p);
+        one.bytes = image_bytes(p);
         total += one.bytes;
         UTIL_PUSH(all, n, cap, one, &oom);
         if (oom) /* the images listed so far are still evicted in order */
