@@ -1,12 +1,16 @@
 /*
- * store: the durable state of cohortd in one SQLite database.
+ * store: the durable state of cohortd, in one SQLite database (the
+ * embedded default) or in PostgreSQL (several cohortd on one database).
  *
- * Owns the database file, its connections and the single writer thread.
- * Reads run on a per-thread connection (WAL lets them run beside the
- * writer).  Writes are functions handed to the writer, which runs many of
+ * Owns the database's connections and the single writer thread.
+ * Reads run on a per-thread connection (WAL, or PostgreSQL's MVCC, lets
+ * them run beside the writer).  Writes are functions handed to the writer, which runs many of
  * them in one transaction (group commit), each inside its own savepoint so
  * one failing write does not undo the others, and commits with
- * synchronous=FULL before it reports any of them done.
+ * durably (synchronous=FULL; PostgreSQL's synchronous_commit) before it
+ * reports any of them done.  On PostgreSQL each batch first takes one
+ * transaction-scoped advisory lock, so the writers of several cohortd
+ * run one at a time, as one SQLite writer does.
  *
  * The table families live in store_tenant.h, store_catalog.h,
  * store_volume.h and store_job.h.
@@ -53,11 +57,16 @@ typedef store_rc (*store_write_fn)(store_tx *tx, void *ctx);
 typedef void (*store_done_fn)(void *arg, store_rc rc);
 
 /*
- * Opens (creating when absent) the database at path, applies migrations and
- * starts the writer.  Refuses a database whose schema is newer than this
- * binary.  On failure returns NULL and writes a message into err.
+ * Opens the database target names, applies migrations and starts the
+ * writer.  target: "sqlite:PATH" or a bare PATH (the file is created when
+ * absent), or a libpq URL "postgresql://..." (the database must exist).
+ * Refuses a database whose schema is newer than this binary.  On failure
+ * returns NULL and writes a message into err.
  */
-store *store_open(const char *path, char *err, size_t errlen);
+store *store_open(const char *target, char *err, size_t errlen);
+
+/* "sqlite" or "postgresql". */
+const char *store_backend_name(store *s);
 
 /* Stops the writer after the queued writes, closes every connection. */
 void store_close(store *s);

@@ -40,7 +40,7 @@ static const char account_sql[] =
     "SELECT currency, balance, enforce, coalesce(monthly_cap, -1) FROM accounts"
     " WHERE tenant_id = ?1";
 
-static int account_one(sqlite3_stmt *st, int64_t tenant_id, store_account *out)
+static int account_one(store_st *st, int64_t tenant_id, store_account *out)
 {
     memset(out, 0, sizeof *out);
     out->tenant_id = tenant_id;
@@ -48,15 +48,15 @@ static int account_one(sqlite3_stmt *st, int64_t tenant_id, store_account *out)
     out->monthly_cap = -1;
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, tenant_id);
+    store_bind_int64(st, 1, tenant_id);
     int rc = store_step_row(st);
     if (rc == STORE_OK) {
         store_col_copy(st, 0, out->currency, sizeof out->currency);
-        out->balance = sqlite3_column_int64(st, 1);
-        out->enforce = sqlite3_column_int(st, 2);
-        out->monthly_cap = sqlite3_column_int64(st, 3);
+        out->balance = store_col_int64(st, 1);
+        out->enforce = store_col_int(st, 2);
+        out->monthly_cap = store_col_int64(st, 3);
     }
-    sqlite3_reset(st);
+    store_reset(st);
     return rc;
 }
 
@@ -80,21 +80,21 @@ int store_account_set(store_tx *tx, const store_account *a)
         "INSERT INTO accounts(tenant_id, currency, enforce, monthly_cap) VALUES (?1, ?2, ?3, ?4)"
         " ON CONFLICT(tenant_id) DO UPDATE SET currency = ?2, enforce = ?3, monthly_cap = ?4";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_prep(c, other_sql, STORE_ARGS(STORE_I(a->tenant_id),
+    store_st *st = store_prep(c, other_sql, STORE_ARGS(STORE_I(a->tenant_id),
             STORE_T(a->currency)));
     if (!st)
         return STORE_EIO;
     int rc = store_step_row(st);
-    sqlite3_reset(st);
+    store_reset(st);
     if (rc != STORE_NOTFOUND)
         return rc == STORE_OK ? STORE_CONFLICT : rc;
     if (!(st = store_stmt(c, sql)))
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, a->tenant_id);
+    store_bind_int64(st, 1, a->tenant_id);
     store_bind_text(st, 2, a->currency);
-    sqlite3_bind_int(st, 3, a->enforce ? 1 : 0);
+    store_bind_int64(st, 3, a->enforce ? 1 : 0);
     if (a->monthly_cap >= 0)
-        sqlite3_bind_int64(st, 4, a->monthly_cap);
+        store_bind_int64(st, 4, a->monthly_cap);
     return store_step_change(c, st, NULL);
 }
 
@@ -103,7 +103,7 @@ int store_credit_add(store_tx *tx, int64_t tenant_id, int64_t amount, const char
 {
     static const char sql[] =
         "INSERT INTO ledger(tenant_id, at, kind, amount, currency, user_id, note)"
-        " VALUES (?1, ?2, 'credit', ?3, ?4, ?5, ?6)";
+        " VALUES (?1, ?2, 'credit', ?3, ?4, ?5, ?6) RETURNING id";
     store_account a;
     int rc = store_account_get_tx(tx, tenant_id, &a);
     if (rc != STORE_OK)
@@ -132,43 +132,43 @@ int store_charge_worker(store_tx *tx, int64_t worker_id)
         " VALUES (?1, ?2, 'charge', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)"
         " ON CONFLICT(job_id, attempt, rank) DO NOTHING";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_prep(c, get_sql, STORE_ARGS(STORE_I(worker_id)));
+    store_st *st = store_prep(c, get_sql, STORE_ARGS(STORE_I(worker_id)));
     if (!st)
         return STORE_EIO;
     int rc = store_step_row(st);
     if (rc != STORE_OK) {
-        sqlite3_reset(st);
+        store_reset(st);
         return rc == STORE_NOTFOUND ? STORE_OK : rc; /* nothing to charge */
     }
-    int64_t job = sqlite3_column_int64(st, 0), attempt = sqlite3_column_int64(st, 1),
-            rank = sqlite3_column_int64(st, 2), start = sqlite3_column_int64(st, 3),
-            end = sqlite3_column_int64(st, 4), tenant = sqlite3_column_int64(st, 5);
+    int64_t job = store_col_int64(st, 0), attempt = store_col_int64(st, 1),
+            rank = store_col_int64(st, 2), start = store_col_int64(st, 3),
+            end = store_col_int64(st, 4), tenant = store_col_int64(st, 5);
     char name[201], spec[64], cur[4];
     store_col_copy(st, 6, name, sizeof name);
-    int64_t user = sqlite3_column_int64(st, 7);
+    int64_t user = store_col_int64(st, 7);
     store_col_copy(st, 8, spec, sizeof spec);
-    int64_t gpus = sqlite3_column_int64(st, 9), price = sqlite3_column_int64(st, 10);
+    int64_t gpus = store_col_int64(st, 9), price = store_col_int64(st, 10);
     store_col_copy(st, 11, cur, sizeof cur);
-    int64_t cap = sqlite3_column_int64(st, 12);
-    sqlite3_reset(st);
+    int64_t cap = store_col_int64(st, 12);
+    store_reset(st);
     int64_t secs = store_bill_seconds(start, end, cap);
     if (!(st = store_stmt(c, put_sql)))
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, tenant);
-    sqlite3_bind_int64(st, 2, end);
-    sqlite3_bind_int64(st, 3, store_bill_amount(secs, price));
+    store_bind_int64(st, 1, tenant);
+    store_bind_int64(st, 2, end);
+    store_bind_int64(st, 3, store_bill_amount(secs, price));
     store_bind_text(st, 4, cur);
-    sqlite3_bind_int64(st, 5, job);
-    sqlite3_bind_int64(st, 6, attempt);
-    sqlite3_bind_int64(st, 7, rank);
+    store_bind_int64(st, 5, job);
+    store_bind_int64(st, 6, attempt);
+    store_bind_int64(st, 7, rank);
     store_bind_text(st, 8, name);
-    sqlite3_bind_int64(st, 9, user);
+    store_bind_int64(st, 9, user);
     store_bind_text(st, 10, spec);
-    sqlite3_bind_int64(st, 11, gpus);
-    sqlite3_bind_int64(st, 12, start);
-    sqlite3_bind_int64(st, 13, end);
-    sqlite3_bind_int64(st, 14, secs);
-    sqlite3_bind_int64(st, 15, price);
+    store_bind_int64(st, 11, gpus);
+    store_bind_int64(st, 12, start);
+    store_bind_int64(st, 13, end);
+    store_bind_int64(st, 14, secs);
+    store_bind_int64(st, 15, price);
     rc = store_step_change(c, st, NULL);
     return rc == STORE_NOTFOUND ? STORE_OK : rc;
 }
@@ -194,7 +194,7 @@ int store_hold_release_idle(store_tx *tx)
         " AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = job_holds.job_id"
         "  AND j.attempt = job_holds.attempt AND j.state IN ('STARTING', 'RUNNING'))";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
+    store_st *st = store_stmt(c, sql);
     if (!st)
         return STORE_EIO;
     int rc = store_step_change(c, st, NULL);
@@ -210,19 +210,19 @@ static int live_cost(store_conn *c, int64_t job_id, int64_t attempt, int64_t pri
     static const char sql[] =
         "SELECT started_at FROM workers WHERE job_id = ?1 AND attempt = ?2"
         " AND started_at IS NOT NULL AND finished_at IS NULL";
-    sqlite3_stmt *st = store_prep(c, sql, STORE_ARGS(STORE_I(job_id), STORE_I(attempt)));
+    store_st *st = store_prep(c, sql, STORE_ARGS(STORE_I(job_id), STORE_I(attempt)));
     if (!st)
         return STORE_EIO;
     int rc;
     *cost = 0;
     *running = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        *cost += store_bill_amount(store_bill_seconds(sqlite3_column_int64(st, 0), now, cap),
+    while ((rc = store_step(st)) == STORE_ROW) {
+        *cost += store_bill_amount(store_bill_seconds(store_col_int64(st, 0), now, cap),
                                    price);
         (*running)++;
     }
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    store_reset(st);
+    return rc == STORE_DONE ? STORE_OK : rc;
 }
 
 int store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money *out,
@@ -262,28 +262,28 @@ int store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money 
         return rc;
     /* Every hold is read first (the live costs below use statements of
      * their own, and unbounded() may write); as many as the tenant has. */
-    sqlite3_stmt *st = store_prep(c, holds_sql, STORE_ARGS(STORE_I(tenant_id)));
+    store_st *st = store_prep(c, holds_sql, STORE_ARGS(STORE_I(tenant_id)));
     if (!st)
         return STORE_EIO;
     int oom = 0;
-    while (!oom && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while (!oom && (rc = store_step(st)) == STORE_ROW) {
         struct hold h = {
-            .job = sqlite3_column_int64(st, 0),
-            .attempt = sqlite3_column_int64(st, 1),
-            .amount = sqlite3_column_int64(st, 2),
-            .bounded = sqlite3_column_int(st, 3),
-            .price = sqlite3_column_int64(st, 4),
-            .cap = sqlite3_column_int64(st, 5),
-            .active = sqlite3_column_int(st, 6),
-            .charged = sqlite3_column_int64(st, 7),
+            .job = store_col_int64(st, 0),
+            .attempt = store_col_int64(st, 1),
+            .amount = store_col_int64(st, 2),
+            .bounded = store_col_int(st, 3),
+            .price = store_col_int64(st, 4),
+            .cap = store_col_int64(st, 5),
+            .active = store_col_int(st, 6),
+            .charged = store_col_int64(st, 7),
         };
         UTIL_PUSH(holds, n, cap, h, &oom);
     }
-    sqlite3_reset(st);
+    store_reset(st);
     if (oom)
         rc = STORE_NOMEM;
     else
-        rc = rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+        rc = rc == STORE_DONE ? STORE_OK : rc;
     for (size_t i = 0; rc == STORE_OK && i < n; i++) {
         struct hold *h = &holds[i];
         int64_t live, running;
@@ -310,16 +310,16 @@ int store_budget_tenants_tx(store_tx *tx, util_i64s *ids)
     static const char sql[] =
         "SELECT tenant_id FROM accounts WHERE enforce = 1 OR monthly_cap IS NOT NULL"
         " ORDER BY tenant_id";
-    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    store_st *st = store_stmt(store_tx_conn(tx), sql);
     if (!st)
         return STORE_EIO;
     int rc, nomem = 0;
-    while (!nomem && (rc = sqlite3_step(st)) == SQLITE_ROW)
-        nomem = util_i64s_push(ids, sqlite3_column_int64(st, 0)) != 0;
-    sqlite3_reset(st);
+    while (!nomem && (rc = store_step(st)) == STORE_ROW)
+        nomem = util_i64s_push(ids, store_col_int64(st, 0)) != 0;
+    store_reset(st);
     if (nomem)
         return STORE_NOMEM;
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    return rc == STORE_DONE ? STORE_OK : rc;
 }
 
 /* ---- queries ---- */
@@ -335,35 +335,35 @@ int store_ledger_list(store *s, int64_t tenant_id, int64_t from, int64_t to, con
         " coalesce(price_per_hour, 0), coalesce(note, '')"
         " FROM ledger WHERE tenant_id = ?1 AND at >= ?2 AND at < ?3"
         " AND (?4 IS NULL OR kind = ?4) ORDER BY at, id";
-    sqlite3_stmt *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(tenant_id),
+    store_st *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(tenant_id),
             STORE_I(from), STORE_I(to), STORE_T(kind)));
     if (!st)
         return STORE_EIO;
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = store_step(st)) == STORE_ROW) {
         store_entry e;
-        e.id = sqlite3_column_int64(st, 0);
-        e.tenant_id = sqlite3_column_int64(st, 1);
-        e.at = sqlite3_column_int64(st, 2);
+        e.id = store_col_int64(st, 0);
+        e.tenant_id = store_col_int64(st, 1);
+        e.at = store_col_int64(st, 2);
         store_col_copy(st, 3, e.kind, sizeof e.kind);
-        e.amount = sqlite3_column_int64(st, 4);
+        e.amount = store_col_int64(st, 4);
         store_col_copy(st, 5, e.currency, sizeof e.currency);
-        e.job_id = sqlite3_column_int64(st, 6);
-        e.attempt = sqlite3_column_int64(st, 7);
-        e.rank = sqlite3_column_int64(st, 8);
+        e.job_id = store_col_int64(st, 6);
+        e.attempt = store_col_int64(st, 7);
+        e.rank = store_col_int64(st, 8);
         store_col_copy(st, 9, e.job_name, sizeof e.job_name);
-        e.user_id = sqlite3_column_int64(st, 10);
+        e.user_id = store_col_int64(st, 10);
         store_col_copy(st, 11, e.worker_spec, sizeof e.worker_spec);
-        e.gpus = sqlite3_column_int64(st, 12);
-        e.started_at = sqlite3_column_int64(st, 13);
-        e.finished_at = sqlite3_column_int64(st, 14);
-        e.seconds = sqlite3_column_int64(st, 15);
-        e.price_per_hour = sqlite3_column_int64(st, 16);
+        e.gpus = store_col_int64(st, 12);
+        e.started_at = store_col_int64(st, 13);
+        e.finished_at = store_col_int64(st, 14);
+        e.seconds = store_col_int64(st, 15);
+        e.price_per_hour = store_col_int64(st, 16);
         store_col_copy(st, 17, e.note, sizeof e.note);
         row(arg, &e);
     }
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    store_reset(st);
+    return rc == STORE_DONE ? STORE_OK : rc;
 }
 
 int store_job_cost(store *s, int64_t job_id, int64_t now_ms,
@@ -377,29 +377,29 @@ int store_job_cost(store *s, int64_t job_id, int64_t now_ms,
         " LEFT JOIN ledger l ON l.job_id = w.job_id AND l.attempt = w.attempt"
         "  AND l.rank = w.rank"
         " WHERE w.job_id = ?1 ORDER BY w.attempt, w.rank";
-    sqlite3_stmt *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(job_id)));
+    store_st *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(job_id)));
     if (!st)
         return STORE_EIO;
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = store_step(st)) == STORE_ROW) {
         store_rank_cost c;
-        c.attempt = sqlite3_column_int64(st, 0);
-        c.rank = sqlite3_column_int64(st, 1);
+        c.attempt = store_col_int64(st, 0);
+        c.rank = store_col_int64(st, 1);
         store_col_copy(st, 2, c.state, sizeof c.state);
-        c.started_at = sqlite3_column_int64(st, 3);
-        c.finished_at = sqlite3_column_int64(st, 4);
-        c.charged = sqlite3_column_int(st, 5);
-        c.seconds = sqlite3_column_int64(st, 6);
-        c.amount = sqlite3_column_int64(st, 7);
+        c.started_at = store_col_int64(st, 3);
+        c.finished_at = store_col_int64(st, 4);
+        c.charged = store_col_int(st, 5);
+        c.seconds = store_col_int64(st, 6);
+        c.amount = store_col_int64(st, 7);
         if (!c.charged && c.started_at > 0 && c.finished_at == 0) {
-            int64_t price = sqlite3_column_int64(st, 8), cap = sqlite3_column_int64(st, 9);
+            int64_t price = store_col_int64(st, 8), cap = store_col_int64(st, 9);
             c.seconds = store_bill_seconds(c.started_at, now_ms, cap);
             c.amount = store_bill_amount(c.seconds, price);
         }
         row(arg, &c);
     }
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    store_reset(st);
+    return rc == STORE_DONE ? STORE_OK : rc;
 }
 
 #define USAGE_FROM " FROM ledger l WHERE l.tenant_id = ?1 AND l.kind = 'charge' AND l.at >= ?2 AND l.at < ?3"
@@ -424,24 +424,24 @@ int store_usage_group(store *s, int64_t tenant_id, int64_t from, int64_t to, con
                                                       : NULL;
     if (!sql)
         return STORE_INVALID;
-    sqlite3_stmt *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(tenant_id),
+    store_st *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(tenant_id),
             STORE_I(from), STORE_I(to)));
     if (!st)
         return STORE_EIO;
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = store_step(st)) == STORE_ROW) {
         store_usage u;
-        u.key = sqlite3_column_int64(st, 0);
+        u.key = store_col_int64(st, 0);
         store_col_copy(st, 1, u.name, sizeof u.name);
-        u.entries = sqlite3_column_int64(st, 2);
-        u.worker_seconds = sqlite3_column_int64(st, 3);
-        u.gpu_seconds = sqlite3_column_int64(st, 4);
-        u.amount = sqlite3_column_int64(st, 5);
+        u.entries = store_col_int64(st, 2);
+        u.worker_seconds = store_col_int64(st, 3);
+        u.gpu_seconds = store_col_int64(st, 4);
+        u.amount = store_col_int64(st, 5);
         store_col_copy(st, 6, u.currency, sizeof u.currency);
         row(arg, &u);
     }
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    store_reset(st);
+    return rc == STORE_DONE ? STORE_OK : rc;
 }
 
 int store_money_metrics(store *s,
@@ -458,27 +458,27 @@ int store_money_metrics(store *s,
         "SELECT t.name, l.currency, sum(l.amount) FROM ledger l"
         " JOIN tenants t ON t.id = l.tenant_id WHERE l.kind = 'charge'"
         " GROUP BY t.name, l.currency";
-    sqlite3_stmt *st = store_read_stmt(s, run_sql);
+    store_st *st = store_read_stmt(s, run_sql);
     if (!st)
         return STORE_EIO;
     int rc;
     char name[64], cur[4];
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = store_step(st)) == STORE_ROW) {
         store_col_copy(st, 0, name, sizeof name);
-        running(arg, name, sqlite3_column_int64(st, 1));
+        running(arg, name, store_col_int64(st, 1));
     }
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE)
-        return store_rc_sqlite(rc);
+    store_reset(st);
+    if (rc != STORE_DONE)
+        return rc;
     if (!(st = store_read_stmt(s, spent_sql)))
         return STORE_EIO;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = store_step(st)) == STORE_ROW) {
         store_col_copy(st, 0, name, sizeof name);
         store_col_copy(st, 1, cur, sizeof cur);
-        spent(arg, name, cur, sqlite3_column_int64(st, 2));
+        spent(arg, name, cur, store_col_int64(st, 2));
     }
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    store_reset(st);
+    return rc == STORE_DONE ? STORE_OK : rc;
 }
 
 int store_tenant_use(store *s, int64_t tenant_id, store_use *out)
@@ -487,16 +487,16 @@ int store_tenant_use(store *s, int64_t tenant_id, store_use *out)
         "SELECT count(*), coalesce(sum(worker_count), 0), coalesce(sum(worker_count * cpus), 0),"
         " coalesce(sum(worker_count * gpus), 0) FROM jobs"
         " WHERE tenant_id = ?1 AND state IN ('STARTING', 'RUNNING')";
-    sqlite3_stmt *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(tenant_id)));
+    store_st *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(tenant_id)));
     if (!st)
         return STORE_EIO;
     int rc = store_step_row(st);
     if (rc == STORE_OK) {
-        out->jobs = sqlite3_column_int64(st, 0);
-        out->workers = sqlite3_column_int64(st, 1);
-        out->cpus = sqlite3_column_int64(st, 2);
-        out->gpus = sqlite3_column_int64(st, 3);
+        out->jobs = store_col_int64(st, 0);
+        out->workers = store_col_int64(st, 1);
+        out->cpus = store_col_int64(st, 2);
+        out->gpus = store_col_int64(st, 3);
     }
-    sqlite3_reset(st);
+    store_reset(st);
     return rc;
 }

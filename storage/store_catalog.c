@@ -9,19 +9,19 @@
     "id, name, cpus, memory_mb, gpus, coalesce(gpu_type, ''), price_per_hour, currency,"   \
     " created_at, updated_at"
 
-static void spec_row(sqlite3_stmt *st, void *out)
+static void spec_row(store_st *st, void *out)
 {
     store_spec *sp = out;
-    sp->id = sqlite3_column_int64(st, 0);
+    sp->id = store_col_int64(st, 0);
     store_col_copy(st, 1, sp->name, sizeof sp->name);
-    sp->cpus = sqlite3_column_int64(st, 2);
-    sp->memory_mb = sqlite3_column_int64(st, 3);
-    sp->gpus = sqlite3_column_int64(st, 4);
+    sp->cpus = store_col_int64(st, 2);
+    sp->memory_mb = store_col_int64(st, 3);
+    sp->gpus = store_col_int64(st, 4);
     store_col_copy(st, 5, sp->gpu_type, sizeof sp->gpu_type);
-    sp->price_per_hour = sqlite3_column_int64(st, 6);
+    sp->price_per_hour = store_col_int64(st, 6);
     store_col_copy(st, 7, sp->currency, sizeof sp->currency);
-    sp->created_at = sqlite3_column_int64(st, 8);
-    sp->updated_at = sqlite3_column_int64(st, 9);
+    sp->created_at = store_col_int64(st, 8);
+    sp->updated_at = store_col_int64(st, 9);
 }
 
 STORE_ROWS(spec_rows, store_spec, spec_row)
@@ -43,16 +43,16 @@ int store_spec_list(store *s, int64_t after, int limit,
             STORE_I(limit))), spec_rows, &r);
 }
 
-static void spec_bind(sqlite3_stmt *st, const store_spec *sp, int64_t now)
+static void spec_bind(store_st *st, const store_spec *sp, int64_t now)
 {
     store_bind_text(st, 1, sp->name);
-    sqlite3_bind_int64(st, 2, sp->cpus);
-    sqlite3_bind_int64(st, 3, sp->memory_mb);
-    sqlite3_bind_int64(st, 4, sp->gpus);
+    store_bind_int64(st, 2, sp->cpus);
+    store_bind_int64(st, 3, sp->memory_mb);
+    store_bind_int64(st, 4, sp->gpus);
     store_bind_text(st, 5, sp->gpu_type[0] ? sp->gpu_type : NULL);
-    sqlite3_bind_int64(st, 6, sp->price_per_hour);
+    store_bind_int64(st, 6, sp->price_per_hour);
     store_bind_text(st, 7, sp->currency);
-    sqlite3_bind_int64(st, 8, now);
+    store_bind_int64(st, 8, now);
 }
 
 int store_spec_insert(store_tx *tx, const store_spec *sp, int64_t *id)
@@ -61,7 +61,7 @@ int store_spec_insert(store_tx *tx, const store_spec *sp, int64_t *id)
         "INSERT INTO worker_specs(name, cpus, memory_mb, gpus, gpu_type, price_per_hour,"
         " currency, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
+    store_st *st = store_stmt(c, sql);
     if (!st)
         return STORE_EIO;
     spec_bind(st, sp, util_now_ms());
@@ -74,7 +74,7 @@ int store_spec_update(store_tx *tx, const store_spec *sp)
         "UPDATE worker_specs SET cpus = ?2, memory_mb = ?3, gpus = ?4, gpu_type = ?5,"
         " price_per_hour = ?6, currency = ?7, updated_at = ?8 WHERE name = ?1";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
+    store_st *st = store_stmt(c, sql);
     if (!st)
         return STORE_EIO;
     spec_bind(st, sp, util_now_ms());
@@ -85,17 +85,17 @@ int store_spec_update(store_tx *tx, const store_spec *sp)
     "id, coalesce(tenant_id, 0), name, coalesce(reference, ''), framework,"                \
     " coalesce(username, ''), coalesce(password, ''), created_at"
 
-static void image_row(sqlite3_stmt *st, void *out)
+static void image_row(store_st *st, void *out)
 {
     store_image *im = out;
-    im->id = sqlite3_column_int64(st, 0);
-    im->tenant_id = sqlite3_column_int64(st, 1);
+    im->id = store_col_int64(st, 0);
+    im->tenant_id = store_col_int64(st, 1);
     store_col_copy(st, 2, im->name, sizeof im->name);
     store_col_copy(st, 3, im->reference, sizeof im->reference);
     store_col_copy(st, 4, im->framework, sizeof im->framework);
     store_col_copy(st, 5, im->username, sizeof im->username);
     store_col_copy(st, 6, im->password, sizeof im->password);
-    im->created_at = sqlite3_column_int64(st, 7);
+    im->created_at = store_col_int64(st, 7);
 }
 
 STORE_ROWS(image_rows, store_image, image_row)
@@ -127,18 +127,18 @@ int store_image_insert(store_tx *tx, const store_image *im, int64_t *id)
         "INSERT INTO images(tenant_id, name, reference, framework, username, password,"
         " created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
+    store_st *st = store_stmt(c, sql);
     if (!st)
         return STORE_EIO;
     if (im->tenant_id > 0)
-        sqlite3_bind_int64(st, 1, im->tenant_id);
+        store_bind_int64(st, 1, im->tenant_id);
     else
-        sqlite3_bind_null(st, 1);
+        store_bind_null(st, 1);
     store_bind_text(st, 2, im->name);
     store_bind_text(st, 3, im->reference[0] ? im->reference : NULL);
     store_bind_text(st, 4, im->framework);
     store_bind_text(st, 5, im->username[0] ? im->username : NULL);
     store_bind_text(st, 6, im->username[0] ? im->password : NULL);
-    sqlite3_bind_int64(st, 7, util_now_ms());
+    store_bind_int64(st, 7, util_now_ms());
     return store_step_change(c, st, id);
 }

@@ -52,18 +52,18 @@ int store_job_state_final(job_state s)
 }
 
 /* A state column: the schema's CHECK admits only the names above. */
-static job_state state_col(sqlite3_stmt *st, int i)
+static job_state state_col(store_st *st, int i)
 {
-    int s = store_job_state_of((const char *)sqlite3_column_text(st, i));
+    int s = store_job_state_of(store_col_text(st, i));
     return s < 0 ? JOB_FAILED : (job_state)s;
 }
 
-static int job_row(sqlite3_stmt *st, store_job *j)
+static int job_row(store_st *st, store_job *j)
 {
     int i = 0; /* every field is assigned below: no memset of the large struct */
-    j->id = sqlite3_column_int64(st, i++);
-    j->tenant_id = sqlite3_column_int64(st, i++);
-    j->user_id = sqlite3_column_int64(st, i++);
+    j->id = store_col_int64(st, i++);
+    j->tenant_id = store_col_int64(st, i++);
+    j->user_id = store_col_int64(st, i++);
     store_col_copy(st, i++, j->tenant, sizeof j->tenant);
     store_col_copy(st, i++, j->user, sizeof j->user);
     store_col_copy(st, i++, j->name, sizeof j->name);
@@ -74,37 +74,39 @@ static int job_row(sqlite3_stmt *st, store_job *j)
     j->datasets_json = store_col_strdup(st, i++);
     j->args_json = store_col_strdup(st, i++);
     j->env_json = store_col_strdup(st, i++);
-    j->epochs = sqlite3_column_int64(st, i++);
-    j->lr = sqlite3_column_double(st, i++);
-    j->batch_size = sqlite3_column_int64(st, i++);
+    j->epochs = store_col_int64(st, i++);
+    j->lr = store_col_double(st, i++);
+    j->batch_size = store_col_int64(st, i++);
     store_col_copy(st, i++, j->worker_spec, sizeof j->worker_spec);
-    j->cpus = sqlite3_column_int64(st, i++);
-    j->memory_mb = sqlite3_column_int64(st, i++);
-    j->gpus = sqlite3_column_int64(st, i++);
-    j->worker_count = sqlite3_column_int64(st, i++);
-    j->workers_per_node = sqlite3_column_int64(st, i++);
-    j->priority = sqlite3_column_int64(st, i++);
-    j->max_runtime_seconds = sqlite3_column_int64(st, i++);
-    j->max_retries = sqlite3_column_int64(st, i++);
+    j->cpus = store_col_int64(st, i++);
+    j->memory_mb = store_col_int64(st, i++);
+    j->gpus = store_col_int64(st, i++);
+    j->worker_count = store_col_int64(st, i++);
+    j->workers_per_node = store_col_int64(st, i++);
+    j->priority = store_col_int64(st, i++);
+    j->max_runtime_seconds = store_col_int64(st, i++);
+    j->max_retries = store_col_int64(st, i++);
     store_col_copy(st, i++, j->currency, sizeof j->currency);
-    j->price_per_hour = sqlite3_column_int64(st, i++);
-    j->estimated_max = sqlite3_column_int64(st, i++);
+    j->price_per_hour = store_col_int64(st, i++);
+    j->estimated_max = store_col_int64(st, i++);
     j->state = state_col(st, i++);
     store_col_copy(st, i++, j->reason, sizeof j->reason);
-    j->attempt = sqlite3_column_int64(st, i++);
+    j->attempt = store_col_int64(st, i++);
     store_col_copy(st, i++, j->idem_key, sizeof j->idem_key);
-    if (sqlite3_column_bytes(st, i) == UTIL_SHA256_LEN)
-        memcpy(j->request_hash, sqlite3_column_blob(st, i), UTIL_SHA256_LEN);
+    int hlen;
+    const void *h = store_col_blob(st, i, &hlen);
+    if (hlen == UTIL_SHA256_LEN)
+        memcpy(j->request_hash, h, UTIL_SHA256_LEN);
     else
         memset(j->request_hash, 0, UTIL_SHA256_LEN);
     i++;
-    j->created_at = sqlite3_column_int64(st, i++);
-    j->updated_at = sqlite3_column_int64(st, i++);
-    j->started_at = sqlite3_column_int64(st, i++);
-    j->finished_at = sqlite3_column_int64(st, i++);
-    j->master_node_id = sqlite3_column_int64(st, i++);
-    j->master_port = sqlite3_column_int64(st, i++);
-    j->placed_per_node = sqlite3_column_int64(st, i++);
+    j->created_at = store_col_int64(st, i++);
+    j->updated_at = store_col_int64(st, i++);
+    j->started_at = store_col_int64(st, i++);
+    j->finished_at = store_col_int64(st, i++);
+    j->master_node_id = store_col_int64(st, i++);
+    j->master_port = store_col_int64(st, i++);
+    j->placed_per_node = store_col_int64(st, i++);
     store_col_copy(st, i++, j->image_digest, sizeof j->image_digest);
     if (!j->datasets_json || !j->args_json || !j->env_json) {
         store_job_clear(j);
@@ -127,18 +129,18 @@ int store_job_note(store_tx *tx, int64_t job_id, int64_t attempt, const char *re
 {
     static const char sql[] = "SELECT state FROM jobs WHERE id = ?1";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
+    store_st *st = store_stmt(c, sql);
     char state[16];
     int rc;
     if (!st)
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, job_id);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW)
-        snprintf(state, sizeof state, "%s", (const char *)sqlite3_column_text(st, 0));
-    sqlite3_reset(st);
-    if (rc != SQLITE_ROW)
-        return rc == SQLITE_DONE ? STORE_NOTFOUND : store_rc_sqlite(rc);
+    store_bind_int64(st, 1, job_id);
+    rc = store_step(st);
+    if (rc == STORE_ROW)
+        snprintf(state, sizeof state, "%s", store_col_text(st, 0));
+    store_reset(st);
+    if (rc != STORE_ROW)
+        return rc == STORE_DONE ? STORE_NOTFOUND : rc;
     return event_insert(c, job_id, util_now_ms(), attempt, state, state, reason);
 }
 
@@ -151,14 +153,15 @@ int store_job_insert(store_tx *tx, store_job *j)
         " max_retries, currency, price_per_hour, estimated_max, state, reason, attempt,"
         " idempotency_key, request_hash, created_at, updated_at)"
         " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,"
-        " ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, 'PENDING', ?26, 1, ?27, ?28, ?29, ?29)";
+        " ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, 'PENDING', ?26, 1, ?27, ?28, ?29, ?29)"
+        " RETURNING id";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
+    store_st *st = store_stmt(c, sql);
     if (!st)
         return STORE_EIO;
     int64_t now = util_now_ms();
-    sqlite3_bind_int64(st, 1, j->tenant_id);
-    sqlite3_bind_int64(st, 2, j->user_id);
+    store_bind_int64(st, 1, j->tenant_id);
+    store_bind_int64(st, 2, j->user_id);
     store_bind_text(st, 3, j->name);
     store_bind_text(st, 4, j->image);
     store_bind_text(st, 5, j->framework);
@@ -167,30 +170,30 @@ int store_job_insert(store_tx *tx, store_job *j)
     store_bind_text(st, 8, j->datasets_json);
     store_bind_text(st, 9, j->args_json);
     store_bind_text(st, 10, j->env_json);
-    sqlite3_bind_int64(st, 11, j->epochs);
-    sqlite3_bind_double(st, 12, j->lr);
-    sqlite3_bind_int64(st, 13, j->batch_size);
+    store_bind_int64(st, 11, j->epochs);
+    store_bind_double(st, 12, j->lr);
+    store_bind_int64(st, 13, j->batch_size);
     store_bind_text(st, 14, j->worker_spec);
-    sqlite3_bind_int64(st, 15, j->cpus);
-    sqlite3_bind_int64(st, 16, j->memory_mb);
-    sqlite3_bind_int64(st, 17, j->gpus);
-    sqlite3_bind_int64(st, 18, j->worker_count);
+    store_bind_int64(st, 15, j->cpus);
+    store_bind_int64(st, 16, j->memory_mb);
+    store_bind_int64(st, 17, j->gpus);
+    store_bind_int64(st, 18, j->worker_count);
     if (j->workers_per_node > 0)
-        sqlite3_bind_int64(st, 19, j->workers_per_node);
-    sqlite3_bind_int64(st, 20, j->priority);
+        store_bind_int64(st, 19, j->workers_per_node);
+    store_bind_int64(st, 20, j->priority);
     if (j->max_runtime_seconds > 0)
-        sqlite3_bind_int64(st, 21, j->max_runtime_seconds);
-    sqlite3_bind_int64(st, 22, j->max_retries);
+        store_bind_int64(st, 21, j->max_runtime_seconds);
+    store_bind_int64(st, 22, j->max_retries);
     store_bind_text(st, 23, j->currency);
-    sqlite3_bind_int64(st, 24, j->price_per_hour);
+    store_bind_int64(st, 24, j->price_per_hour);
     if (j->estimated_max >= 0)
-        sqlite3_bind_int64(st, 25, j->estimated_max);
+        store_bind_int64(st, 25, j->estimated_max);
     store_bind_text(st, 26, j->reason[0] ? j->reason : NULL);
     if (j->idem_key[0]) {
         store_bind_text(st, 27, j->idem_key);
-        sqlite3_bind_blob(st, 28, j->request_hash, UTIL_SHA256_LEN, SQLITE_STATIC);
+        store_bind_blob(st, 28, j->request_hash, UTIL_SHA256_LEN);
     }
-    sqlite3_bind_int64(st, 29, now);
+    store_bind_int64(st, 29, now);
     int rc = store_step_change(c, st, &j->id);
     if (rc != STORE_OK)
         return rc;
@@ -205,13 +208,13 @@ static int job_get_conn(store_conn *c, int64_t tenant_id, int64_t id, store_job 
 {
     static const char sql[] =
         "SELECT " JOB_COLS JOB_FROM " WHERE j.id = ?1 AND (?2 = 0 OR j.tenant_id = ?2)";
-    sqlite3_stmt *st = store_prep(c, sql, STORE_ARGS(STORE_I(id), STORE_I(tenant_id)));
+    store_st *st = store_prep(c, sql, STORE_ARGS(STORE_I(id), STORE_I(tenant_id)));
     if (!st)
         return STORE_EIO;
     int rc = store_step_row(st);
     if (rc == STORE_OK)
         rc = job_row(st, out);
-    sqlite3_reset(st);
+    store_reset(st);
     return rc;
 }
 
@@ -230,14 +233,14 @@ int store_job_by_idem_tx(store_tx *tx, int64_t tenant_id, const char *key, store
 {
     static const char sql[] =
         "SELECT " JOB_COLS JOB_FROM " WHERE j.tenant_id = ?1 AND j.idempotency_key = ?2";
-    sqlite3_stmt *st = store_prep(store_tx_conn(tx), sql, STORE_ARGS(STORE_I(tenant_id),
+    store_st *st = store_prep(store_tx_conn(tx), sql, STORE_ARGS(STORE_I(tenant_id),
             STORE_T(key)));
     if (!st)
         return STORE_EIO;
     int rc = store_step_row(st);
     if (rc == STORE_OK)
         rc = job_row(st, out);
-    sqlite3_reset(st);
+    store_reset(st);
     return rc;
 }
 
@@ -249,22 +252,22 @@ int store_job_list(store *s, const store_job_filter *f,
         " WHERE (?1 = 0 OR j.tenant_id = ?1) AND (?2 IS NULL OR j.state = ?2)"
         " AND (?3 IS NULL OR j.name = ?3) AND (?4 = 0 OR j.id < ?4)"
         " ORDER BY j.id DESC LIMIT ?5";
-    sqlite3_stmt *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(f->tenant_id),
+    store_st *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(f->tenant_id),
             STORE_T(f->state), STORE_T(f->name), STORE_I(f->before), STORE_I(f->limit)));
     if (!st)
         return STORE_EIO;
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = store_step(st)) == STORE_ROW) {
         store_job j;
         if (job_row(st, &j) != STORE_OK) {
-            rc = SQLITE_NOMEM;
+            rc = STORE_NOMEM;
             break;
         }
         row(arg, &j);
         store_job_clear(&j);
     }
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    store_reset(st);
+    return rc == STORE_DONE ? STORE_OK : rc;
 }
 
 int store_job_transition(store_tx *tx, int64_t id, job_state from, job_state to,
@@ -278,20 +281,20 @@ int store_job_transition(store_tx *tx, int64_t id, job_state from, job_state to,
         "  ELSE finished_at END"
         " WHERE id = ?1 AND state = ?5 RETURNING attempt";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
+    store_st *st = store_stmt(c, sql);
     if (!st)
         return STORE_EIO;
     int64_t now = util_now_ms();
-    sqlite3_bind_int64(st, 1, id);
+    store_bind_int64(st, 1, id);
     store_bind_text(st, 2, store_job_state_name(to));
     store_bind_text(st, 3, reason && reason[0] ? reason : NULL);
-    sqlite3_bind_int64(st, 4, now);
+    store_bind_int64(st, 4, now);
     store_bind_text(st, 5, store_job_state_name(from));
     int rc = store_step_row(st);
-    int64_t attempt = rc == STORE_OK ? sqlite3_column_int64(st, 0) : 0;
-    if (rc == STORE_OK && sqlite3_step(st) != SQLITE_DONE)
+    int64_t attempt = rc == STORE_OK ? store_col_int64(st, 0) : 0;
+    if (rc == STORE_OK && store_step(st) != STORE_DONE)
         rc = STORE_EIO;
-    sqlite3_reset(st);
+    store_reset(st);
     if (rc != STORE_OK)
         return rc;
     return event_insert(c, id, now, attempt, store_job_state_name(from),
@@ -304,12 +307,12 @@ int store_job_delete(store_tx *tx, int64_t id)
     return store_tx_exec_id(tx, sql, id);
 }
 
-static void event_row(sqlite3_stmt *st, void *out)
+static void event_row(store_st *st, void *out)
 {
     store_event *e = out;
-    e->id = sqlite3_column_int64(st, 0);
-    e->at = sqlite3_column_int64(st, 1);
-    e->attempt = sqlite3_column_int64(st, 2);
+    e->id = store_col_int64(st, 0);
+    e->at = store_col_int64(st, 1);
+    e->attempt = store_col_int64(st, 2);
     store_col_copy(st, 3, e->from_state, sizeof e->from_state);
     store_col_copy(st, 4, e->to_state, sizeof e->to_state);
     store_col_copy(st, 5, e->reason, sizeof e->reason);
@@ -337,12 +340,12 @@ int store_job_admit(store_tx *tx, int64_t job_id, int64_t price_per_hour,
         "  currency)"
         " WHERE id = ?1 AND admitted_at IS NULL";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_prep(c, sql, STORE_ARGS(STORE_I(job_id), STORE_I(price_per_hour)));
+    store_st *st = store_prep(c, sql, STORE_ARGS(STORE_I(job_id), STORE_I(price_per_hour)));
     if (!st)
         return STORE_EIO;
     if (estimated_max >= 0)
-        sqlite3_bind_int64(st, 3, estimated_max);
-    sqlite3_bind_int64(st, 4, now_ms);
+        store_bind_int64(st, 3, estimated_max);
+    store_bind_int64(st, 4, now_ms);
     int rc = store_step_change(c, st, NULL);
     return rc == STORE_NOTFOUND ? STORE_OK : rc;
 }
@@ -360,34 +363,34 @@ int store_job_briefs_tx(store_tx *tx, job_state state,
         " CASE WHEN admitted_at IS NULL THEN coalesce((SELECT currency FROM worker_specs s"
         "  WHERE s.name = jobs.worker_spec), currency) ELSE currency END"
         " FROM jobs WHERE state = ?1 ORDER BY id";
-    sqlite3_stmt *st =
+    store_st *st =
         store_prep(store_tx_conn(tx), sql, STORE_ARGS(STORE_T(store_job_state_name(state))));
     if (!st)
         return STORE_EIO;
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = store_step(st)) == STORE_ROW) {
         store_job_brief b;
-        b.id = sqlite3_column_int64(st, 0);
-        b.tenant_id = sqlite3_column_int64(st, 1);
-        b.priority = sqlite3_column_int64(st, 2);
-        b.created_at = sqlite3_column_int64(st, 3);
-        b.attempt = sqlite3_column_int64(st, 4);
-        b.worker_count = sqlite3_column_int64(st, 5);
-        b.workers_per_node = sqlite3_column_int64(st, 6);
-        b.cpus = sqlite3_column_int64(st, 7);
-        b.memory_mb = sqlite3_column_int64(st, 8);
-        b.gpus = sqlite3_column_int64(st, 9);
-        b.max_runtime_seconds = sqlite3_column_int64(st, 10);
-        b.started_at = sqlite3_column_int64(st, 11);
+        b.id = store_col_int64(st, 0);
+        b.tenant_id = store_col_int64(st, 1);
+        b.priority = store_col_int64(st, 2);
+        b.created_at = store_col_int64(st, 3);
+        b.attempt = store_col_int64(st, 4);
+        b.worker_count = store_col_int64(st, 5);
+        b.workers_per_node = store_col_int64(st, 6);
+        b.cpus = store_col_int64(st, 7);
+        b.memory_mb = store_col_int64(st, 8);
+        b.gpus = store_col_int64(st, 9);
+        b.max_runtime_seconds = store_col_int64(st, 10);
+        b.started_at = store_col_int64(st, 11);
         b.state = state_col(st, 12);
         store_col_copy(st, 13, b.reason, sizeof b.reason);
-        b.price_per_hour = sqlite3_column_int64(st, 14);
-        b.admitted_at = sqlite3_column_int64(st, 15);
+        b.price_per_hour = store_col_int64(st, 14);
+        b.admitted_at = store_col_int64(st, 15);
         store_col_copy(st, 16, b.currency, sizeof b.currency);
         row(arg, &b);
     }
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    store_reset(st);
+    return rc == STORE_DONE ? STORE_OK : rc;
 }
 
 
@@ -401,12 +404,12 @@ int store_metric_insert(store_tx *tx, int64_t job_id, int64_t attempt, int64_t r
 }
 
 /* A metric row; its json points into the statement until the next step. */
-static void metric_row(sqlite3_stmt *st, void *out)
+static void metric_row(store_st *st, void *out)
 {
     store_metric *m = out;
-    *m = (store_metric){sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
-                        sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3),
-                        (const char *)sqlite3_column_text(st, 4)};
+    *m = (store_metric){store_col_int64(st, 0), store_col_int64(st, 1),
+                        store_col_int64(st, 2), store_col_int64(st, 3),
+                        store_col_text(st, 4)};
 }
 
 STORE_ROWS(metric_rows, store_metric, metric_row)

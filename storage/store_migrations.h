@@ -8,7 +8,11 @@ struct store_migration {
     const char *sql;
 };
 
+/* SQLite's (migrations/NNN_*.sql) and PostgreSQL's
+ * (migrations/postgresql/NNN_*.sql): the same versions in two dialects. */
 extern const struct store_migration store_migrations[];
 extern const int store_migrations_count;
+extern const struct store_migration store_migrations_pg[];
+extern const int store_migrations_pg_count;
 
 #endif

@@ -21,31 +21,31 @@
     "  AND w.state IN ('assigned', 'running')"                                                \
     " LEFT JOIN jobs j ON j.id = w.job_id"
 
-static void node_row(sqlite3_stmt *st, void *out)
+static void node_row(store_st *st, void *out)
 {
     store_node *n = out;
-    n->id = sqlite3_column_int64(st, 0);
+    n->id = store_col_int64(st, 0);
     store_col_copy(st, 1, n->name, sizeof n->name);
     store_col_copy(st, 2, n->address, sizeof n->address);
-    n->cpus = sqlite3_column_int64(st, 3);
-    n->memory_mb = sqlite3_column_int64(st, 4);
-    n->gpus = sqlite3_column_int64(st, 5);
+    n->cpus = store_col_int64(st, 3);
+    n->memory_mb = store_col_int64(st, 4);
+    n->gpus = store_col_int64(st, 5);
     store_col_copy(st, 6, n->gpu_type, sizeof n->gpu_type);
-    n->port_lo = sqlite3_column_int64(st, 7);
-    n->port_hi = sqlite3_column_int64(st, 8);
+    n->port_lo = store_col_int64(st, 7);
+    n->port_hi = store_col_int64(st, 8);
     store_col_copy(st, 9, n->state, sizeof n->state);
-    n->drained = sqlite3_column_int(st, 10);
-    n->registered_at = sqlite3_column_int64(st, 11);
-    n->last_heartbeat = sqlite3_column_int64(st, 12);
-    n->used_cpus = sqlite3_column_int64(st, 13);
-    n->used_memory_mb = sqlite3_column_int64(st, 14);
-    n->used_gpus = sqlite3_column_int64(st, 15);
-    n->used_workers = sqlite3_column_int64(st, 16);
+    n->drained = store_col_int(st, 10);
+    n->registered_at = store_col_int64(st, 11);
+    n->last_heartbeat = store_col_int64(st, 12);
+    n->used_cpus = store_col_int64(st, 13);
+    n->used_memory_mb = store_col_int64(st, 14);
+    n->used_gpus = store_col_int64(st, 15);
+    n->used_workers = store_col_int64(st, 16);
 }
 
 STORE_ROWS(node_rows, store_node, node_row)
 
-static int node_each(sqlite3_stmt *st, void (*row)(void *arg, const store_node *n), void *arg)
+static int node_each(store_st *st, void (*row)(void *arg, const store_node *n), void *arg)
 {
     struct node_rows r = {row, arg};
     return store_each(st, node_rows, &r);
@@ -55,14 +55,15 @@ int store_join_token_insert(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN],
                             int64_t expires_at, int64_t *id)
 {
     static const char sql[] =
-        "INSERT INTO node_join_tokens(hash, created_at, expires_at) VALUES (?1, ?2, ?3)";
+        "INSERT INTO node_join_tokens(hash, created_at, expires_at) VALUES (?1, ?2, ?3)"
+        " RETURNING id";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_prep(c, sql, STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN),
+    store_st *st = store_prep(c, sql, STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN),
             STORE_I(util_now_ms())));
     if (!st)
         return STORE_EIO;
     if (expires_at > 0)
-        sqlite3_bind_int64(st, 3, expires_at);
+        store_bind_int64(st, 3, expires_at);
     return store_step_change(c, st, id);
 }
 
@@ -70,15 +71,14 @@ int store_join_token_check(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_
 {
     static const char sql[] = "SELECT hash FROM node_join_tokens WHERE hash = ?1"
                               " AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?2)";
-    sqlite3_stmt *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN),
+    store_st *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN),
             STORE_I(now_ms)));
     if (!st)
         return STORE_EIO;
     int rc = store_step_row(st);
-    if (rc == STORE_OK && (sqlite3_column_bytes(st, 0) != UTIL_SHA256_LEN ||
-                           !util_ct_equal(sqlite3_column_blob(st, 0), hash, UTIL_SHA256_LEN)))
+    if (rc == STORE_OK && !store_col_equal(st, 0, hash, UTIL_SHA256_LEN))
         rc = STORE_NOTFOUND;
-    sqlite3_reset(st);
+    store_reset(st);
     return rc;
 }
 
@@ -87,28 +87,28 @@ int store_node_insert(store_tx *tx, store_node *n, const uint8_t token_hash[UTIL
     static const char sql[] =
         "INSERT INTO nodes(name, address, cpus, memory_mb, gpus, gpu_type, port_lo, port_hi,"
         " token_hash, registered_at, last_heartbeat)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10)";
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10) RETURNING id";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
+    store_st *st = store_stmt(c, sql);
     if (!st)
         return STORE_EIO;
     int64_t now = util_now_ms();
     store_bind_text(st, 1, n->name);
     store_bind_text(st, 2, n->address);
-    sqlite3_bind_int64(st, 3, n->cpus);
-    sqlite3_bind_int64(st, 4, n->memory_mb);
-    sqlite3_bind_int64(st, 5, n->gpus);
+    store_bind_int64(st, 3, n->cpus);
+    store_bind_int64(st, 4, n->memory_mb);
+    store_bind_int64(st, 5, n->gpus);
     store_bind_text(st, 6, n->gpu_type[0] ? n->gpu_type : NULL);
-    sqlite3_bind_int64(st, 7, n->port_lo);
-    sqlite3_bind_int64(st, 8, n->port_hi);
-    sqlite3_bind_blob(st, 9, token_hash, UTIL_SHA256_LEN, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 10, now);
+    store_bind_int64(st, 7, n->port_lo);
+    store_bind_int64(st, 8, n->port_hi);
+    store_bind_blob(st, 9, token_hash, UTIL_SHA256_LEN);
+    store_bind_int64(st, 10, now);
     n->registered_at = n->last_heartbeat = now;
     snprintf(n->state, sizeof n->state, "up");
     return store_step_change(c, st, &n->id);
 }
 
-static int node_one(sqlite3_stmt *st, store_node *out)
+static int node_one(store_st *st, store_node *out)
 {
     if (!st)
         return STORE_EIO;
@@ -118,7 +118,7 @@ static int node_one(sqlite3_stmt *st, store_node *out)
         if (out->id == 0) /* the aggregate's empty row */
             rc = STORE_NOTFOUND;
     }
-    sqlite3_reset(st);
+    store_reset(st);
     return rc;
 }
 
@@ -173,16 +173,16 @@ int store_node_mark_down(store_tx *tx, int64_t cutoff_ms, void (*row)(void *arg,
 {
     static const char sql[] = "UPDATE nodes SET state = 'down'"
                               " WHERE state = 'up' AND last_heartbeat < ?1 RETURNING id";
-    sqlite3_stmt *st = store_prep(store_tx_conn(tx), sql, STORE_ARGS(STORE_I(cutoff_ms)));
+    store_st *st = store_prep(store_tx_conn(tx), sql, STORE_ARGS(STORE_I(cutoff_ms)));
     if (!st)
         return STORE_EIO;
     util_i64s ids = {0};
     int nomem = 0, rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        nomem |= util_i64s_push(&ids, sqlite3_column_int64(st, 0)) != 0;
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE)
-        rc = store_rc_sqlite(rc);
+    while ((rc = store_step(st)) == STORE_ROW)
+        nomem |= util_i64s_push(&ids, store_col_int64(st, 0)) != 0;
+    store_reset(st);
+    if (rc != STORE_DONE)
+        rc = rc;
     else
         rc = nomem ? STORE_NOMEM : STORE_OK; /* an error rolls the marks back */
     /* Told after the statement is done, so row() may write. */
@@ -198,32 +198,32 @@ int store_node_mark_down(store_tx *tx, int64_t cutoff_ms, void (*row)(void *arg,
     " coalesce(started_at, 0), coalesce(finished_at, 0), coalesce(cpu_us, -1),"            \
     " coalesce(memory_peak, -1), coalesce(image_digest, '')"
 
-static void worker_row(sqlite3_stmt *st, void *out)
+static void worker_row(store_st *st, void *out)
 {
     store_worker *w = out;
-    w->id = sqlite3_column_int64(st, 0);
-    w->job_id = sqlite3_column_int64(st, 1);
-    w->attempt = sqlite3_column_int64(st, 2);
-    w->rank = sqlite3_column_int64(st, 3);
-    w->node_rank = sqlite3_column_int64(st, 4);
-    w->local_rank = sqlite3_column_int64(st, 5);
-    w->node_id = sqlite3_column_int64(st, 6);
+    w->id = store_col_int64(st, 0);
+    w->job_id = store_col_int64(st, 1);
+    w->attempt = store_col_int64(st, 2);
+    w->rank = store_col_int64(st, 3);
+    w->node_rank = store_col_int64(st, 4);
+    w->local_rank = store_col_int64(st, 5);
+    w->node_id = store_col_int64(st, 6);
     store_col_copy(st, 7, w->desired, sizeof w->desired);
     store_col_copy(st, 8, w->state, sizeof w->state);
-    w->exit_code = sqlite3_column_int64(st, 9);
-    w->signal = sqlite3_column_int64(st, 10);
+    w->exit_code = store_col_int64(st, 9);
+    w->signal = store_col_int64(st, 10);
     store_col_copy(st, 11, w->message, sizeof w->message);
-    w->created_at = sqlite3_column_int64(st, 12);
-    w->started_at = sqlite3_column_int64(st, 13);
-    w->finished_at = sqlite3_column_int64(st, 14);
-    w->cpu_us = sqlite3_column_int64(st, 15);
-    w->memory_peak = sqlite3_column_int64(st, 16);
+    w->created_at = store_col_int64(st, 12);
+    w->started_at = store_col_int64(st, 13);
+    w->finished_at = store_col_int64(st, 14);
+    w->cpu_us = store_col_int64(st, 15);
+    w->memory_peak = store_col_int64(st, 16);
     store_col_copy(st, 17, w->image_digest, sizeof w->image_digest);
 }
 
 STORE_ROWS(worker_rows, store_worker, worker_row)
 
-static int worker_each(sqlite3_stmt *st, void (*row)(void *arg, const store_worker *w),
+static int worker_each(store_st *st, void (*row)(void *arg, const store_worker *w),
                        void *arg)
 {
     struct worker_rows r = {row, arg};
@@ -234,19 +234,19 @@ int store_worker_insert(store_tx *tx, store_worker *w)
 {
     static const char sql[] =
         "INSERT INTO workers(job_id, attempt, rank, node_rank, local_rank, node_id, created_at)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) RETURNING id";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
+    store_st *st = store_stmt(c, sql);
     if (!st)
         return STORE_EIO;
     w->created_at = util_now_ms();
-    sqlite3_bind_int64(st, 1, w->job_id);
-    sqlite3_bind_int64(st, 2, w->attempt);
-    sqlite3_bind_int64(st, 3, w->rank);
-    sqlite3_bind_int64(st, 4, w->node_rank);
-    sqlite3_bind_int64(st, 5, w->local_rank);
-    sqlite3_bind_int64(st, 6, w->node_id);
-    sqlite3_bind_int64(st, 7, w->created_at);
+    store_bind_int64(st, 1, w->job_id);
+    store_bind_int64(st, 2, w->attempt);
+    store_bind_int64(st, 3, w->rank);
+    store_bind_int64(st, 4, w->node_rank);
+    store_bind_int64(st, 5, w->local_rank);
+    store_bind_int64(st, 6, w->node_id);
+    store_bind_int64(st, 7, w->created_at);
     return store_step_change(c, st, &w->id);
 }
 
@@ -280,10 +280,10 @@ int store_worker_desired(store *s, int64_t node_id,
 
 static const char worker_get_sql[] = "SELECT " WORKER_COLS " FROM workers WHERE id = ?1";
 
-static int worker_one(sqlite3_stmt *st, int64_t id, store_worker *out)
+static int worker_one(store_st *st, int64_t id, store_worker *out)
 {
     if (st)
-        sqlite3_bind_int64(st, 1, id);
+        store_bind_int64(st, 1, id);
     return store_get_one(st, worker_row, out);
 }
 
@@ -304,7 +304,7 @@ static int worker_then_job(store_tx *tx, int64_t id, int64_t node_id, const char
                            const char *w_sql, const char *j_sql)
 {
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_prep(c, w_sql, STORE_ARGS(STORE_I(id), STORE_I(node_id),
+    store_st *st = store_prep(c, w_sql, STORE_ARGS(STORE_I(id), STORE_I(node_id),
             STORE_T(text)));
     if (!st)
         return STORE_EIO;
@@ -313,7 +313,7 @@ static int worker_then_job(store_tx *tx, int64_t id, int64_t node_id, const char
         return rc;
     if (!(st = store_stmt(c, j_sql)))
         return STORE_EIO;
-    sqlite3_bind_int64(st, 1, id);
+    store_bind_int64(st, 1, id);
     store_bind_text(st, 2, text);
     rc = store_step_change(c, st, NULL);
     return rc == STORE_NOTFOUND ? STORE_OK : rc;
@@ -353,7 +353,7 @@ int store_worker_report(store_tx *tx, int64_t id, int64_t node_id, const char *s
         "  THEN ?7 END)"
         " WHERE id = ?1 AND node_id = ?2 AND state IN ('assigned', 'running') AND state != ?3";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_prep(c, sql, STORE_ARGS(STORE_I(id), STORE_I(node_id), STORE_T(state),
+    store_st *st = store_prep(c, sql, STORE_ARGS(STORE_I(id), STORE_I(node_id), STORE_T(state),
             STORE_I(exit_code), STORE_I(signal), STORE_T(message && message[0] ? message : NULL),
             STORE_I(now_ms)));
     if (!st)
@@ -373,7 +373,7 @@ int store_worker_usage(store_tx *tx, int64_t id, int64_t node_id, int64_t cpu_us
         " memory_peak = CASE WHEN ?4 >= 0 THEN ?4 ELSE memory_peak END"
         " WHERE id = ?1 AND node_id = ?2 AND state IN ('exited', 'failed')";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_prep(c, sql, STORE_ARGS(STORE_I(id), STORE_I(node_id), STORE_I(cpu_us),
+    store_st *st = store_prep(c, sql, STORE_ARGS(STORE_I(id), STORE_I(node_id), STORE_I(cpu_us),
             STORE_I(memory_peak)));
     if (!st)
         return STORE_EIO;
@@ -386,7 +386,7 @@ int store_worker_stop_attempt(store_tx *tx, int64_t job_id, int64_t attempt)
     static const char sql[] =
         "UPDATE workers SET desired = 'stop' WHERE job_id = ?1 AND attempt = ?2";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_prep(c, sql, STORE_ARGS(STORE_I(job_id), STORE_I(attempt)));
+    store_st *st = store_prep(c, sql, STORE_ARGS(STORE_I(job_id), STORE_I(attempt)));
     if (!st)
         return STORE_EIO;
     int rc = store_step_change(c, st, NULL);
@@ -400,7 +400,7 @@ int store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms,
         "UPDATE workers SET state = 'lost', message = 'node down', finished_at = ?2,"
         " desired = 'stop' WHERE node_id = ?1 AND state IN ('assigned', 'running')"
         " RETURNING job_id, id";
-    sqlite3_stmt *st = store_prep(store_tx_conn(tx), sql, STORE_ARGS(STORE_I(node_id),
+    store_st *st = store_prep(store_tx_conn(tx), sql, STORE_ARGS(STORE_I(node_id),
             STORE_I(now_ms)));
     if (!st)
         return STORE_EIO;
@@ -409,23 +409,23 @@ int store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms,
     int64_t *ids = NULL; /* job, worker pairs */
     size_t n = 0, cap = 0;
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = store_step(st)) == STORE_ROW) {
         if (n == cap) {
             size_t ncap = cap ? cap * 2 : 64;
             int64_t *grown = realloc(ids, ncap * 2 * sizeof *grown);
             if (!grown) {
-                rc = SQLITE_NOMEM;
+                rc = STORE_NOMEM;
                 break;
             }
             ids = grown;
             cap = ncap;
         }
-        ids[2 * n] = sqlite3_column_int64(st, 0);
-        ids[2 * n + 1] = sqlite3_column_int64(st, 1);
+        ids[2 * n] = store_col_int64(st, 0);
+        ids[2 * n + 1] = store_col_int64(st, 1);
         n++;
     }
-    sqlite3_reset(st);
-    rc = rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    store_reset(st);
+    rc = rc == STORE_DONE ? STORE_OK : rc;
     for (size_t i = 0; rc == STORE_OK && i < n; i++) {
         rc = store_charge_worker(tx, ids[2 * i + 1]);
         if (rc == STORE_OK)
@@ -444,15 +444,15 @@ int store_usage_tx(store_tx *tx, int64_t since_ms,
         "SELECT j.tenant_id, j.cpus, j.gpus, w.started_at, coalesce(w.finished_at, 0)"
         " FROM workers w JOIN jobs j ON j.id = w.job_id"
         " WHERE w.started_at IS NOT NULL AND (w.finished_at IS NULL OR w.finished_at > ?1)";
-    sqlite3_stmt *st = store_prep(store_tx_conn(tx), sql, STORE_ARGS(STORE_I(since_ms)));
+    store_st *st = store_prep(store_tx_conn(tx), sql, STORE_ARGS(STORE_I(since_ms)));
     if (!st)
         return STORE_EIO;
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        row(arg, sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
-            sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3), sqlite3_column_int64(st, 4));
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    while ((rc = store_step(st)) == STORE_ROW)
+        row(arg, store_col_int64(st, 0), store_col_int64(st, 1),
+            store_col_int64(st, 2), store_col_int64(st, 3), store_col_int64(st, 4));
+    store_reset(st);
+    return rc == STORE_DONE ? STORE_OK : rc;
 }
 
 int store_alloc_tx(store_tx *tx, void (*row)(void *arg, int64_t job_id, int64_t node_id,
@@ -461,15 +461,15 @@ int store_alloc_tx(store_tx *tx, void (*row)(void *arg, int64_t job_id, int64_t 
 {
     static const char sql[] = "SELECT job_id, node_id, count(*) FROM workers"
                               " WHERE state IN ('assigned', 'running') GROUP BY job_id, node_id";
-    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    store_st *st = store_stmt(store_tx_conn(tx), sql);
     if (!st)
         return STORE_EIO;
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        row(arg, sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
-            sqlite3_column_int64(st, 2));
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    while ((rc = store_step(st)) == STORE_ROW)
+        row(arg, store_col_int64(st, 0), store_col_int64(st, 1),
+            store_col_int64(st, 2));
+    store_reset(st);
+    return rc == STORE_DONE ? STORE_OK : rc;
 }
 
 int store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_id,
@@ -488,16 +488,16 @@ int store_port_list(store *s, int64_t job_id, int64_t attempt,
     static const char sql[] = "SELECT p.rank, n.address, p.port FROM job_ports p"
                               " JOIN nodes n ON n.id = p.node_id"
                               " WHERE p.job_id = ?1 AND p.attempt = ?2 ORDER BY p.rank";
-    sqlite3_stmt *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(job_id),
+    store_st *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(job_id),
             STORE_I(attempt)));
     if (!st)
         return STORE_EIO;
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        row(arg, sqlite3_column_int64(st, 0), (const char *)sqlite3_column_text(st, 1),
-            sqlite3_column_int64(st, 2));
-    sqlite3_reset(st);
-    return rc == SQLITE_DONE ? STORE_OK : store_rc_sqlite(rc);
+    while ((rc = store_step(st)) == STORE_ROW)
+        row(arg, store_col_int64(st, 0), store_col_text(st, 1),
+            store_col_int64(st, 2));
+    store_reset(st);
+    return rc == STORE_DONE ? STORE_OK : rc;
 }
 
 int store_port_release_idle(store_tx *tx)
@@ -507,7 +507,7 @@ int store_port_release_idle(store_tx *tx)
         " WHERE w.job_id = job_ports.job_id AND w.attempt = job_ports.attempt"
         " AND w.state IN ('assigned', 'running'))";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_stmt(c, sql);
+    store_st *st = store_stmt(c, sql);
     if (!st)
         return STORE_EIO;
     int rc = store_step_change(c, st, NULL);
@@ -518,13 +518,13 @@ int store_attempt_live(store *s, int64_t job_id, int64_t attempt)
 {
     static const char sql[] = "SELECT 1 FROM workers WHERE job_id = ?1 AND attempt = ?2"
                               " AND state IN ('assigned', 'running') LIMIT 1";
-    sqlite3_stmt *st = store_read_stmt(s, sql);
+    store_st *st = store_read_stmt(s, sql);
     if (!st)
         return 1;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, attempt);
+    store_bind_int64(st, 1, job_id);
+    store_bind_int64(st, 2, attempt);
     int rc = store_step_row(st);
-    sqlite3_reset(st);
+    store_reset(st);
     return rc == STORE_OK;
 }
 
@@ -533,12 +533,12 @@ int store_job_live_tx(store_tx *tx, int64_t job_id)
 {
     static const char sql[] = "SELECT 1 FROM workers WHERE job_id = ?1"
                               " AND state IN ('assigned', 'running') LIMIT 1";
-    sqlite3_stmt *st = store_stmt(store_tx_conn(tx), sql);
+    store_st *st = store_stmt(store_tx_conn(tx), sql);
     if (!st)
         return 1;
-    sqlite3_bind_int64(st, 1, job_id);
+    store_bind_int64(st, 1, job_id);
     int rc = store_step_row(st);
-    sqlite3_reset(st);
+    store_reset(st);
     return rc != STORE_NOTFOUND; /* an error counts as live: nothing is deleted */
 }
 
@@ -546,23 +546,23 @@ int store_port_lowest_free(store_tx *tx, int64_t node_id, int64_t lo, int64_t hi
 {
     static const char sql[] = "SELECT port FROM job_ports WHERE node_id = ?1"
                               " AND port BETWEEN ?2 AND ?3 ORDER BY port";
-    sqlite3_stmt *st = store_prep(store_tx_conn(tx), sql, STORE_ARGS(STORE_I(node_id), STORE_I(lo),
+    store_st *st = store_prep(store_tx_conn(tx), sql, STORE_ARGS(STORE_I(node_id), STORE_I(lo),
             STORE_I(hi)));
     if (!st)
         return STORE_EIO;
     /* The ports in use come in order: the first gap is the answer. */
     int64_t want = lo;
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int64_t used = sqlite3_column_int64(st, 0);
+    while ((rc = store_step(st)) == STORE_ROW) {
+        int64_t used = store_col_int64(st, 0);
         if (used > want)
             break;
         if (used == want)
             want++;
     }
-    sqlite3_reset(st);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW)
-        return store_rc_sqlite(rc);
+    store_reset(st);
+    if (rc != STORE_DONE && rc != STORE_ROW)
+        return rc;
     *port = want <= hi ? want : -1;
     return STORE_OK;
 }
@@ -571,11 +571,11 @@ int store_port_lowest_free(store_tx *tx, int64_t node_id, int64_t lo, int64_t hi
     "tenant_id, coalesce(max_running_jobs, -1), coalesce(max_workers, -1),"               \
     " coalesce(max_cpus, -1), coalesce(max_gpus, -1)"
 
-static void quota_row(sqlite3_stmt *st, void *out)
+static void quota_row(store_st *st, void *out)
 {
-    *(store_quota *)out = (store_quota){sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
-                                        sqlite3_column_int64(st, 2), sqlite3_column_int64(st, 3),
-                                        sqlite3_column_int64(st, 4)};
+    *(store_quota *)out = (store_quota){store_col_int64(st, 0), store_col_int64(st, 1),
+                                        store_col_int64(st, 2), store_col_int64(st, 3),
+                                        store_col_int64(st, 4)};
 }
 
 STORE_ROWS(quota_rows, store_quota, quota_row)
@@ -583,7 +583,7 @@ STORE_ROWS(quota_rows, store_quota, quota_row)
 int store_quota_get(store *s, int64_t tenant_id, store_quota *out)
 {
     static const char sql[] = "SELECT " QUOTA_COLS " FROM tenant_quotas WHERE tenant_id = ?1";
-    sqlite3_stmt *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(tenant_id)));
+    store_st *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(tenant_id)));
     int rc = store_get_one(st, quota_row, out);
     if (rc == STORE_NOTFOUND) { /* no quota: no limit */
         *out = (store_quota){tenant_id, -1, -1, -1, -1};
@@ -599,12 +599,12 @@ int store_quota_all_tx(store_tx *tx, void (*row)(void *arg, const store_quota *q
     return store_each(store_stmt(store_tx_conn(tx), sql), quota_rows, &r);
 }
 
-static void bind_limit(sqlite3_stmt *st, int i, int64_t v)
+static void bind_limit(store_st *st, int i, int64_t v)
 {
     if (v >= 0)
-        sqlite3_bind_int64(st, i, v);
+        store_bind_int64(st, i, v);
     else
-        sqlite3_bind_null(st, i);
+        store_bind_null(st, i);
 }
 
 int store_quota_put(store_tx *tx, const store_quota *q)
@@ -614,7 +614,7 @@ int store_quota_put(store_tx *tx, const store_quota *q)
         " VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT(tenant_id) DO UPDATE SET"
         " max_running_jobs = ?2, max_workers = ?3, max_cpus = ?4, max_gpus = ?5";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_prep(c, sql, STORE_ARGS(STORE_I(q->tenant_id)));
+    store_st *st = store_prep(c, sql, STORE_ARGS(STORE_I(q->tenant_id)));
     if (!st)
         return STORE_EIO;
     bind_limit(st, 2, q->max_running_jobs);

@@ -9,20 +9,20 @@
 
 #define USER_COLS "u.id, u.tenant_id, t.name, u.name, u.role, u.created_at, t.is_platform"
 
-static void user_row(sqlite3_stmt *st, int i, store_user *u, int *is_platform)
+static void user_row(store_st *st, int i, store_user *u, int *is_platform)
 {
-    u->id = sqlite3_column_int64(st, i);
-    u->tenant_id = sqlite3_column_int64(st, i + 1);
+    u->id = store_col_int64(st, i);
+    u->tenant_id = store_col_int64(st, i + 1);
     store_col_copy(st, i + 2, u->tenant, sizeof u->tenant);
     store_col_copy(st, i + 3, u->name, sizeof u->name);
     store_col_copy(st, i + 4, u->role, sizeof u->role);
-    u->created_at = sqlite3_column_int64(st, i + 5);
+    u->created_at = store_col_int64(st, i + 5);
     if (is_platform)
-        *is_platform = sqlite3_column_int(st, i + 6);
+        *is_platform = store_col_int(st, i + 6);
 }
 
 /* A user of a USER_COLS row. */
-static void user_only(sqlite3_stmt *st, void *out)
+static void user_only(store_st *st, void *out)
 {
     user_row(st, 0, out, NULL);
 }
@@ -37,43 +37,41 @@ int store_token_lookup(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t no
         " JOIN users u ON u.id = k.user_id JOIN tenants t ON t.id = u.tenant_id"
         " WHERE k.hash = ?1 AND k.revoked_at IS NULL"
         " AND (k.expires_at IS NULL OR k.expires_at > ?2)";
-    sqlite3_stmt *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN),
+    store_st *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN),
             STORE_I(now_ms)));
     if (!st)
         return STORE_EIO;
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        const void *h = sqlite3_column_blob(st, 1);
-        if (sqlite3_column_bytes(st, 1) == UTIL_SHA256_LEN &&
-            util_ct_equal(h, hash, UTIL_SHA256_LEN)) {
-            out->token_id = sqlite3_column_int64(st, 0);
+    int rc = store_step(st);
+    if (rc == STORE_ROW) {
+        if (store_col_equal(st, 1, hash, UTIL_SHA256_LEN)) {
+            out->token_id = store_col_int64(st, 0);
             user_row(st, 2, &out->user, &out->tenant_is_platform);
-            out->token_expires_at = sqlite3_column_int64(st, 9);
+            out->token_expires_at = store_col_int64(st, 9);
             rc = STORE_OK;
         } else {
             rc = STORE_NOTFOUND;
         }
     } else {
-        rc = rc == SQLITE_DONE ? STORE_NOTFOUND : store_rc_sqlite(rc);
+        rc = rc == STORE_DONE ? STORE_NOTFOUND : rc;
     }
-    sqlite3_reset(st);
+    store_reset(st);
     return rc;
 }
 
 int store_tenant_insert(store_tx *tx, const char *name, int64_t *id)
 {
-    static const char sql[] = "INSERT INTO tenants(name, created_at) VALUES (?1, ?2)";
+    static const char sql[] = "INSERT INTO tenants(name, created_at) VALUES (?1, ?2) RETURNING id";
     return store_exec(store_tx_conn(tx), id, sql, STORE_ARGS(STORE_T(name),
             STORE_I(util_now_ms())));
 }
 
-static void tenant_row(sqlite3_stmt *st, void *out)
+static void tenant_row(store_st *st, void *out)
 {
     store_tenant *t = out;
-    t->id = sqlite3_column_int64(st, 0);
+    t->id = store_col_int64(st, 0);
     store_col_copy(st, 1, t->name, sizeof t->name);
-    t->is_platform = sqlite3_column_int(st, 2);
-    t->created_at = sqlite3_column_int64(st, 3);
+    t->is_platform = store_col_int(st, 2);
+    t->created_at = store_col_int64(st, 3);
 }
 
 STORE_ROWS(tenant_rows, store_tenant, tenant_row)
@@ -100,7 +98,8 @@ int store_user_insert(store_tx *tx, int64_t tenant_id, const char *name, const c
                       int64_t *id)
 {
     static const char sql[] =
-        "INSERT INTO users(tenant_id, name, role, created_at) VALUES (?1, ?2, ?3, ?4)";
+        "INSERT INTO users(tenant_id, name, role, created_at) VALUES (?1, ?2, ?3, ?4)"
+        " RETURNING id";
     return store_exec(store_tx_conn(tx), id, sql, STORE_ARGS(STORE_I(tenant_id), STORE_T(name),
             STORE_T(role), STORE_I(util_now_ms())));
 }
@@ -126,17 +125,17 @@ int store_user_list(store *s, int64_t tenant_id, int64_t after, int limit,
 int store_platform_admin_count(store *s, int64_t *n)
 {
     static const char sql[] = "SELECT count(*) FROM users WHERE role = 'platform_admin'";
-    sqlite3_stmt *st = store_read_stmt(s, sql);
+    store_st *st = store_read_stmt(s, sql);
     if (!st)
         return STORE_EIO;
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        *n = sqlite3_column_int64(st, 0);
+    int rc = store_step(st);
+    if (rc == STORE_ROW) {
+        *n = store_col_int64(st, 0);
         rc = STORE_OK;
     } else {
-        rc = store_rc_sqlite(rc);
+        rc = rc;
     }
-    sqlite3_reset(st);
+    store_reset(st);
     return rc;
 }
 
@@ -150,14 +149,14 @@ int store_token_insert(store_tx *tx, int64_t user_id, const char *name,
                        const uint8_t hash[UTIL_SHA256_LEN], int64_t expires_at, int64_t *id)
 {
     static const char sql[] = "INSERT INTO api_tokens(user_id, name, hash, created_at, expires_at)"
-                              " VALUES (?1, ?2, ?3, ?4, ?5)";
+                              " VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id";
     store_conn *c = store_tx_conn(tx);
-    sqlite3_stmt *st = store_prep(c, sql, STORE_ARGS(STORE_I(user_id), STORE_T(name),
+    store_st *st = store_prep(c, sql, STORE_ARGS(STORE_I(user_id), STORE_T(name),
             STORE_B(hash, UTIL_SHA256_LEN), STORE_I(util_now_ms())));
     if (!st)
         return STORE_EIO;
     if (expires_at > 0)
-        sqlite3_bind_int64(st, 5, expires_at);
+        store_bind_int64(st, 5, expires_at);
     return store_step_change(c, st, id);
 }
 
@@ -165,16 +164,16 @@ int store_token_insert(store_tx *tx, int64_t user_id, const char *name,
     "k.id, k.user_id, u.tenant_id, k.name, k.created_at, coalesce(k.expires_at, 0),"       \
     " coalesce(k.revoked_at, 0)"
 
-static void token_row(sqlite3_stmt *st, void *out)
+static void token_row(store_st *st, void *out)
 {
     store_token *t = out;
-    t->id = sqlite3_column_int64(st, 0);
-    t->user_id = sqlite3_column_int64(st, 1);
-    t->tenant_id = sqlite3_column_int64(st, 2);
+    t->id = store_col_int64(st, 0);
+    t->user_id = store_col_int64(st, 1);
+    t->tenant_id = store_col_int64(st, 2);
     store_col_copy(st, 3, t->name, sizeof t->name);
-    t->created_at = sqlite3_column_int64(st, 4);
-    t->expires_at = sqlite3_column_int64(st, 5);
-    t->revoked_at = sqlite3_column_int64(st, 6);
+    t->created_at = store_col_int64(st, 4);
+    t->expires_at = store_col_int64(st, 5);
+    t->revoked_at = store_col_int64(st, 6);
 }
 
 STORE_ROWS(token_rows, store_token, token_row)

@@ -25,8 +25,8 @@ static const char *const list_sql[2] = {
 };
 
 static const char *const insert_sql[2] = {
-    "INSERT INTO datasets(tenant_id, name, created_at) VALUES (?1, ?2, ?3)",
-    "INSERT INTO workspaces(tenant_id, name, created_at) VALUES (?1, ?2, ?3)",
+    "INSERT INTO datasets(tenant_id, name, created_at) VALUES (?1, ?2, ?3) RETURNING id",
+    "INSERT INTO workspaces(tenant_id, name, created_at) VALUES (?1, ?2, ?3) RETURNING id",
 };
 
 static const char *const delete_sql[2] = {
@@ -34,16 +34,16 @@ static const char *const delete_sql[2] = {
     "DELETE FROM workspaces WHERE id = ?1",
 };
 
-static void vol_row(sqlite3_stmt *st, void *out)
+static void vol_row(store_st *st, void *out)
 {
     store_volume *v = out;
-    v->id = sqlite3_column_int64(st, 0);
-    v->tenant_id = sqlite3_column_int64(st, 1);
+    v->id = store_col_int64(st, 0);
+    v->tenant_id = store_col_int64(st, 1);
     store_col_copy(st, 2, v->tenant, sizeof v->tenant);
     store_col_copy(st, 3, v->name, sizeof v->name);
-    v->sealed = sqlite3_column_int(st, 4);
-    v->is_public = sqlite3_column_int(st, 5);
-    v->created_at = sqlite3_column_int64(st, 6);
+    v->sealed = store_col_int(st, 4);
+    v->is_public = store_col_int(st, 5);
+    v->created_at = store_col_int64(st, 6);
 }
 
 STORE_ROWS(vol_rows, store_volume, vol_row)
@@ -51,12 +51,12 @@ STORE_ROWS(vol_rows, store_volume, vol_row)
 int store_volume_get(store *s, store_vol_kind k, int64_t tenant_id, const char *name,
                      int with_public, store_volume *out)
 {
-    sqlite3_stmt *st = store_read_stmt(s, get_sql[k]);
+    store_st *st = store_read_stmt(s, get_sql[k]);
     if (st) {
         store_bind_text(st, 1, name);
-        sqlite3_bind_int64(st, 2, tenant_id);
+        store_bind_int64(st, 2, tenant_id);
         if (k == STORE_DATASET)
-            sqlite3_bind_int(st, 3, with_public != 0);
+            store_bind_int64(st, 3, with_public != 0);
     }
     return store_get_one(st, vol_row, out);
 }
@@ -66,13 +66,13 @@ int store_volume_list(store *s, store_vol_kind k, int64_t tenant_id, int with_pu
                       void *arg)
 {
     struct vol_rows r = {row, arg};
-    sqlite3_stmt *st = store_read_stmt(s, list_sql[k]);
+    store_st *st = store_read_stmt(s, list_sql[k]);
     if (st) {
-        sqlite3_bind_int64(st, 1, tenant_id);
+        store_bind_int64(st, 1, tenant_id);
         if (k == STORE_DATASET)
-            sqlite3_bind_int(st, 2, with_public != 0);
-        sqlite3_bind_int64(st, 3, after);
-        sqlite3_bind_int(st, 4, limit);
+            store_bind_int64(st, 2, with_public != 0);
+        store_bind_int64(st, 3, after);
+        store_bind_int64(st, 4, limit);
     }
     return store_each(st, vol_rows, &r);
 }

@@ -1,0 +1,471 @@
+/*
+ * store_pg: the PostgreSQL backend of store.c, through libpq.
+ *
+ * Owns its connections and their prepared statements.  The table
+ * modules' SQL numbers its parameters ?1, ?2, ...; this file rewrites
+ * them as $1, $2, ... once per statement and prepares it on first use
+ * (PQprepare), then runs it with PQexecPrepared: one round trip per
+ * statement, results whole (list pages are bounded by LIMIT).  Values go
+ * as text except blobs (binary); results come back as text and are parsed
+ * here (bytea from its hex form).
+ *
+ * A connection that breaks outside a transaction is reset once and its
+ * statements prepared again; inside one, the error ends the transaction
+ * and the writer reports it.
+ */
+#include "storage/store_int.h"
+
+#include <errno.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STMT_CACHE 96
+#define MAX_PARAMS 64
+#define OID_BYTEA 17
+#define OID_INT8 20
+#define OID_FLOAT8 701
+/* The writer's batches, across every cohortd on the database, one at a
+ * time: the lock the batch's BEGIN takes ("cohort" in ASCII). */
+#define WRITE_LOCK "109330144653940"
+
+struct pg_param {
+    const char *val; /* NULL: SQL NULL */
+    int len, fmt;
+    unsigned type;   /* an Oid; 0 lets the server infer it */
+    char *heap;      /* owned copy of a text or blob value */
+    char num[32];    /* an integer's or a double's text */
+};
+
+struct pg_conn;
+
+struct pg_st {
+    store_st base;
+    struct pg_conn *c;
+    char *sql;      /* with $N placeholders; owned */
+    char name[16];
+    int prepared;   /* on the connection's current session */
+    int nparams;
+    uint64_t used;  /* bit i-1: $i appears in sql */
+    struct pg_param p[MAX_PARAMS];
+    PGresult *res;
+    int row, nrows, executed;
+    int64_t changes;
+    unsigned char *blob; /* the last bytea read; PQfreemem */
+};
+
+struct pg_conn {
+    store_conn base;
+    PGconn *pg;
+    unsigned next_name;
+    int nstmt;
+    struct {
+        const char *sql;
+        struct pg_st *st;
+    } stmt[STMT_CACHE];
+};
+
+/* Drops the server's notices (CREATE TABLE IF NOT EXISTS and the like). */
+static void quiet(void *arg, const PGresult *res)
+{
+    (void)arg;
+    (void)res;
+}
+
+/* The STORE_* of a failed result, by its SQLSTATE. */
+static int pg_rc(const PGresult *res)
+{
+    const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    if (!state)
+        return STORE_EIO;
+    if (!strcmp(state, "23505"))
+        return STORE_CONFLICT;
+    if (!strncmp(state, "23", 2))
+        return STORE_INVALID;
+    if (!strcmp(state, "53100"))
+        return STORE_FULL;
+    if (!strcmp(state, "53200"))
+        return STORE_NOMEM;
+    return STORE_EIO;
+}
+
+/* Reports an error worth a line in the log: not a refused constraint,
+ * which the callers turn into 409s and 400s. */
+static void report(const struct pg_conn *c, const PGresult *res, const char *sql)
+{
+    int rc = pg_rc(res);
+    if (rc == STORE_CONFLICT || rc == STORE_INVALID)
+        return;
+    const char *msg = res ? PQresultErrorMessage(res) : "";
+    fprintf(stderr, "store: postgresql: %s%s%s\n", *msg ? msg : PQerrorMessage(c->pg),
+            sql ? "  in: " : "", sql ? sql : "");
+}
+
+static int pg_exec(store_conn *sc, const char *sql, char *err, size_t errlen)
+{
+    struct pg_conn *c = (struct pg_conn *)sc;
+    PGresult *res = PQexec(c->pg, sql);
+    ExecStatusType s = PQresultStatus(res);
+    int rc = s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK ? STORE_OK : pg_rc(res);
+    if (rc != STORE_OK && err) {
+        const char *msg = res ? PQresultErrorMessage(res) : PQerrorMessage(c->pg);
+        snprintf(err, errlen, "%.*s", (int)strcspn(msg, "\n"), msg);
+    }
+    PQclear(res);
+    return rc;
+}
+
+static store_conn *pg_open(const char *target, int writer, char *err, size_t errlen)
+{
+    (void)writer;
+    struct pg_conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    c->base.be = &store_be_pg;
+    c->pg = PQconnectdb(target);
+    if (PQstatus(c->pg) != CONNECTION_OK) {
+        const char *msg = PQerrorMessage(c->pg);
+        snprintf(err, errlen, "cannot connect to PostgreSQL: %.*s", (int)strcspn(msg, "\n"),
+                 msg);
+        goto fail;
+    }
+    PQsetNoticeReceiver(c->pg, quiet, NULL);
+    /* A 201 only after the commit is on disk, whatever the server's default. */
+    if (pg_exec(&c->base, "SET synchronous_commit = on", err, errlen) != STORE_OK)
+        goto fail;
+    return &c->base;
+fail:
+    PQfinish(c->pg);
+    free(c);
+    return NULL;
+}
+
+static void param_clear(struct pg_param *p)
+{
+    free(p->heap);
+    memset(p, 0, sizeof *p);
+}
+
+static void st_clear(struct pg_st *st)
+{
+    PQclear(st->res);
+    st->res = NULL;
+    st->row = st->nrows = st->executed = 0;
+    if (st->blob)
+        PQfreemem(st->blob);
+    st->blob = NULL;
+}
+
+static void st_free(struct pg_st *st)
+{
+    st_clear(st);
+    for (int i = 0; i < MAX_PARAMS; i++)
+        free(st->p[i].heap);
+    free(st->sql);
+    free(st);
+}
+
+static void pg_close(store_conn *sc)
+{
+    struct pg_conn *c = (struct pg_conn *)sc;
+    if (!c)
+        return;
+    for (int i = 0; i < c->nstmt; i++)
+        st_free(c->stmt[i].st);
+    PQfinish(c->pg);
+    free(c);
+}
+
+/*
+ * Rewrites sql's ?N and ? as $N into a fresh string, outside quoted text;
+ * records how many parameters it takes and which appear.  NULL when it
+ * names a parameter past MAX_PARAMS or memory runs out.
+ */
+static char *rewrite(const char *sql, int *nparams, uint64_t *used)
+{
+    size_t n = strlen(sql);
+    char *out = malloc(n * 3 + 1), *o = out;
+    int next = 1, max = 0;
+    char quote = 0;
+    *used = 0;
+    if (!out)
+        return NULL;
+    for (const char *s = sql; *s; s++) {
+        if (quote) {
+            if (*s == quote)
+                quote = 0;
+            *o++ = *s;
+            continue;
+        }
+        if (*s == '\'' || *s == '"') {
+            quote = *s;
+            *o++ = *s;
+            continue;
+        }
+        if (*s != '?') {
+            *o++ = *s;
+            continue;
+        }
+        long k = next;
+        if (s[1] >= '0' && s[1] <= '9') {
+            char *end;
+            k = strtol(s + 1, &end, 10);
+            s = end - 1;
+        }
+        if (k < 1 || k > MAX_PARAMS) {
+            free(out);
+            return NULL;
+        }
+        next = (int)k + 1;
+        max = k > max ? (int)k : max;
+        *used |= 1ULL << (k - 1);
+        /* "$N" is no longer than "?N", and at most 3 bytes for a bare "?". */
+        o += snprintf(o, 4, "$%ld", k);
+    }
+    *o = '\0';
+    *nparams = max;
+    return out;
+}
+
+static store_st *pg_stmt(store_conn *sc, const char *sql)
+{
+    struct pg_conn *c = (struct pg_conn *)sc;
+    for (int i = 0; i < c->nstmt; i++) {
+        if (c->stmt[i].sql == sql) {
+            struct pg_st *st = c->stmt[i].st;
+            st_clear(st);
+            for (int k = 0; k < st->nparams; k++)
+                param_clear(&st->p[k]);
+            return &st->base;
+        }
+    }
+    struct pg_st *st = calloc(1, sizeof *st);
+    if (!st)
+        return NULL;
+    st->base.be = &store_be_pg;
+    st->c = c;
+    st->sql = rewrite(sql, &st->nparams, &st->used);
+    if (!st->sql) {
+        fprintf(stderr, "store: postgresql: cannot rewrite statement: %s\n", sql);
+        free(st);
+        return NULL;
+    }
+    snprintf(st->name, sizeof st->name, "c%u", c->next_name++);
+    if (c->nstmt == STMT_CACHE) {
+        /* Not expected: evict the oldest; the server keeps its plan until
+         * the session ends, which bounds it to the statements' count. */
+        st_free(c->stmt[0].st);
+        memmove(&c->stmt[0], &c->stmt[1], sizeof c->stmt[0] * (STMT_CACHE - 1));
+        c->nstmt--;
+    }
+    c->stmt[c->nstmt].sql = sql;
+    c->stmt[c->nstmt].st = st;
+    c->nstmt++;
+    return &st->base;
+}
+
+static void pg_bind(store_st *s, int i, const store_arg *a)
+{
+    struct pg_st *st = (struct pg_st *)s;
+    if (i < 1 || i > MAX_PARAMS)
+        return;
+    struct pg_param *p = &st->p[i - 1];
+    param_clear(p);
+    switch (a->kind) {
+    case 'i':
+        p->len = snprintf(p->num, sizeof p->num, "%lld", (long long)a->i);
+        p->val = p->num;
+        p->type = OID_INT8;
+        break;
+    case 'd':
+        p->len = snprintf(p->num, sizeof p->num, "%.17g", a->d);
+        p->val = p->num;
+        p->type = OID_FLOAT8;
+        break;
+    case 't':
+        if (a->t && (p->heap = strdup(a->t)))
+            p->val = p->heap;
+        break;
+    case 'b':
+        if ((p->heap = malloc(a->n > 0 ? (size_t)a->n : 1))) {
+            memcpy(p->heap, a->b, (size_t)(a->n > 0 ? a->n : 0));
+            p->val = p->heap;
+            p->len = a->n;
+            p->fmt = 1;
+        }
+        p->type = OID_BYTEA;
+        break;
+    default:
+        break;
+    }
+}
+
+/* Prepares st on its connection's session; the parameter types are those
+ * of this first binding (a NULL or a string lets the server infer). */
+static int prepare(struct pg_st *st)
+{
+    unsigned types[MAX_PARAMS];
+    for (int i = 0; i < st->nparams; i++)
+        types[i] = (st->used >> i & 1) ? st->p[i].type : OID_INT8;
+    PGresult *res = PQprepare(st->c->pg, st->name, st->sql, st->nparams, types);
+    int rc = PQresultStatus(res) == PGRES_COMMAND_OK ? STORE_OK : pg_rc(res);
+    if (rc != STORE_OK)
+        report(st->c, res, st->sql);
+    PQclear(res);
+    if (rc == STORE_OK)
+        st->prepared = 1;
+    return rc;
+}
+
+static int run(struct pg_st *st)
+{
+    const char *vals[MAX_PARAMS];
+    int lens[MAX_PARAMS], fmts[MAX_PARAMS];
+    for (int i = 0; i < st->nparams; i++) {
+        vals[i] = st->p[i].val;
+        lens[i] = st->p[i].len;
+        fmts[i] = st->p[i].fmt;
+    }
+    int rc = st->prepared ? STORE_OK : prepare(st);
+    if (rc != STORE_OK)
+        return rc;
+    st->res = PQexecPrepared(st->c->pg, st->name, st->nparams, vals, lens, fmts, 0);
+    ExecStatusType s = PQresultStatus(st->res);
+    if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
+        rc = pg_rc(st->res);
+        report(st->c, st->res, st->sql);
+        return rc;
+    }
+    st->nrows = s == PGRES_TUPLES_OK ? PQntuples(st->res) : 0;
+    const char *n = PQcmdTuples(st->res);
+    st->changes = n && *n ? strtoll(n, NULL, 10) : 0;
+    return STORE_OK;
+}
+
+/* After a broken connection outside a transaction: a new session, on which
+ * every statement is prepared again. */
+static int reconnect(struct pg_conn *c)
+{
+    if (PQstatus(c->pg) != CONNECTION_BAD)
+        return 0;
+    PQreset(c->pg);
+    if (PQstatus(c->pg) != CONNECTION_OK)
+        return 0;
+    PQsetNoticeReceiver(c->pg, quiet, NULL);
+    for (int i = 0; i < c->nstmt; i++)
+        c->stmt[i].st->prepared = 0;
+    fprintf(stderr, "store: postgresql: connection re-established\n");
+    return 1;
+}
+
+static int pg_step(store_st *s)
+{
+    struct pg_st *st = (struct pg_st *)s;
+    if (!st->executed) {
+        int in_tx = PQtransactionStatus(st->c->pg) != PQTRANS_IDLE;
+        st->executed = 1;
+        int rc = run(st);
+        if (rc == STORE_EIO && !in_tx && reconnect(st->c)) {
+            PQclear(st->res);
+            st->res = NULL;
+            rc = run(st);
+        }
+        if (rc != STORE_OK)
+            return rc;
+    } else {
+        st->row++;
+    }
+    if (st->blob) {
+        PQfreemem(st->blob);
+        st->blob = NULL;
+    }
+    return st->row < st->nrows ? STORE_ROW : STORE_DONE;
+}
+
+static void pg_reset(store_st *s)
+{
+    struct pg_st *st = (struct pg_st *)s;
+    st_clear(st);
+    for (int k = 0; k < st->nparams; k++)
+        param_clear(&st->p[k]);
+}
+
+static int64_t pg_changes(store_st *s)
+{
+    return ((struct pg_st *)s)->changes;
+}
+
+static int pg_col_null(store_st *s, int i)
+{
+    struct pg_st *st = (struct pg_st *)s;
+    return PQgetisnull(st->res, st->row, i);
+}
+
+static int64_t pg_col_int64(store_st *s, int i)
+{
+    struct pg_st *st = (struct pg_st *)s;
+    const char *v = PQgetvalue(st->res, st->row, i);
+    if (!v || !*v)
+        return 0;
+    if (*v == 't' || *v == 'f') /* a boolean */
+        return *v == 't';
+    return strtoll(v, NULL, 10);
+}
+
+static double pg_col_double(store_st *s, int i)
+{
+    struct pg_st *st = (struct pg_st *)s;
+    const char *v = PQgetvalue(st->res, st->row, i);
+    return v && *v ? strtod(v, NULL) : 0;
+}
+
+static const char *pg_col_text(store_st *s, int i)
+{
+    struct pg_st *st = (struct pg_st *)s;
+    return PQgetisnull(st->res, st->row, i) ? NULL : PQgetvalue(st->res, st->row, i);
+}
+
+static const void *pg_col_blob(store_st *s, int i, int *len)
+{
+    struct pg_st *st = (struct pg_st *)s;
+    *len = 0;
+    if (PQgetisnull(st->res, st->row, i))
+        return NULL;
+    if (st->blob)
+        PQfreemem(st->blob);
+    size_t n = 0;
+    st->blob = PQunescapeBytea((const unsigned char *)PQgetvalue(st->res, st->row, i), &n);
+    *len = st->blob ? (int)n : 0;
+    return st->blob;
+}
+
+static int pg_in_tx(store_conn *c)
+{
+    return PQtransactionStatus(((struct pg_conn *)c)->pg) != PQTRANS_IDLE;
+}
+
+const store_be store_be_pg = {
+    .name = "postgresql",
+    .open = pg_open,
+    .ready = NULL,
+    .close = pg_close,
+    .exec = pg_exec,
+    .stmt = pg_stmt,
+    .bind = pg_bind,
+    .step = pg_step,
+    .reset = pg_reset,
+    .changes = pg_changes,
+    .col_null = pg_col_null,
+    .col_int64 = pg_col_int64,
+    .col_double = pg_col_double,
+    .col_text = pg_col_text,
+    .col_blob = pg_col_blob,
+    .in_tx = pg_in_tx,
+    .begin_write = "BEGIN; SELECT pg_advisory_xact_lock(" WRITE_LOCK ")",
+    .begin_read = "BEGIN ISOLATION LEVEL REPEATABLE READ",
+    .migrations = store_migrations_pg,
+    .migrations_count = &store_migrations_pg_count,
+};
