@@ -29,6 +29,7 @@ struct config {
     char host[256];
     int port;
     const char *data_dir;
+    const char *store;     /* NULL: sqlite:DATA_DIR/cohort.db */
     size_t body_limit;
     int64_t upload_limit;
     int threads;
@@ -52,6 +53,9 @@ static void usage(FILE *f)
             "  --listen HOST:PORT     address to serve on (env COHORT_LISTEN; default %s;\n"
             "                         port 0 picks a free one, written to DATA_DIR/cohortd.addr)\n"
             "  --data-dir DIR         database and volumes (env COHORT_DATA_DIR; default %s)\n"
+            "  --store URL            the database (env COHORT_STORE): sqlite:PATH (default\n"
+            "                         sqlite:DATA_DIR/cohort.db) or postgresql://... (libpq's\n"
+            "                         URL; the database must exist, cohortd creates its tables)\n"
             "  --body-limit BYTES     largest JSON request body (default %d)\n"
             "  --upload-limit BYTES   largest uploaded file (default %lld)\n"
             "  --threads N            HTTP worker threads (default: one per CPU)\n"
@@ -129,6 +133,7 @@ static int parse_args(int argc, char **argv, struct config *c)
     static const struct option opts[] = {
         {"listen", required_argument, NULL, 'l'},
         {"data-dir", required_argument, NULL, 'd'},
+        {"store", required_argument, NULL, 'S'},
         {"body-limit", required_argument, NULL, 'b'},
         {"upload-limit", required_argument, NULL, 'u'},
         {"threads", required_argument, NULL, 't'},
@@ -153,6 +158,8 @@ static int parse_args(int argc, char **argv, struct config *c)
     const char *listen = getenv("COHORT_LISTEN");
     const char *dd = getenv("COHORT_DATA_DIR");
     const char *wd = getenv("COHORT_WEB_DIR");
+    const char *sd = getenv("COHORT_STORE");
+    c->store = sd && *sd ? sd : NULL;
     c->web_dir = wd && *wd ? wd : NULL;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     long long v;
@@ -183,6 +190,9 @@ static int parse_args(int argc, char **argv, struct config *c)
             break;
         case 'd':
             c->data_dir = optarg;
+            break;
+        case 'S':
+            c->store = optarg;
             break;
         case 'b':
             if (parse_size(optarg, 1024, 1LL << 30, &v)) {
@@ -468,7 +478,10 @@ static api_ctx *ctx_open(const struct config *cfg)
     }
     if (open_console(ctx, cfg->web_dir) != 0)
         goto fail;
-    snprintf(path, sizeof path, "%s/cohort.db", cfg->data_dir);
+    if (cfg->store)
+        snprintf(path, sizeof path, "%s", cfg->store);
+    else
+        snprintf(path, sizeof path, "sqlite:%s/cohort.db", cfg->data_dir);
     if (!(ctx->st = store_open(path, err, sizeof err))) {
         fprintf(stderr, "cohortd: %s\n", err);
         goto fail;
@@ -529,8 +542,9 @@ int main(int argc, char **argv)
     snprintf(addr, sizeof addr, "%s:%d\n", cfg.host, http_port(srv));
     if (write_file(cfg.data_dir, "cohortd.addr", addr, 0644) != 0)
         fprintf(stderr, "cohortd: warning: cannot write %s/cohortd.addr\n", cfg.data_dir);
-    printf("cohortd: listening on http://%s:%d (data dir %s, schema %d)\n", cfg.host,
-           http_port(srv), cfg.data_dir, store_schema_version(ctx->st));
+    printf("cohortd: listening on http://%s:%d (data dir %s, %s schema %d)\n", cfg.host,
+           http_port(srv), cfg.data_dir, store_backend_name(ctx->st),
+           store_schema_version(ctx->st));
     fflush(stdout);
 
     /* Wait for a stop signal (stderr, where notes go, is flushed each second). */

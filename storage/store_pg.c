@@ -25,6 +25,7 @@
 #define MAX_PARAMS 64
 #define OID_BYTEA 17
 #define OID_INT8 20
+#define OID_TEXT 25
 #define OID_FLOAT8 701
 /* The writer's batches, across every cohortd on the database, one at a
  * time: the lock the batch's BEGIN takes ("cohort" in ASCII). */
@@ -288,6 +289,7 @@ static void pg_bind(store_st *s, int i, const store_arg *a)
     case 't':
         if (a->t && (p->heap = strdup(a->t)))
             p->val = p->heap;
+        p->type = OID_TEXT;
         break;
     case 'b':
         if ((p->heap = malloc(a->n > 0 ? (size_t)a->n : 1))) {
@@ -303,14 +305,38 @@ static void pg_bind(store_st *s, int i, const store_arg *a)
     }
 }
 
-/* Prepares st on its connection's session; the parameter types are those
- * of this first binding (a NULL or a string lets the server infer). */
+/*
+ * Prepares st on its connection's session.  The parameter types are those
+ * of this first binding; a NULL leaves its type to the server, and where
+ * the server cannot tell it (a bare "?2 IS NULL": SQLSTATE 42P18) it is
+ * taken for text.  A parameter the SQL never names is declared an integer,
+ * which the server needs it to be something.  Inside a transaction the
+ * attempt runs under a savepoint: a refused PREPARE would otherwise end
+ * the transaction (once per statement and connection, so it costs little).
+ */
 static int prepare(struct pg_st *st)
 {
     unsigned types[MAX_PARAMS];
-    for (int i = 0; i < st->nparams; i++)
-        types[i] = (st->used >> i & 1) ? st->p[i].type : OID_INT8;
-    PGresult *res = PQprepare(st->c->pg, st->name, st->sql, st->nparams, types);
+    PGresult *res = NULL;
+    int in_tx = PQtransactionStatus(st->c->pg) == PQTRANS_INTRANS;
+    if (in_tx && pg_exec(&st->c->base, "SAVEPOINT cohort_prepare", NULL, 0) != STORE_OK)
+        return STORE_EIO;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < st->nparams; i++) {
+            types[i] = (st->used >> i & 1) ? st->p[i].type : OID_INT8;
+            if (pass == 1 && !types[i])
+                types[i] = OID_TEXT;
+        }
+        PQclear(res);
+        res = PQprepare(st->c->pg, st->name, st->sql, st->nparams, types);
+        const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        if (in_tx && state)
+            pg_exec(&st->c->base, "ROLLBACK TO cohort_prepare", NULL, 0);
+        if (!state || strcmp(state, "42P18") != 0)
+            break;
+    }
+    if (in_tx)
+        pg_exec(&st->c->base, "RELEASE cohort_prepare", NULL, 0);
     int rc = PQresultStatus(res) == PGRES_COMMAND_OK ? STORE_OK : pg_rc(res);
     if (rc != STORE_OK)
         report(st->c, res, st->sql);

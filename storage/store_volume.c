@@ -12,14 +12,14 @@
 
 static const char *const get_sql[2] = {
     VOL_SELECT("datasets", "v.sealed")
-    " WHERE v.name = ?1 AND (v.tenant_id = ?2 OR (?3 AND t.is_platform = 1))"
+    " WHERE v.name = ?1 AND (v.tenant_id = ?2 OR (?3 <> 0 AND t.is_platform = 1))"
     " ORDER BY t.is_platform LIMIT 1",
     VOL_SELECT("workspaces", "0") " WHERE v.name = ?1 AND v.tenant_id = ?2",
 };
 
 static const char *const list_sql[2] = {
     VOL_SELECT("datasets", "v.sealed")
-    " WHERE (v.tenant_id = ?1 OR (?2 AND t.is_platform = 1)) AND v.id > ?3"
+    " WHERE (v.tenant_id = ?1 OR (?2 <> 0 AND t.is_platform = 1)) AND v.id > ?3"
     " ORDER BY v.id LIMIT ?4",
     VOL_SELECT("workspaces", "0") " WHERE v.tenant_id = ?1 AND v.id > ?3 ORDER BY v.id LIMIT ?4",
 };

@@ -27,6 +27,49 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
+int th_pg(void)
+{
+    const char *pg = getenv("COHORT_TEST_PG");
+    return pg && *pg;
+}
+
+static void run_capture(const char *cmd, char *out, size_t n)
+{
+    FILE *p = popen(cmd, "r");
+    cr_assert(p, "popen %s", cmd);
+    size_t got = fread(out, 1, n - 1, p);
+    out[got] = '\0';
+    pclose(p);
+}
+
+/* The PostgreSQL database of data dir d->dir (one per dir, so a cohortd
+ * started again in the same dir finds its data), created when missing. */
+static void pg_database(th_daemon *d)
+{
+    char name[64] = "t_", cmd[1024], out[512];
+    const char *base = strrchr(d->dir, '/') ? strrchr(d->dir, '/') + 1 : d->dir;
+    size_t n = 2;
+    for (const char *s = base; *s && n < sizeof name - 1; s++)
+        name[n++] = (char)((*s >= 'A' && *s <= 'Z') ? *s - 'A' + 'a'
+                           : ((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9')) ? *s : '_');
+    name[n] = '\0';
+    const char *host = getenv("COHORT_TEST_PG");
+    snprintf(cmd, sizeof cmd,
+             "psql -X -q -At 'postgresql:///postgres?host=%s&user=cohort' -c "
+             "\"SELECT 1 FROM pg_database WHERE datname = '%s'\" 2>&1",
+             host, name);
+    run_capture(cmd, out, sizeof out);
+    if (strcmp(out, "1\n") != 0) {
+        snprintf(cmd, sizeof cmd,
+                 "psql -X -q 'postgresql:///postgres?host=%s&user=cohort' -c "
+                 "'CREATE DATABASE %s' 2>&1",
+                 host, name);
+        run_capture(cmd, out, sizeof out);
+        cr_assert_eq(out[0], '\0', "CREATE DATABASE %s: %s", name, out);
+    }
+    snprintf(d->store, sizeof d->store, "postgresql:///%s?host=%s&user=cohort", name, host);
+}
+
 static void launch(th_daemon *d, const char *const *extra)
 {
     char addr[300];
@@ -38,6 +81,10 @@ static void launch(th_daemon *d, const char *const *extra)
         const char *argv[32] = {COHORTD_BIN, "--listen", "127.0.0.1:0", "--data-dir", d->dir,
                                 "--threads", "2", "--access-log", "off"};
         int n = 9;
+        if (d->store[0]) {
+            argv[n++] = "--store";
+            argv[n++] = d->store;
+        }
         for (int i = 0; extra && extra[i] && n < 30; i++)
             argv[n++] = extra[i];
         argv[n] = NULL;
@@ -83,6 +130,8 @@ void th_start(th_daemon *d, const char *const *extra)
     cr_assert(mkdtemp(d->dir) != NULL);
     chmod(d->dir, 0711); /* agents' image caches inside: containers' uids walk through */
     snprintf(d->db, sizeof d->db, "%s/cohort.db", d->dir);
+    if (th_pg())
+        pg_database(d);
     launch(d, extra);
 }
 
@@ -91,6 +140,8 @@ void th_start_in(th_daemon *d, const char *dir, const char *const *extra)
     memset(d, 0, sizeof *d);
     snprintf(d->dir, sizeof d->dir, "%s", dir);
     snprintf(d->db, sizeof d->db, "%s/cohort.db", d->dir);
+    if (th_pg())
+        pg_database(d);
     launch(d, extra);
 }
 
@@ -102,6 +153,8 @@ void th_start_no_admin(th_daemon *d, const char *const *extra)
     cr_assert(mkdtemp(d->dir) != NULL);
     chmod(d->dir, 0711); /* agents' image caches inside: containers' uids walk through */
     snprintf(d->db, sizeof d->db, "%s/cohort.db", d->dir);
+    if (th_pg())
+        pg_database(d);
     launch(d, extra);
 }
 
@@ -374,19 +427,15 @@ long th_user(th_daemon *d, const char *tenant, const char *user, const char *rol
     return id;
 }
 
-static void run_capture(const char *cmd, char *out, size_t n)
-{
-    FILE *p = popen(cmd, "r");
-    cr_assert(p, "popen %s", cmd);
-    size_t got = fread(out, 1, n - 1, p);
-    out[got] = '\0';
-    pclose(p);
-}
-
 void th_db_digest(th_daemon *d, char out[65])
 {
     char cmd[600], buf[128];
-    snprintf(cmd, sizeof cmd, "sqlite3 -readonly '%s' .dump | sha256sum", d->db);
+    if (d->store[0])
+        snprintf(cmd, sizeof cmd,
+                 "pg_dump --data-only '%s' | grep -Ev '^.(un)?restrict |setval' | sha256sum",
+                 d->store);
+    else
+        snprintf(cmd, sizeof cmd, "sqlite3 -readonly '%s' .dump | sha256sum", d->db);
     run_capture(cmd, buf, sizeof buf);
     memcpy(out, buf, 64);
     out[64] = '\0';
@@ -395,9 +444,27 @@ void th_db_digest(th_daemon *d, char out[65])
 void th_db_query(th_daemon *d, const char *sql, char *out, size_t n)
 {
     char cmd[8192];
-    cr_assert_lt((size_t)snprintf(cmd, sizeof cmd, "sqlite3 '%s' \"%s\"", d->db, sql),
-                 sizeof cmd, "SQL too long for th_db_query");
+    if (d->store[0])
+        cr_assert_lt((size_t)snprintf(cmd, sizeof cmd, "psql -X -q -At -F'|' '%s' -c \"%s\" 2>&1",
+                                      d->store, sql),
+                     sizeof cmd, "SQL too long for th_db_query");
+    else
+        cr_assert_lt((size_t)snprintf(cmd, sizeof cmd, "sqlite3 '%s' \"%s\"", d->db, sql),
+                     sizeof cmd, "SQL too long for th_db_query");
     run_capture(cmd, out, n);
+}
+
+void th_db_check(th_daemon *d, char *out, size_t n)
+{
+    static const char pg[] =
+        "CREATE EXTENSION IF NOT EXISTS amcheck; SELECT CASE WHEN"
+        " (SELECT count(*) FROM pg_class c CROSS JOIN LATERAL verify_heapam(c.oid)"
+        "  WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace) = 0"
+        " AND (SELECT count(*) FROM (SELECT bt_index_check(c.oid, true) FROM pg_class c"
+        "  JOIN pg_am a ON a.oid = c.relam WHERE a.amname = 'btree'"
+        "  AND c.relnamespace = 'public'::regnamespace) x) > 0"
+        " THEN 'ok' ELSE 'corrupt' END";
+    th_db_query(d, d->store[0] ? pg : "PRAGMA integrity_check", out, n);
 }
 
 int th_cohortd_once(const char *const *args, char *out, size_t n)

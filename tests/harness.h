@@ -2,6 +2,10 @@
  * harness: what the integration tests share.  Starts a real cohortd on a
  * free loopback port in a fresh data dir, restarts or kills it, and sends
  * HTTP requests to it with libcurl.
+ *
+ * Under tests/with-postgres (COHORT_TEST_PG names the server's socket
+ * directory) every cohortd runs on a PostgreSQL database of its own,
+ * created here, instead of SQLite; th_db_* then ask that database.
  */
 #ifndef COHORT_TEST_HARNESS_H
 #define COHORT_TEST_HARNESS_H
@@ -19,7 +23,11 @@ typedef struct th_daemon {
     char dir[256];   /* data dir */
     char base[160];  /* http://127.0.0.1:PORT */
     char db[300];    /* the SQLite file */
+    char store[400]; /* --store: a PostgreSQL URL under with-postgres, else "" */
 } th_daemon;
+
+/* Whether this run's cohortd stores in PostgreSQL (tests/with-postgres). */
+int th_pg(void);
 
 typedef struct th_resp {
     long status;
@@ -92,10 +100,18 @@ int th_items(const th_resp *r);
  * token into tok (80 bytes) and returns the user id. */
 long th_user(th_daemon *d, const char *tenant, const char *user, const char *role, char *tok);
 
-/* SHA-256 (hex) of `sqlite3 DB .dump`: equal before and after means nothing changed. */
+/* SHA-256 (hex) of the database's rows (`sqlite3 DB .dump`, or pg_dump's
+ * data without its sequences' positions, which a refused INSERT moves,
+ * and without the random key of its \restrict line):
+ * equal before and after means nothing changed. */
 void th_db_digest(th_daemon *d, char out[65]);
-/* The output of running sql through the sqlite3 shell on the database. */
+/* The output of running sql through the sqlite3 shell (or psql, rows as
+ * "a|b" lines as sqlite3 prints them) on the database. */
 void th_db_query(th_daemon *d, const char *sql, char *out, size_t n);
+/* The engine's own check of the whole database into out: "ok\n" when it is
+ * intact (SQLite's PRAGMA integrity_check; on PostgreSQL, amcheck's
+ * verify_heapam on every table and bt_index_check on every index). */
+void th_db_check(th_daemon *d, char *out, size_t n);
 
 /* ---- agents ---- */
 

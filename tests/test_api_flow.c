@@ -75,8 +75,10 @@ Test(api_flow, tenant_user_token_and_whoami)
 
     /* The token is stored only as a hash. */
     char out[256];
-    th_db_query(&d, "SELECT count(*) FROM api_tokens WHERE instr(hash, 'coh_') > 0", out,
-                sizeof out);
+    th_db_query(&d,
+                th_pg() ? "SELECT count(*) FROM api_tokens WHERE position('coh_'::bytea in hash) > 0"
+                        : "SELECT count(*) FROM api_tokens WHERE instr(hash, 'coh_') > 0",
+                out, sizeof out);
     cr_expect_str_eq(out, "0\n");
     th_db_query(&d, "SELECT length(hash) FROM api_tokens WHERE id = 2", out, sizeof out);
     cr_expect_str_eq(out, "32\n");
