@@ -42,32 +42,48 @@ static void run_capture(const char *cmd, char *out, size_t n)
     pclose(p);
 }
 
-/* The PostgreSQL database of data dir d->dir (one per dir, so a cohortd
- * started again in the same dir finds its data), created when missing. */
-static void pg_database(th_daemon *d)
+void th_store_target(const char *dir, const char *file, char *out, size_t n)
 {
-    char name[64] = "t_", cmd[1024], out[512];
-    const char *base = strrchr(d->dir, '/') ? strrchr(d->dir, '/') + 1 : d->dir;
-    size_t n = 2;
-    for (const char *s = base; *s && n < sizeof name - 1; s++)
-        name[n++] = (char)((*s >= 'A' && *s <= 'Z') ? *s - 'A' + 'a'
+    if (!th_pg()) {
+        snprintf(out, n, "sqlite:%s/%s", dir, file);
+        return;
+    }
+    /* One database per dir, so a cohortd started again in the same dir
+     * finds its data; created when missing. */
+    char name[64] = "t_", cmd[1024], res[512];
+    const char *base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
+    size_t k = 2;
+    for (const char *s = base; *s && k < sizeof name - 1; s++)
+        name[k++] = (char)((*s >= 'A' && *s <= 'Z') ? *s - 'A' + 'a'
                            : ((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9')) ? *s : '_');
-    name[n] = '\0';
+    name[k] = '\0';
     const char *host = getenv("COHORT_TEST_PG");
     snprintf(cmd, sizeof cmd,
              "psql -X -q -At 'postgresql:///postgres?host=%s&user=cohort' -c "
              "\"SELECT 1 FROM pg_database WHERE datname = '%s'\" 2>&1",
              host, name);
-    run_capture(cmd, out, sizeof out);
-    if (strcmp(out, "1\n") != 0) {
+    run_capture(cmd, res, sizeof res);
+    if (strcmp(res, "1\n") != 0) {
         snprintf(cmd, sizeof cmd,
                  "psql -X -q 'postgresql:///postgres?host=%s&user=cohort' -c "
                  "'CREATE DATABASE %s' 2>&1",
                  host, name);
-        run_capture(cmd, out, sizeof out);
-        cr_assert_eq(out[0], '\0', "CREATE DATABASE %s: %s", name, out);
+        run_capture(cmd, res, sizeof res);
+        cr_assert_eq(res[0], '\0', "CREATE DATABASE %s: %s", name, res);
     }
-    snprintf(d->store, sizeof d->store, "postgresql:///%s?host=%s&user=cohort", name, host);
+    snprintf(out, n, "postgresql:///%s?host=%s&user=cohort", name, host);
+}
+
+void th_store_query(const char *target, const char *sql, char *out, size_t n)
+{
+    char cmd[8192];
+    int len;
+    if (!strncmp(target, "sqlite:", 7))
+        len = snprintf(cmd, sizeof cmd, "sqlite3 '%s' \"%s\"", target + 7, sql);
+    else
+        len = snprintf(cmd, sizeof cmd, "psql -X -q -At -F'|' '%s' -c \"%s\" 2>&1", target, sql);
+    cr_assert_lt((size_t)len, sizeof cmd, "SQL too long for th_store_query");
+    run_capture(cmd, out, n);
 }
 
 static void launch(th_daemon *d, const char *const *extra)
@@ -131,7 +147,7 @@ void th_start(th_daemon *d, const char *const *extra)
     chmod(d->dir, 0711); /* agents' image caches inside: containers' uids walk through */
     snprintf(d->db, sizeof d->db, "%s/cohort.db", d->dir);
     if (th_pg())
-        pg_database(d);
+        th_store_target(d->dir, "cohort.db", d->store, sizeof d->store);
     launch(d, extra);
 }
 
@@ -141,7 +157,7 @@ void th_start_in(th_daemon *d, const char *dir, const char *const *extra)
     snprintf(d->dir, sizeof d->dir, "%s", dir);
     snprintf(d->db, sizeof d->db, "%s/cohort.db", d->dir);
     if (th_pg())
-        pg_database(d);
+        th_store_target(d->dir, "cohort.db", d->store, sizeof d->store);
     launch(d, extra);
 }
 
@@ -154,7 +170,7 @@ void th_start_no_admin(th_daemon *d, const char *const *extra)
     chmod(d->dir, 0711); /* agents' image caches inside: containers' uids walk through */
     snprintf(d->db, sizeof d->db, "%s/cohort.db", d->dir);
     if (th_pg())
-        pg_database(d);
+        th_store_target(d->dir, "cohort.db", d->store, sizeof d->store);
     launch(d, extra);
 }
 
@@ -443,15 +459,9 @@ void th_db_digest(th_daemon *d, char out[65])
 
 void th_db_query(th_daemon *d, const char *sql, char *out, size_t n)
 {
-    char cmd[8192];
-    if (d->store[0])
-        cr_assert_lt((size_t)snprintf(cmd, sizeof cmd, "psql -X -q -At -F'|' '%s' -c \"%s\" 2>&1",
-                                      d->store, sql),
-                     sizeof cmd, "SQL too long for th_db_query");
-    else
-        cr_assert_lt((size_t)snprintf(cmd, sizeof cmd, "sqlite3 '%s' \"%s\"", d->db, sql),
-                     sizeof cmd, "SQL too long for th_db_query");
-    run_capture(cmd, out, n);
+    char target[400];
+    snprintf(target, sizeof target, "sqlite:%s", d->db);
+    th_store_query(d->store[0] ? d->store : target, sql, out, n);
 }
 
 void th_db_check(th_daemon *d, char *out, size_t n)

@@ -28,6 +28,12 @@ typedef struct th_daemon {
 
 /* Whether this run's cohortd stores in PostgreSQL (tests/with-postgres). */
 int th_pg(void);
+/* The --store target of data dir dir: "sqlite:DIR/FILE", or under
+ * with-postgres a URL of a database of its own (one per dir, created when
+ * missing, so a store opened again in dir finds its data). */
+void th_store_target(const char *dir, const char *file, char *out, size_t n);
+/* The output of sql run on target by sqlite3 or psql (rows as "a|b" lines). */
+void th_store_query(const char *target, const char *sql, char *out, size_t n);
 
 typedef struct th_resp {
     long status;
