@@ -10,7 +10,9 @@
 
 struct client {
     CURL *curl;
-    char server[512];
+    char server[CLIENT_MAX_SERVERS][512];
+    int nserver, cur;
+    unsigned moves;
     char auth[128];
 };
 
@@ -46,16 +48,42 @@ client *client_new(const char *server, char *err, size_t errlen)
         inited = 1;
     }
     client *c = calloc(1, sizeof *c);
-    if (!c || strlen(server) >= sizeof c->server || !(c->curl = curl_easy_init())) {
+    if (!c || !(c->curl = curl_easy_init())) {
         snprintf(err, errlen, "cannot set up the HTTP client");
         free(c);
         return NULL;
     }
-    snprintf(c->server, sizeof c->server, "%s", server);
-    size_t n = strlen(c->server);
-    while (n > 0 && c->server[n - 1] == '/')
-        c->server[--n] = '\0';
+    for (const char *p = server;; p++) {
+        size_t n = strcspn(p, ",");
+        const char *why = n == 0                             ? "an empty URL in the list"
+                          : n >= sizeof c->server[0]         ? "a URL too long"
+                          : c->nserver == CLIENT_MAX_SERVERS ? "more servers than it takes"
+                                                             : NULL;
+        if (why) {
+            snprintf(err, errlen, "--server: %s", why);
+            client_free(c);
+            return NULL;
+        }
+        char *s = c->server[c->nserver++];
+        memcpy(s, p, n);
+        s[n] = '\0';
+        for (size_t k = n; k > 0 && s[k - 1] == '/'; k--)
+            s[k - 1] = '\0';
+        p += n;
+        if (!*p)
+            break;
+    }
     return c;
+}
+
+const char *client_server(const client *c)
+{
+    return c->server[c->cur];
+}
+
+unsigned client_moves(const client *c)
+{
+    return c->moves;
 }
 
 void client_free(client *c)
@@ -81,7 +109,6 @@ static long request(client *c, const char *method, const char *path, const char 
     struct curl_slist *h = NULL;
     long status = 0;
     *out = NULL;
-    snprintf(url, sizeof url, "%s%s", c->server, path);
     if (c->auth[0])
         h = curl_slist_append(h, c->auth);
     if (ctype) {
@@ -90,20 +117,37 @@ static long request(client *c, const char *method, const char *path, const char 
     }
     h = curl_slist_append(h, "Expect:");
     CURL *k = c->curl;
-    curl_easy_reset(k);
-    curl_easy_setopt(k, CURLOPT_URL, url);
-    curl_easy_setopt(k, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(k, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(k, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms < 5000 ? timeout_ms : 5000L);
-    curl_easy_setopt(k, CURLOPT_TIMEOUT_MS, timeout_ms);
-    curl_easy_setopt(k, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(k, CURLOPT_WRITEFUNCTION, on_data);
-    curl_easy_setopt(k, CURLOPT_WRITEDATA, &s);
-    if (body) {
-        curl_easy_setopt(k, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(k, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)n);
+    CURLcode rc;
+    for (int tries = 0;; tries++) {
+        snprintf(url, sizeof url, "%s%s", c->server[c->cur], path);
+        curl_easy_reset(k);
+        curl_easy_setopt(k, CURLOPT_URL, url);
+        curl_easy_setopt(k, CURLOPT_CUSTOMREQUEST, method);
+        curl_easy_setopt(k, CURLOPT_HTTPHEADER, h);
+        curl_easy_setopt(k, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms < 5000 ? timeout_ms : 5000L);
+        curl_easy_setopt(k, CURLOPT_TIMEOUT_MS, timeout_ms);
+        curl_easy_setopt(k, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(k, CURLOPT_WRITEFUNCTION, on_data);
+        curl_easy_setopt(k, CURLOPT_WRITEDATA, &s);
+        if (body) {
+            curl_easy_setopt(k, CURLOPT_POSTFIELDS, body);
+            curl_easy_setopt(k, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)n);
+        }
+        rc = curl_easy_perform(k);
+        if (rc == CURLE_OK || s.too_big || c->nserver == 1)
+            break;
+        /* This server did not answer: the next call goes to the next one, and
+         * this one too when nothing reached the server (nothing done twice). */
+        int unsent = rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST;
+        c->cur = (c->cur + 1) % c->nserver;
+        c->moves++;
+        fprintf(stderr, "cohort-agent: %s: %s; now using %s\n", url, curl_easy_strerror(rc),
+                c->server[c->cur]);
+        if (!unsent || tries + 1 >= c->nserver)
+            break;
+        free(s.buf);
+        s = (struct sink){0};
     }
-    CURLcode rc = curl_easy_perform(k);
     if (rc == CURLE_OK) {
         curl_easy_getinfo(k, CURLINFO_RESPONSE_CODE, &status);
         if (s.buf)
@@ -117,8 +161,8 @@ static long request(client *c, const char *method, const char *path, const char 
     return status;
 }
 
-long client_call(client *c, const char *method, const char *path, const cJSON *body,
-                 cJSON **out, long timeout_ms, char *err, size_t errlen)
+long client_call(client *c, const char *method, const char *path, const cJSON *body, cJSON **out,
+                 long timeout_ms, char *err, size_t errlen)
 {
     char *json = body ? cJSON_PrintUnformatted(body) : NULL;
     long st = request(c, method, path, json ? "application/json" : NULL, json,
@@ -131,6 +175,6 @@ long client_put_raw(client *c, const char *path, const void *data, size_t n, cJS
                     long timeout_ms, char *err, size_t errlen)
 {
     static const char empty[1] = "";
-    return request(c, "PUT", path, "application/octet-stream", n ? data : empty, n, out,
-                   timeout_ms, err, errlen);
+    return request(c, "PUT", path, "application/octet-stream", n ? data : empty, n, out, timeout_ms,
+                   err, errlen);
 }

@@ -12,8 +12,18 @@
 
 typedef struct client client;
 
-/* server: "http://host:port"; token may be NULL (set later). */
+/*
+ * server: "http://host:port", or several cohortd of one control plane
+ * separated by commas (CLIENT_MAX_SERVERS at most).  Calls go to one of
+ * them until it stops answering: a call it refuses to connect is made
+ * again at once at the next; after any other failure to get an answer
+ * (a timeout, a connection cut) the next call goes to the next one.
+ */
+#define CLIENT_MAX_SERVERS 8
 client *client_new(const char *server, char *err, size_t errlen);
+/* The server calls go to now, and how many times calls moved to another. */
+const char *client_server(const client *c);
+unsigned client_moves(const client *c);
 void client_free(client *c);
 void client_set_token(client *c, const char *token);
 

@@ -57,7 +57,9 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: cohort-agent --server URL --join-token T --name N [options]\n"
             "\n"
-            "  --server URL          cohortd, e.g. http://127.0.0.1:8080\n"
+            "  --server URL[,URL...] cohortd, e.g. http://127.0.0.1:8080; several cohortd of one\n"
+            "                        control plane (on PostgreSQL): the agent moves to the next\n"
+            "                        when one stops answering\n"
             "  --join-token T        from POST /v1/nodes/join-tokens (first start only)\n"
             "  --name N              this node's name ([a-z0-9][a-z0-9._-]{0,62})\n"
             "  --address ADDR        where other nodes reach this one (default: the address\n"
@@ -422,8 +424,14 @@ static void *poller_main(void *arg)
 {
     struct poller *p = arg;
     char path[128], err[512], version[32] = "0";
+    unsigned moves = client_moves(p->cl);
     while (!stopping) {
         cJSON *out = NULL;
+        /* Versions are one cohortd's own: at another, start again from none. */
+        if (client_moves(p->cl) != moves) {
+            moves = client_moves(p->cl);
+            snprintf(version, sizeof version, "0");
+        }
         snprintf(path, sizeof path, "/v1/agent/desired?version=%s&wait=%d", version, LONG_POLL_S);
         long st = client_call(p->cl, "GET", path, NULL, &out, (LONG_POLL_S + 5) * 1000L, err,
                               sizeof err);

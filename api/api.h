@@ -158,6 +158,14 @@ int api_authenticate_node(api_ctx *ctx, const char *authorization, store_node *n
 
 /* First start: creates the platform admin with token (or a generated one,
  * written to out).  Sets *created to 1 when it did. */
+/*
+ * A signal from another cohortd on the same database (store_on_signal's
+ * callback; arg is the api_ctx): "forget N" drops token N from the token
+ * cache; the scheduler's signals go to sched_signal; NULL (some may be
+ * lost) does both for everything.
+ */
+void api_on_signal(void *arg, const char *what);
+
 int api_bootstrap_admin(api_ctx *ctx, const char *token, char out[UTIL_TOKEN_LEN + 1],
                         int *created, char *err, size_t errlen);
 

@@ -3,13 +3,14 @@
  * admin, and GET /v1/whoami.
  *
  * Owns a small cache of token hash -> principal, so most requests skip the
- * token query.  It is exact because cohortd is the only process that writes
- * the database (it holds the data dir's lock) and every revocation goes
- * through api_auth_forget; an entry also lives at most CACHE_TTL_MS and
- * never past the token's own expiry.
+ * token query.  It is exact because every revocation goes through
+ * api_auth_forget, in this cohortd and, by a store signal, in every other
+ * one on the same database (api_on_signal); an entry also lives at most
+ * CACHE_TTL_MS and never past the token's own expiry.
  */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -71,6 +72,35 @@ void api_auth_forget(int64_t token_id)
             cache[i].until = 0;
         pthread_mutex_unlock(&cache_lock[i % CACHE_STRIPES]);
     }
+}
+
+static void forget_all(void)
+{
+    for (unsigned i = 0; i < CACHE_SLOTS; i++) {
+        pthread_mutex_lock(&cache_lock[i % CACHE_STRIPES]);
+        cache[i].until = 0;
+        pthread_mutex_unlock(&cache_lock[i % CACHE_STRIPES]);
+    }
+}
+
+void api_auth_revoked(api_ctx *ctx, int64_t token_id)
+{
+    char what[40];
+    api_auth_forget(token_id);
+    snprintf(what, sizeof what, "forget %lld", (long long)token_id);
+    store_signal(ctx->st, what);
+}
+
+void api_on_signal(void *arg, const char *what)
+{
+    api_ctx *ctx = arg;
+    if (what && !strncmp(what, "forget ", 7)) {
+        api_auth_forget(strtoll(what + 7, NULL, 10));
+        return;
+    }
+    if (!what)
+        forget_all(); /* a revocation may be among what was lost */
+    sched_signal(ctx->sched, what);
 }
 
 int api_authenticate(api_ctx *ctx, const char *authorization, store_principal *who,

@@ -73,6 +73,9 @@ void api_add_int(cJSON *o, const char *key, int64_t v);
 /* ---- roles (api_auth.c) ---- */
 /* Drops a revoked token from the authentication cache. */
 void api_auth_forget(int64_t token_id);
+/* api_auth_forget here, and a signal that makes every other cohortd on the
+ * database forget it too. */
+void api_auth_revoked(api_ctx *ctx, int64_t token_id);
 int api_is_platform_admin(const store_principal *p);
 /* May manage users and tokens of tenant_id. */
 int api_is_tenant_admin(const store_principal *p, int64_t tenant_id);

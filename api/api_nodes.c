@@ -676,7 +676,10 @@ void api_agent_desired(api_ctx *ctx, const api_req *rq, api_resp *rs)
     store_read_end(ctx->st);
     uint64_t version = sched_version(ctx->sched);
     store_read_begin(ctx->st);
-    if (!rq->waited && wait > 0 && v && version <= known) {
+    /* Another version than the one known, even a lower one (the agent's
+     * last answer came from another cohortd, whose versions are its own):
+     * answer at once. */
+    if (!rq->waited && wait > 0 && v && version == known) {
         rs->wait_version = known;
         rs->wait_ms = (wait > DESIRED_WAIT_MAX ? DESIRED_WAIT_MAX : wait) * 1000;
         return;

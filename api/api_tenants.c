@@ -304,6 +304,6 @@ void api_token_delete(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_store_error(rs, rc, "token");
         return;
     }
-    api_auth_forget(id);
+    api_auth_revoked(ctx, id);
     rs->status = 204;
 }

@@ -39,6 +39,7 @@ struct sched_service {
     uint64_t version;
     void (*notify)(void *arg);
     void *notify_arg;
+    int leads;            /* this cohortd ran the last pass (store_lead); atomic */
 };
 
 /* One pass: the snapshot read from the store, and what the plan decided. */
@@ -474,6 +475,19 @@ static void count_usable(void *arg, const store_node *n)
 
 static void run_pass(sched_service *s)
 {
+    /* Of several cohortd on one database only the leader plans and ticks;
+     * the others try to take the lead at every tick.  (Correctness does not
+     * rest on it: every placement is checked again inside its write.) */
+    int lead = store_lead(s->st);
+    __atomic_store_n(&s->leads, lead, __ATOMIC_RELEASE);
+    if (!lead) {
+        pthread_mutex_lock(&s->lock);
+        free(s->pos);
+        s->pos = NULL;
+        s->npos = 0;
+        pthread_mutex_unlock(&s->lock);
+        return;
+    }
     /* Timeouts and silent nodes are looked for once per tick, not on every wake. */
     int rc = STORE_OK;
     int64_t mono = util_mono_us() / 1000;
@@ -591,10 +605,8 @@ sched_service *sched_start(store *st, const sched_config *cfg, char *err, size_t
     return s;
 }
 
-void sched_wake(sched_service *s)
+static void wake_local(sched_service *s)
 {
-    if (!s)
-        return;
     pthread_mutex_lock(&s->lock);
     s->woken = 1;
     pthread_cond_signal(&s->wake);
@@ -621,16 +633,44 @@ uint64_t sched_version(sched_service *s)
     return s ? __atomic_load_n(&s->version, __ATOMIC_ACQUIRE) : 0;
 }
 
-void sched_bump(sched_service *s)
+static void bump_local(sched_service *s)
 {
-    if (!s)
-        return;
     __atomic_add_fetch(&s->version, 1, __ATOMIC_RELEASE);
     /* Under the lock: once sched_on_bump(NULL) returns, no call is running. */
     pthread_mutex_lock(&s->lock);
     if (s->notify)
         s->notify(s->notify_arg);
     pthread_mutex_unlock(&s->lock);
+}
+
+void sched_bump(sched_service *s)
+{
+    if (!s)
+        return;
+    bump_local(s);
+    /* Agents long-polling another cohortd wake too. */
+    if (store_shared(s->st))
+        store_signal(s->st, "bump");
+}
+
+void sched_wake(sched_service *s)
+{
+    if (!s)
+        return;
+    wake_local(s);
+    /* The pass runs where the lead is. */
+    if (store_shared(s->st) && !__atomic_load_n(&s->leads, __ATOMIC_ACQUIRE))
+        store_signal(s->st, "wake");
+}
+
+void sched_signal(sched_service *s, const char *what)
+{
+    if (!s)
+        return;
+    if (!what || !strcmp(what, "bump"))
+        bump_local(s);
+    if (!what || !strcmp(what, "wake"))
+        wake_local(s);
 }
 
 void sched_on_bump(sched_service *s, void (*notify)(void *arg), void *arg)

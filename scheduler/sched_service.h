@@ -41,6 +41,13 @@ void sched_stop(sched_service *s);
 uint64_t sched_version(sched_service *s);
 void sched_bump(sched_service *s);
 void sched_on_bump(sched_service *s, void (*notify)(void *arg), void *arg);
+/*
+ * What another cohortd on the database signalled (store_on_signal): "bump"
+ * (its commit changed desired state: wake the agents waiting here),
+ * "wake" (a pass is wanted, run here if this one leads), NULL (signals may
+ * have been lost: both).  sched_bump and sched_wake send them.
+ */
+void sched_signal(sched_service *s, const char *what);
 
 /* Queue position of a pending job (1: next), 0 when not known yet; why it
  * waits goes to reason (may be NULL) as of the last pass. */

@@ -89,7 +89,7 @@ struct req_state {
     int status;
     size_t bytes;
     char method[8];
-    uint64_t wait_version;      /* parked: until the version passes this */
+    uint64_t wait_version;      /* parked: until the version is another */
     int64_t wait_until;         /* parked: or until this (monotonic ms) */
     struct req_state *wnext;
     int streaming;              /* parked inside a streamed body */
@@ -249,7 +249,8 @@ static void write_done(void *arg, store_rc rc)
     MHD_resume_connection(st->conn);
 }
 
-/* Resumes every parked request whose version moved or whose time is up.
+/* Resumes every parked request whose version moved (to any other value:
+ * an agent may bring one from another cohortd) or whose time is up.
  * Called with wlock held. */
 static void wake_due(http_server *srv, int64_t now)
 {
@@ -257,7 +258,7 @@ static void wake_due(http_server *srv, int64_t now)
     struct req_state **pp = &srv->waiting;
     while (*pp) {
         struct req_state *st = *pp;
-        if (v > st->wait_version || now >= st->wait_until) {
+        if (v != st->wait_version || now >= st->wait_until) {
             *pp = st->wnext;
             if (!st->streaming)
                 st->phase = P_RESUMED;

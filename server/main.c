@@ -335,9 +335,11 @@ static int mkdir_p(const char *dir)
 
 /*
  * Holds DIR/cohortd.lock for the life of the process: one cohortd per data
- * dir, which the store's writer and the token cache rely on.
+ * dir on SQLite, which the store's single writer relies on.  cohortd on a
+ * PostgreSQL store share the lock (shared != 0): several of them serve one
+ * data dir's volumes and logs, on a file system they all mount.
  */
-static int lock_data_dir(const char *dir)
+static int lock_data_dir(const char *dir, int shared)
 {
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s/cohortd.lock", dir);
@@ -346,8 +348,9 @@ static int lock_data_dir(const char *dir)
         fprintf(stderr, "cohortd: cannot open %s: %s\n", p, strerror(errno));
         return -1;
     }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        fprintf(stderr, "cohortd: another cohortd is already using %s (%s is locked)\n", dir, p);
+    if (flock(fd, (shared ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
+        fprintf(stderr, "cohortd: another cohortd is already using %s (%s is locked%s)\n", dir, p,
+                shared ? " by a cohortd on SQLite" : "");
         close(fd);
         return -1;
     }
@@ -421,6 +424,8 @@ static void ctx_close(api_ctx *ctx)
 {
     if (!ctx)
         return;
+    if (ctx->st)
+        store_on_signal(ctx->st, NULL, NULL);
     sched_stop(ctx->sched);
     store_close(ctx->st);
     api_web_close(ctx);
@@ -493,6 +498,12 @@ static api_ctx *ctx_open(const struct config *cfg)
         fprintf(stderr, "cohortd: %s\n", err);
         goto fail;
     }
+    /* Other cohortd on the same database (PostgreSQL): their commits wake
+     * the agents waiting here, and their revocations reach the token cache. */
+    if (store_on_signal(ctx->st, api_on_signal, ctx) != STORE_OK) {
+        fprintf(stderr, "cohortd: cannot listen for the other cohortd's signals\n");
+        goto fail;
+    }
     return ctx;
 fail:
     ctx_close(ctx);
@@ -523,7 +534,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "cohortd: cannot create data dir %s: %s\n", cfg.data_dir, strerror(errno));
         return 1;
     }
-    int lock_fd = lock_data_dir(cfg.data_dir);
+    int lock_fd = lock_data_dir(cfg.data_dir, cfg.store && !strncmp(cfg.store, "postgres", 8));
     if (lock_fd < 0)
         return 1;
     access = open_access_log(&cfg, &failed);

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "storage/util.h"
 
@@ -45,6 +46,15 @@ struct store {
     pthread_t thread;
     int schema;
     uint64_t batches, writes;
+    /* Several cohortd on one database (see store_shared). */
+    char id[20];              /* this process's mark on its signals */
+    store_conn *leader;       /* holds the leader lock; store_lead's thread only */
+    int leading;
+    pthread_t listener;
+    int listening;
+    pthread_mutex_t sig_lock; /* held while on_signal runs and when it is set */
+    void (*on_signal)(void *arg, const char *what);
+    void *on_signal_arg;
 };
 
 static unsigned store_gen_next = 1;
@@ -500,8 +510,12 @@ store *store_open(const char *target, char *err, size_t errlen)
         return NULL;
     }
     pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->sig_lock, NULL);
     pthread_cond_init(&s->wake, NULL);
     s->gen = __atomic_fetch_add(&store_gen_next, 1, __ATOMIC_RELAXED);
+    snprintf(s->id, sizeof s->id, "%llx",
+             (unsigned long long)((uint64_t)util_now_ms() ^ (uint64_t)getpid() << 40 ^
+                                  (uint64_t)(uintptr_t)s));
     s->writer = s->be->open(s->target, 1, err, errlen);
     if (!s->writer)
         goto fail;
@@ -519,6 +533,7 @@ fail:
     if (s->writer)
         s->be->close(s->writer);
     pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->sig_lock);
     pthread_cond_destroy(&s->wake);
     free(s);
     return NULL;
@@ -533,6 +548,10 @@ void store_close(store *s)
     pthread_cond_signal(&s->wake);
     pthread_mutex_unlock(&s->lock);
     pthread_join(s->thread, NULL);
+    if (s->listening)
+        pthread_join(s->listener, NULL);
+    if (s->leader)
+        s->be->close(s->leader);
     for (store_conn *c = s->readers, *next; c; c = next) {
         next = c->next;
         s->be->close(c);
@@ -541,6 +560,7 @@ void store_close(store *s)
     if (tl_reader.s == s)
         tl_reader.s = NULL;
     pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->sig_lock);
     pthread_cond_destroy(&s->wake);
     free(s);
 }
@@ -548,6 +568,125 @@ void store_close(store *s)
 const char *store_backend_name(store *s)
 {
     return s->be->name;
+}
+
+/* ---- several cohortd on one database ---- */
+
+#define SIGNAL_WAIT_MS 500  /* how soon the listener sees store_close */
+#define SIGNAL_RETRY_MS 1000
+
+int store_shared(store *s)
+{
+    return s->be->notify != NULL;
+}
+
+void store_signal(store *s, const char *what)
+{
+    if (!s->be->notify)
+        return;
+    store_read_end(s); /* a NOTIFY inside a snapshot would wait for its end */
+    store_conn *c = store_reader(s);
+    char payload[64];
+    snprintf(payload, sizeof payload, "%s %s", s->id, what);
+    if (c && s->be->notify(c, payload) != STORE_OK)
+        fprintf(stderr, "store: cannot signal the other cohortd (%s)\n", what);
+}
+
+static int stopping(store *s)
+{
+    pthread_mutex_lock(&s->lock);
+    int stop = s->stopping;
+    pthread_mutex_unlock(&s->lock);
+    return stop;
+}
+
+static void tell(store *s, const char *what)
+{
+    pthread_mutex_lock(&s->sig_lock);
+    if (s->on_signal)
+        s->on_signal(s->on_signal_arg, what);
+    pthread_mutex_unlock(&s->sig_lock);
+}
+
+/* The listener: one connection LISTENing, re-established when it breaks
+ * (the callback then hears NULL: what was sent meanwhile is lost). */
+static void *listener_main(void *arg)
+{
+    store *s = arg;
+    store_conn *c = NULL;
+    int lost = 0;
+    char buf[128], err[256];
+    while (!stopping(s)) {
+        if (!c) {
+            c = s->be->open(s->target, 0, err, sizeof err);
+            if (c && s->be->listen(c) != STORE_OK) {
+                s->be->close(c);
+                c = NULL;
+            }
+            if (!c) {
+                struct timespec ts = {SIGNAL_RETRY_MS / 1000, 0};
+                nanosleep(&ts, NULL);
+                lost = 1;
+                continue;
+            }
+            if (lost)
+                tell(s, NULL);
+        }
+        int rc = s->be->wait_note(c, SIGNAL_WAIT_MS, buf, sizeof buf);
+        if (rc < 0) {
+            fprintf(stderr, "store: the signal connection broke; reconnecting\n");
+            s->be->close(c);
+            c = NULL;
+            lost = 1;
+            continue;
+        }
+        size_t idlen = strlen(s->id);
+        if (rc == 1 && !(strncmp(buf, s->id, idlen) == 0 && buf[idlen] == ' '))
+            tell(s, strchr(buf, ' ') ? strchr(buf, ' ') + 1 : buf);
+    }
+    if (c)
+        s->be->close(c);
+    return NULL;
+}
+
+int store_on_signal(store *s, void (*fn)(void *arg, const char *what), void *arg)
+{
+    if (!s->be->listen)
+        return STORE_OK;
+    pthread_mutex_lock(&s->sig_lock);
+    s->on_signal = fn;
+    s->on_signal_arg = arg;
+    pthread_mutex_unlock(&s->sig_lock);
+    if (!fn || s->listening)
+        return STORE_OK;
+    if (pthread_create(&s->listener, NULL, listener_main, s) != 0)
+        return STORE_EIO;
+    s->listening = 1;
+    return STORE_OK;
+}
+
+int store_lead(store *s)
+{
+    if (!s->be->try_lead)
+        return 1;
+    char err[256];
+    if (!s->leader && !(s->leader = s->be->open(s->target, 0, err, sizeof err))) {
+        if (s->leading)
+            fprintf(stderr, "store: lost the lead: %s\n", err);
+        s->leading = 0;
+        return 0;
+    }
+    int rc = s->be->try_lead(s->leader, s->leading);
+    if (rc < 0) {
+        s->be->close(s->leader); /* the session, and any lock it held, is gone */
+        s->leader = NULL;
+        rc = 0;
+    }
+    if (rc != s->leading)
+        fprintf(stderr, "store: this cohortd %s\n",
+                rc ? "leads now (runs the scheduler)" : "lost the lead");
+    s->leading = rc;
+    return rc;
 }
 
 int store_schema_version(store *s)

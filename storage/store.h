@@ -111,4 +111,25 @@ int store_job_state_counts(store *s, void (*fn)(void *arg, const char *state, in
 /* Writes per-batch statistics: batches committed and writes in them. */
 void store_writer_stats(store *s, uint64_t *batches, uint64_t *writes);
 
+/*
+ * Several cohortd on one database (PostgreSQL).  On SQLite, which one
+ * cohortd owns, store_shared is 0, store_signal does nothing,
+ * store_on_signal never calls and store_lead is always 1.
+ *
+ * store_signal: tells every other cohortd on the database what (a short
+ * word), after the caller's writes are committed (it ends the caller's
+ * read snapshot).  store_on_signal: fn(arg, what) is called on a thread of
+ * the store's for each signal from another cohortd, and fn(arg, NULL) when
+ * signals may have been missed (its connection was re-established);
+ * store_on_signal(s, NULL, NULL) stops the calls: once it returns none is
+ * running.  store_lead: whether this cohortd leads (holds
+ * the database's leader lock, taken here when free; released by the
+ * server when this process's session ends, however it ends).  Call it
+ * from one thread only.
+ */
+int store_shared(store *s);
+void store_signal(store *s, const char *what);
+int store_on_signal(store *s, void (*fn)(void *arg, const char *what), void *arg);
+int store_lead(store *s);
+
 #endif

@@ -72,6 +72,19 @@ struct store_be {
     const void *(*col_blob)(store_st *st, int i, int *len);
     /* Whether c is inside a transaction. */
     int (*in_tx)(store_conn *c);
+    /*
+     * Several cohortd on one database; NULL where the engine has one
+     * process only (SQLite).  notify: sends payload to every connection
+     * listening.  listen: this connection receives them from now on.
+     * wait_note: the next payload into buf, waiting up to timeout_ms: 1,
+     * 0 on timeout, an error when the connection broke.  try_lead: whether
+     * this connection holds the leader's lock (held: it did until now, and
+     * the check is that its session is alive): 1, 0, or an error.
+     */
+    int (*notify)(store_conn *c, const char *payload);
+    int (*listen)(store_conn *c);
+    int (*wait_note)(store_conn *c, int timeout_ms, char *buf, size_t n);
+    int (*try_lead)(store_conn *c, int held);
     const char *begin_write; /* the writer's BEGIN of a batch */
     const char *begin_read;  /* a reader's BEGIN of a snapshot */
     const struct store_migration *migrations;

@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <libpq-fe.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -468,6 +469,61 @@ static const void *pg_col_blob(store_st *s, int i, int *len)
     return st->blob;
 }
 
+/* ---- several cohortd on one database ---- */
+
+#define CHANNEL "cohort"
+/* The leader's session lock ("lead" in ASCII), apart from WRITE_LOCK. */
+#define LEAD_LOCK "1818583396"
+
+static int pg_notify(store_conn *sc, const char *payload)
+{
+    static const char sql[] = "SELECT pg_notify('" CHANNEL "', ?1)";
+    store_st *st = store_prep(sc, sql, STORE_ARGS(STORE_T(payload)));
+    if (!st)
+        return STORE_EIO;
+    int rc = store_step(st);
+    store_reset(st);
+    return rc == STORE_ROW || rc == STORE_DONE ? STORE_OK : rc;
+}
+
+static int pg_listen(store_conn *sc)
+{
+    return pg_exec(sc, "LISTEN " CHANNEL, NULL, 0);
+}
+
+static int pg_wait_note(store_conn *sc, int timeout_ms, char *buf, size_t n)
+{
+    struct pg_conn *c = (struct pg_conn *)sc;
+    for (int waited = 0;; waited = 1) {
+        if (!PQconsumeInput(c->pg))
+            return STORE_EIO;
+        PGnotify *note = PQnotifies(c->pg);
+        if (note) {
+            snprintf(buf, n, "%s", note->extra ? note->extra : "");
+            PQfreemem(note);
+            return 1;
+        }
+        if (waited)
+            return 0;
+        struct pollfd p = {.fd = PQsocket(c->pg), .events = POLLIN};
+        if (p.fd < 0)
+            return STORE_EIO;
+        if (poll(&p, 1, timeout_ms) < 0 && errno != EINTR)
+            return STORE_EIO;
+    }
+}
+
+static int pg_try_lead(store_conn *sc, int held)
+{
+    static const char sql_take[] = "SELECT pg_try_advisory_lock(" LEAD_LOCK ")";
+    static const char sql_alive[] = "SELECT 1";
+    int64_t v = 0;
+    int rc = store_int64(sc, &v, held ? sql_alive : sql_take, NULL);
+    if (rc != STORE_OK)
+        return rc == STORE_NOTFOUND ? STORE_EIO : rc;
+    return v == 1;
+}
+
 static int pg_in_tx(store_conn *c)
 {
     return PQtransactionStatus(((struct pg_conn *)c)->pg) != PQTRANS_IDLE;
@@ -490,6 +546,10 @@ const store_be store_be_pg = {
     .col_text = pg_col_text,
     .col_blob = pg_col_blob,
     .in_tx = pg_in_tx,
+    .notify = pg_notify,
+    .listen = pg_listen,
+    .wait_note = pg_wait_note,
+    .try_lead = pg_try_lead,
     .begin_write = "BEGIN; SELECT pg_advisory_xact_lock(" WRITE_LOCK ")",
     .begin_read = "BEGIN ISOLATION LEVEL REPEATABLE READ",
     .migrations = store_migrations_pg,
