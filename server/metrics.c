@@ -118,6 +118,11 @@ void metrics_render(util_buf *b, store *st)
                        "# TYPE cohort_store_writes_total counter\n"
                        "cohort_store_writes_total %llu\n",
                     (unsigned long long)batches, (unsigned long long)writes);
+    util_buf_printf(b, "# HELP cohort_scheduler_leader 1 where this cohortd runs the scheduler "
+                       "(of several on one PostgreSQL database, one does).\n"
+                       "# TYPE cohort_scheduler_leader gauge\n"
+                       "cohort_scheduler_leader %d\n",
+                    store_leads(st));
     /* Tenant names are [a-z0-9._-]: nothing in them needs escaping in a label. */
     util_buf_printf(b, "# HELP cohort_tenant_running_workers Workers running now, by tenant.\n"
                        "# TYPE cohort_tenant_running_workers gauge\n"

@@ -673,7 +673,7 @@ int store_lead(store *s)
     if (!s->leader && !(s->leader = s->be->open(s->target, 0, err, sizeof err))) {
         if (s->leading)
             fprintf(stderr, "store: lost the lead: %s\n", err);
-        s->leading = 0;
+        __atomic_store_n(&s->leading, 0, __ATOMIC_RELEASE);
         return 0;
     }
     int rc = s->be->try_lead(s->leader, s->leading);
@@ -685,8 +685,13 @@ int store_lead(store *s)
     if (rc != s->leading)
         fprintf(stderr, "store: this cohortd %s\n",
                 rc ? "leads now (runs the scheduler)" : "lost the lead");
-    s->leading = rc;
+    __atomic_store_n(&s->leading, rc, __ATOMIC_RELEASE);
     return rc;
+}
+
+int store_leads(store *s)
+{
+    return s->be->try_lead ? __atomic_load_n(&s->leading, __ATOMIC_ACQUIRE) : 1;
 }
 
 int store_schema_version(store *s)

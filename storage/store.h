@@ -131,5 +131,7 @@ int store_shared(store *s);
 void store_signal(store *s, const char *what);
 int store_on_signal(store *s, void (*fn)(void *arg, const char *what), void *arg);
 int store_lead(store *s);
+/* What the last store_lead found, from any thread (1 on SQLite). */
+int store_leads(store *s);
 
 #endif

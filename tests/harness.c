@@ -692,7 +692,8 @@ static void agent_launch(th_agent *a, th_daemon *d, const char *const *extra)
             argv[n++] = "exec";
             argv[n++] = a->netns;
         }
-        const char *base[] = {COHORT_AGENT_BIN, "--server", d->base, "--name", a->name,
+        const char *base[] = {COHORT_AGENT_BIN, "--server", a->servers[0] ? a->servers : d->base,
+                              "--name", a->name,
                               "--data-dir", a->dir, "--join-token", a->join,
                               "--stop-grace", "2", "--address", "127.0.0.1"};
         for (size_t i = 0; i < sizeof base / sizeof base[0]; i++)
@@ -726,10 +727,27 @@ void th_agent_start(th_agent *a, th_daemon *d, const char *name, const char *con
     th_agent_start_in(a, d, NULL, name, extra);
 }
 
+static void agent_start(th_agent *a, th_daemon *d, const char *netns, const char *servers,
+                        const char *name, const char *const *extra);
+
 void th_agent_start_in(th_agent *a, th_daemon *d, const char *netns, const char *name,
                        const char *const *extra)
 {
+    agent_start(a, d, netns, NULL, name, extra);
+}
+
+void th_agent_start_on(th_agent *a, th_daemon *d, const char *servers, const char *name,
+                       const char *const *extra)
+{
+    agent_start(a, d, NULL, servers, name, extra);
+}
+
+static void agent_start(th_agent *a, th_daemon *d, const char *netns, const char *servers,
+                        const char *name, const char *const *extra)
+{
     memset(a, 0, sizeof *a);
+    if (servers)
+        snprintf(a->servers, sizeof a->servers, "%s", servers);
     if (netns)
         snprintf(a->netns, sizeof a->netns, "%s", netns);
     snprintf(a->name, sizeof a->name, "%s", name);

@@ -128,6 +128,7 @@ typedef struct th_agent {
     char name[64];
     char join[80];
     char registry[64]; /* its default registry (th_registry) */
+    char servers[400]; /* --server when not d's base (th_agent_start_on) */
 } th_agent;
 
 /*
@@ -164,6 +165,9 @@ int th_can_sandbox(void);
 void th_agent_start(th_agent *a, th_daemon *d, const char *name, const char *const *extra);
 /* The same, inside network namespace netns (made by the caller). */
 void th_agent_start_in(th_agent *a, th_daemon *d, const char *netns, const char *name,
+                       const char *const *extra);
+/* The same with --server servers (several cohortd: "URL1,URL2"). */
+void th_agent_start_on(th_agent *a, th_daemon *d, const char *servers, const char *name,
                        const char *const *extra);
 /* Starts it again with the same data dir (it keeps its node identity). */
 void th_agent_restart(th_agent *a, th_daemon *d, const char *const *extra);
