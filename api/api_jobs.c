@@ -398,16 +398,22 @@ void api_job_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
                   (long long)j->worker_count, (long long)j->workers_per_node);
         goto fail;
     }
-    if (store_image_get(ctx->st, api_tenant_of(rq->who), image, &im) != STORE_OK) {
+    int found = 0;
+    int rc = store_job_refs(ctx->st, api_tenant_of(rq->who), image, spec_name, ws_name, &im, &sp,
+                            &ws, &found);
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, "job");
+        goto fail;
+    }
+    if (!(found & STORE_REF_IMAGE)) {
         api_error(rs, 422, "not_found", "image", "no image named '%s'", image);
         goto fail;
     }
-    if (store_spec_get(ctx->st, spec_name, &sp) != STORE_OK) {
+    if (!(found & STORE_REF_SPEC)) {
         api_error(rs, 422, "not_found", "worker_spec", "no worker spec named '%s'", spec_name);
         goto fail;
     }
-    if (store_volume_get(ctx->st, STORE_WORKSPACE, api_tenant_of(rq->who), ws_name, 0, &ws) !=
-        STORE_OK) {
+    if (!(found & STORE_REF_WORKSPACE)) {
         api_error(rs, 422, "not_found", "workspace", "no workspace named '%s'", ws_name);
         goto fail;
     }
@@ -438,7 +444,7 @@ void api_job_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
     sched_job probe = {0, j->tenant_id, j->priority, 0, 0, j->worker_count,
                        j->workers_per_node, j->cpus, j->memory_mb, j->gpus};
     char why[300];
-    if (!sched_could_fit(ctx->st, &probe, why, sizeof why)) {
+    if (!sched_could_fit(ctx->sched, &probe, why, sizeof why)) {
         api_error(rs, 422, "never_fits", "worker_count", "%s", why);
         goto fail;
     }

@@ -40,7 +40,15 @@ struct sched_service {
     void (*notify)(void *arg);
     void *notify_arg;
     int leads;            /* this cohortd ran the last pass (store_lead); atomic */
+    /* The registered nodes' capacities for sched_could_fit, read at most
+     * once per FIT_CACHE_MS (a submit would read every node otherwise). */
+    pthread_mutex_t fit_lock;
+    sched_node *fit_nodes;
+    size_t fit_n;
+    int64_t fit_at;       /* monotonic ms of the read; 0: none */
 };
+
+#define FIT_CACHE_MS 1000
 
 /* One pass: the snapshot read from the store, and what the plan decided. */
 struct pass {
@@ -592,12 +600,14 @@ sched_service *sched_start(store *st, const sched_config *cfg, char *err, size_t
     if (s->cfg.budget_grace_s <= 0)
         s->cfg.budget_grace_s = SCHED_BUDGET_GRACE_S;
     pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->fit_lock, NULL);
     pthread_cond_init(&s->wake, NULL);
     s->woken = 1; /* a first pass at once */
     s->version = (uint64_t)util_now_ms(); /* never below what a previous run handed out */
     if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
         snprintf(err, errlen, "cannot start the scheduler thread");
         pthread_mutex_destroy(&s->lock);
+        pthread_mutex_destroy(&s->fit_lock);
         pthread_cond_destroy(&s->wake);
         free(s);
         return NULL;
@@ -623,7 +633,9 @@ void sched_stop(sched_service *s)
     pthread_mutex_unlock(&s->lock);
     pthread_join(s->thread, NULL);
     pthread_mutex_destroy(&s->lock);
+    pthread_mutex_destroy(&s->fit_lock);
     pthread_cond_destroy(&s->wake);
+    free(s->fit_nodes);
     free(s->pos);
     free(s);
 }
@@ -713,18 +725,32 @@ static void fit_node(void *arg, const store_node *n)
     UTIL_PUSH(f->nodes, f->n, f->cap, sn, &f->oom);
 }
 
-int sched_could_fit(store *st, const sched_job *j, char *why, size_t n)
+/* Every registered node's capacity, into the cache (on a failed read the
+ * cache keeps what it had). */
+static void fit_read(sched_service *s)
 {
     struct fit_scan f = {0};
     int64_t after = 0;
     for (;;) {
         size_t before = f.n;
-        if (store_node_list(st, after, 200, fit_node, &f) != STORE_OK)
-            break;
+        if (store_node_list(s->st, after, 200, fit_node, &f) != STORE_OK || f.oom) {
+            free(f.nodes);
+            return;
+        }
         if (f.n == before || f.n - before < 200)
             break;
         after = f.nodes[f.n - 1].id;
     }
+    free(s->fit_nodes);
+    s->fit_nodes = f.nodes; /* the cache owns them */
+    s->fit_n = f.n;
+    s->fit_at = util_mono_us() / 1000;
+}
+
+/* The verdict on the cached nodes; 1 when j fits or no node is known. */
+static int fit_verdict(const sched_service *s, const sched_job *j, char *why, size_t n)
+{
+    struct fit_scan f = {s->fit_nodes, s->fit_n, s->fit_n, 0};
     int ok = 1;
     if (f.n > 0 && sched_shape(f.nodes, (int)f.n, j) == 0) {
         int64_t most = 0, total = 0;
@@ -747,6 +773,24 @@ int sched_could_fit(store *st, const sched_job *j, char *why, size_t n)
                      (long long)j->workers, f.n, (long long)total, (long long)most);
         ok = 0;
     }
-    free(f.nodes);
+    return ok;
+}
+
+int sched_could_fit(sched_service *s, const sched_job *j, char *why, size_t n)
+{
+    if (!s)
+        return 1;
+    pthread_mutex_lock(&s->fit_lock);
+    int fresh = !s->fit_at || util_mono_us() / 1000 - s->fit_at >= FIT_CACHE_MS;
+    if (fresh)
+        fit_read(s);
+    int ok = fit_verdict(s, j, why, n);
+    /* "Never" is said only on what the nodes are now: one may have joined
+     * since the cache was read (here or through another cohortd). */
+    if (!ok && !fresh) {
+        fit_read(s);
+        ok = fit_verdict(s, j, why, n);
+    }
+    pthread_mutex_unlock(&s->fit_lock);
     return ok;
 }

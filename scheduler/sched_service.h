@@ -56,9 +56,11 @@ int64_t sched_position(sched_service *s, int64_t job_id, char *reason, size_t n)
 /*
  * Whether j could ever run on the registered nodes (all of them, drained or
  * down included, as they may come back): 1 yes, 0 never (why says so), and
- * 1 too while no node is registered at all (the job waits for one).
+ * 1 too while no node is registered at all (the job waits for one).  The
+ * nodes are read at most once a second; a "never" is checked on a fresh
+ * read.
  */
-int sched_could_fit(store *st, const sched_job *j, char *why, size_t n);
+int sched_could_fit(sched_service *s, const sched_job *j, char *why, size_t n);
 
 /* What admitting a job holds: its estimated maximum, or, without
  * max_runtime_seconds, min_hold_s of its price; -1 past the money range. */

@@ -147,6 +147,56 @@ int store_step_change(store_conn *c, store_st *st, int64_t *id)
     return changed > 0 ? STORE_OK : STORE_NOTFOUND;
 }
 
+/* ---- column views ---- */
+
+static int view_col_null(store_st *s, int i)
+{
+    store_view *v = (store_view *)s;
+    return v->under->be->col_null(v->under, i + v->off);
+}
+
+static int64_t view_col_int64(store_st *s, int i)
+{
+    store_view *v = (store_view *)s;
+    return v->under->be->col_int64(v->under, i + v->off);
+}
+
+static double view_col_double(store_st *s, int i)
+{
+    store_view *v = (store_view *)s;
+    return v->under->be->col_double(v->under, i + v->off);
+}
+
+static const char *view_col_text(store_st *s, int i)
+{
+    store_view *v = (store_view *)s;
+    return v->under->be->col_text(v->under, i + v->off);
+}
+
+static const void *view_col_blob(store_st *s, int i, int *len)
+{
+    store_view *v = (store_view *)s;
+    return v->under->be->col_blob(v->under, i + v->off, len);
+}
+
+/* Reads only: a view is never stepped, bound or reset. */
+static const store_be view_be = {
+    .name = "view",
+    .col_null = view_col_null,
+    .col_int64 = view_col_int64,
+    .col_double = view_col_double,
+    .col_text = view_col_text,
+    .col_blob = view_col_blob,
+};
+
+store_st *store_view_of(store_view *v, store_st *st, int off)
+{
+    v->base.be = &view_be;
+    v->under = st;
+    v->off = off;
+    return &v->base;
+}
+
 int store_col_equal(store_st *st, int i, const void *p, int len)
 {
     int n;
@@ -337,32 +387,46 @@ static int migrate(store_conn *c, int *version, char *err, size_t errlen)
 
 /* ---- the writer ---- */
 
+/*
+ * One transaction for a batch of writes, each inside savepoint w so that a
+ * failing one is undone alone.  The savepoint statements ride with their
+ * neighbours ("BEGIN ...; SAVEPOINT w", "RELEASE w; SAVEPOINT w" between
+ * writes, none after the last: COMMIT ends it): on PostgreSQL each exec is
+ * a round trip, and a write of two statements then costs three, not four.
+ */
 static void run_batch(store *s, struct op *batch)
 {
     store_conn *c = s->writer;
     const store_be *be = c->be;
     struct store_tx tx = {c};
     int n = 0;
-    char msg[400] = "";
+    char msg[400] = "", begin[200];
     int64_t t0 = util_mono_us();
-    int begun = be->exec(c, be->begin_write, msg, sizeof msg), ok = begun == STORE_OK, crc;
+    snprintf(begin, sizeof begin, "%s; SAVEPOINT w", be->begin_write);
+    int begun = be->exec(c, begin, msg, sizeof msg), ok = begun == STORE_OK, crc;
     int rcs[BATCH_MAX];
-    if (!ok)
+    if (!ok) {
         fprintf(stderr, "store: cannot begin a write: %s\n", msg);
+        be->exec(c, "ROLLBACK", NULL, 0);
+    }
     for (struct op *o = batch; o; o = o->next, n++) {
         int sp;
         if (!ok) {
             rcs[n] = begun;
             continue;
         }
-        if ((sp = be->exec(c, "SAVEPOINT w", NULL, 0)) != STORE_OK) {
-            rcs[n] = sp;
-            continue;
-        }
         rcs[n] = o->fn(&tx, o->ctx);
         if (rcs[n] != 0)
             be->exec(c, "ROLLBACK TO w", NULL, 0);
-        be->exec(c, "RELEASE w", NULL, 0);
+        if (o->next && (sp = be->exec(c, "RELEASE w; SAVEPOINT w", msg, sizeof msg)) != STORE_OK) {
+            /* Not expected: nothing after this write could be undone alone. */
+            fprintf(stderr, "store: savepoint failed: %s\n", msg);
+            begun = sp;
+            ok = 0;
+            for (int i = 0; i <= n; i++)
+                rcs[i] = sp;
+            be->exec(c, "ROLLBACK", NULL, 0);
+        }
     }
     int64_t t1 = util_mono_us();
     if (ok && (crc = be->exec(c, sql_commit, msg, sizeof msg)) != STORE_OK) {

@@ -5,11 +5,9 @@
 
 #include "storage/store_int.h"
 
-#define SPEC_COLS                                                                          \
-    "id, name, cpus, memory_mb, gpus, coalesce(gpu_type, ''), price_per_hour, currency,"   \
-    " created_at, updated_at"
+#define SPEC_COLS STORE_SPEC_COLS
 
-static void spec_row(store_st *st, void *out)
+void store_spec_row(store_st *st, void *out)
 {
     store_spec *sp = out;
     sp->id = store_col_int64(st, 0);
@@ -24,12 +22,12 @@ static void spec_row(store_st *st, void *out)
     sp->updated_at = store_col_int64(st, 9);
 }
 
-STORE_ROWS(spec_rows, store_spec, spec_row)
+STORE_ROWS(spec_rows, store_spec, store_spec_row)
 
 int store_spec_get(store *s, const char *name, store_spec *out)
 {
     static const char sql[] = "SELECT " SPEC_COLS " FROM worker_specs WHERE name = ?1";
-    return store_get_one(store_prep(store_reader(s), sql, STORE_ARGS(STORE_T(name))), spec_row,
+    return store_get_one(store_prep(store_reader(s), sql, STORE_ARGS(STORE_T(name))), store_spec_row,
                          out);
 }
 
@@ -81,11 +79,9 @@ int store_spec_update(store_tx *tx, const store_spec *sp)
     return store_step_change(c, st, NULL);
 }
 
-#define IMAGE_COLS                                                                         \
-    "id, coalesce(tenant_id, 0), name, coalesce(reference, ''), framework,"                \
-    " coalesce(username, ''), coalesce(password, ''), created_at"
+#define IMAGE_COLS STORE_IMAGE_COLS
 
-static void image_row(store_st *st, void *out)
+void store_image_row(store_st *st, void *out)
 {
     store_image *im = out;
     im->id = store_col_int64(st, 0);
@@ -98,7 +94,7 @@ static void image_row(store_st *st, void *out)
     im->created_at = store_col_int64(st, 7);
 }
 
-STORE_ROWS(image_rows, store_image, image_row)
+STORE_ROWS(image_rows, store_image, store_image_row)
 
 int store_image_get(store *s, int64_t tenant_id, const char *name, store_image *out)
 {
@@ -107,7 +103,7 @@ int store_image_get(store *s, int64_t tenant_id, const char *name, store_image *
                               " AND (tenant_id IS NULL OR tenant_id = ?2)"
                               " ORDER BY tenant_id IS NULL LIMIT 1";
     return store_get_one(store_prep(store_reader(s), sql, STORE_ARGS(STORE_T(name),
-            STORE_I(tenant_id))), image_row, out);
+            STORE_I(tenant_id))), store_image_row, out);
 }
 
 int store_image_list(store *s, int64_t tenant_id, int64_t after, int limit,

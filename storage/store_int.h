@@ -162,6 +162,35 @@ int store_each(store_st *st, void (*each)(void *ctx, store_st *st), void *ctx);
  * RETURNING id.  STORE_NOTFOUND when it changed no row. */
 int store_step_change(store_conn *c, store_st *st, int64_t *id);
 
+/*
+ * The columns of st from off on, seen as columns 0, 1, ...: one row that
+ * joins several tables is decoded by each table's own decoder.  The view
+ * lives in *v (the caller's) and reads st's current row.
+ */
+typedef struct store_view {
+    store_st base;
+    store_st *under;
+    int off;
+} store_view;
+store_st *store_view_of(store_view *v, store_st *st, int off);
+
+/* Decoders of one row each (columns from 0), shared by the modules, of
+ * the columns named here, in this order. */
+#define STORE_SPEC_COLS                                                                    \
+    "id, name, cpus, memory_mb, gpus, coalesce(gpu_type, ''), price_per_hour, currency,"   \
+    " created_at, updated_at"
+#define STORE_SPEC_NCOLS 10
+#define STORE_IMAGE_COLS                                                                   \
+    "id, coalesce(tenant_id, 0), name, coalesce(reference, ''), framework,"                \
+    " coalesce(username, ''), coalesce(password, ''), created_at"
+#define STORE_IMAGE_NCOLS 8
+/* Of a volume v joined with its tenant t; sealed: "v.sealed" or "0". */
+#define STORE_VOL_COLS(sealed)                                                             \
+    "v.id, v.tenant_id, t.name, v.name, " sealed ", t.is_platform, v.created_at"
+void store_spec_row(store_st *st, void *out);  /* store_spec */
+void store_image_row(store_st *st, void *out); /* store_image */
+void store_vol_row(store_st *st, void *out);   /* store_volume */
+
 /* Whether blob column i holds exactly the len bytes at p, compared in
  * constant time (a secret's hash). */
 int store_col_equal(store_st *st, int i, const void *p, int len);

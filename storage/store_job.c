@@ -204,6 +204,45 @@ int store_job_insert(store_tx *tx, store_job *j)
                         j->reason[0] ? j->reason : "submitted");
 }
 
+int store_job_refs(store *s, int64_t tenant_id, const char *image, const char *spec,
+                   const char *workspace, store_image *im, store_spec *sp, store_volume *ws,
+                   int *found)
+{
+    /* One row whatever is missing: each part NULL where its table has none. */
+    static const char sql[] =
+        "SELECT s.*, i.*, w.* FROM (SELECT 1 AS one) o"
+        " LEFT JOIN (SELECT " STORE_SPEC_COLS " FROM worker_specs WHERE name = ?1) s ON 1 = 1"
+        " LEFT JOIN (SELECT " STORE_IMAGE_COLS " FROM images WHERE name = ?2"
+        "  AND (tenant_id IS NULL OR tenant_id = ?3) ORDER BY tenant_id IS NULL LIMIT 1) i"
+        "  ON 1 = 1"
+        " LEFT JOIN (SELECT " STORE_VOL_COLS("0") " FROM workspaces v"
+        "  JOIN tenants t ON t.id = v.tenant_id WHERE v.name = ?4 AND v.tenant_id = ?3) w"
+        "  ON 1 = 1";
+    store_st *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_T(spec), STORE_T(image),
+            STORE_I(tenant_id), STORE_T(workspace)));
+    if (!st)
+        return STORE_EIO;
+    int rc = store_step_row(st);
+    *found = 0;
+    if (rc == STORE_OK) {
+        store_view v;
+        if (!store_col_null(st, 0)) {
+            store_spec_row(st, sp);
+            *found |= STORE_REF_SPEC;
+        }
+        if (!store_col_null(st, STORE_SPEC_NCOLS)) {
+            store_image_row(store_view_of(&v, st, STORE_SPEC_NCOLS), im);
+            *found |= STORE_REF_IMAGE;
+        }
+        if (!store_col_null(st, STORE_SPEC_NCOLS + STORE_IMAGE_NCOLS)) {
+            store_vol_row(store_view_of(&v, st, STORE_SPEC_NCOLS + STORE_IMAGE_NCOLS), ws);
+            *found |= STORE_REF_WORKSPACE;
+        }
+    }
+    store_reset(st);
+    return rc;
+}
+
 static int job_get_conn(store_conn *c, int64_t tenant_id, int64_t id, store_job *out)
 {
     static const char sql[] =

@@ -8,6 +8,8 @@
 #include <stdint.h>
 
 #include "storage/store.h"
+#include "storage/store_catalog.h"
+#include "storage/store_volume.h"
 #include "storage/util.h"
 
 /* A job's state.  The database and the API spell it by name
@@ -93,6 +95,16 @@ void store_job_clear(store_job *j);
 
 /* Inserts j (state PENDING) and its submit event; sets j->id and times. */
 int store_job_insert(store_tx *tx, store_job *j);
+
+/*
+ * What a submit names, read at once: the image of that name the tenant may
+ * use (its own first), the worker spec and the tenant's workspace.  *found
+ * gets STORE_REF_* of those that exist, each filled; STORE_OK or an error.
+ */
+enum { STORE_REF_IMAGE = 1, STORE_REF_SPEC = 2, STORE_REF_WORKSPACE = 4 };
+int store_job_refs(store *s, int64_t tenant_id, const char *image, const char *spec,
+                   const char *workspace, store_image *im, store_spec *sp, store_volume *ws,
+                   int *found);
 /* Inside a write: the tenant's job submitted with this idempotency key. */
 int store_job_by_idem_tx(store_tx *tx, int64_t tenant_id, const char *key, store_job *out);
 /* The job id of tenant_id (0: any tenant); the caller clears out. */

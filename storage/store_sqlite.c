@@ -114,7 +114,8 @@ static store_conn *lite_open(const char *path, int writer, char *err, size_t err
     if (lite_exec_db(c->db,
                      "PRAGMA journal_mode=WAL;"
                      "PRAGMA synchronous=FULL;"
-                     "PRAGMA foreign_keys=ON;",
+                     "PRAGMA foreign_keys=ON;"
+                     "PRAGMA temp_store=MEMORY;",
                      err, errlen) != STORE_OK)
         goto fail;
     if (writer) {

@@ -7,8 +7,7 @@
 #include "storage/store_int.h"
 
 #define VOL_SELECT(table, sealed)                                                          \
-    "SELECT v.id, v.tenant_id, t.name, v.name, " sealed ", t.is_platform, v.created_at"    \
-    " FROM " table " v JOIN tenants t ON t.id = v.tenant_id"
+    "SELECT " STORE_VOL_COLS(sealed) " FROM " table " v JOIN tenants t ON t.id = v.tenant_id"
 
 static const char *const get_sql[2] = {
     VOL_SELECT("datasets", "v.sealed")
@@ -34,7 +33,7 @@ static const char *const delete_sql[2] = {
     "DELETE FROM workspaces WHERE id = ?1",
 };
 
-static void vol_row(store_st *st, void *out)
+void store_vol_row(store_st *st, void *out)
 {
     store_volume *v = out;
     v->id = store_col_int64(st, 0);
@@ -46,7 +45,7 @@ static void vol_row(store_st *st, void *out)
     v->created_at = store_col_int64(st, 6);
 }
 
-STORE_ROWS(vol_rows, store_volume, vol_row)
+STORE_ROWS(vol_rows, store_volume, store_vol_row)
 
 int store_volume_get(store *s, store_vol_kind k, int64_t tenant_id, const char *name,
                      int with_public, store_volume *out)
@@ -58,7 +57,7 @@ int store_volume_get(store *s, store_vol_kind k, int64_t tenant_id, const char *
         if (k == STORE_DATASET)
             store_bind_int64(st, 3, with_public != 0);
     }
-    return store_get_one(st, vol_row, out);
+    return store_get_one(st, store_vol_row, out);
 }
 
 int store_volume_list(store *s, store_vol_kind k, int64_t tenant_id, int with_public,

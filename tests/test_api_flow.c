@@ -516,3 +516,40 @@ Test(api_flow, console_served_outside_the_api)
     cr_expect_eq(r.status, 200);
     th_free(&r);
 }
+
+/* Registers a node of cpus CPUs by the agents' API (no agent runs). */
+static void register_node(const char *name, int cpus)
+{
+    th_resp r = th_post(&d, "/v1/nodes/join-tokens", TH_ADMIN, NULL);
+    cr_assert_eq(r.status, 201, "%s", r.body);
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"join_token\":\"%s\",\"name\":\"%s\",\"address\":\"127.0.0.1\",\"cpus\":%d,"
+             "\"memory_mb\":65536,\"port_lo\":40000,\"port_hi\":40099}",
+             th_str(&r, "token"), name, cpus);
+    th_free(&r);
+    th_must(th_post(&d, "/v1/agent/register", NULL, body), 201);
+}
+
+/*
+ * A job no registered node could ever hold is refused (422 never_fits),
+ * and a node that joins right after is counted at once: the submit path
+ * keeps the nodes' capacities for a second, but a "never" is checked on a
+ * fresh read.
+ */
+Test(api_flow, never_fits_is_refused_and_a_new_node_counts_at_once)
+{
+    char tok[80];
+    th_user(&d, "acme", "alice", "member", tok);
+    make_volumes(tok);
+    const char big[] = "{\"name\":\"big\",\"image\":\"native\",\"workspace\":\"ws\","
+                       "\"code_path\":\"bin/train\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                       "\"worker_spec\":\"cpu-large\",\"worker_count\":1}";
+    register_node("small", 2);
+    th_resp r = th_post(&d, "/v1/jobs", tok, big);
+    cr_assert_eq(r.status, 422, "%s", r.body);
+    cr_expect(strstr(r.body, "never_fits") && strstr(r.body, "can never fit"), "%s", r.body);
+    th_free(&r);
+    register_node("large", 16);
+    th_must(th_post(&d, "/v1/jobs", tok, big), 201);
+}
