@@ -27,6 +27,18 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
+long long th_ms_of(const char *s)
+{
+    struct tm tm = {0};
+    int ms = 0;
+    cr_assert(sscanf(s, "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                     &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms) == 7,
+              "time %s", s);
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    return (long long)timegm(&tm) * 1000 + ms;
+}
+
 int th_pg(void)
 {
     const char *pg = getenv("COHORT_TEST_PG");

@@ -26,6 +26,10 @@ typedef struct th_daemon {
     char store[400]; /* --store: a PostgreSQL URL under with-postgres, else "" */
 } th_daemon;
 
+/* ms since the epoch of the API's "YYYY-MM-DDTHH:MM:SS.mmmZ", parsed here
+ * on purpose (not with cohortd's own code). */
+long long th_ms_of(const char *s);
+
 /* Whether this run's cohortd stores in PostgreSQL (tests/with-postgres). */
 int th_pg(void);
 /* The --store target of data dir dir: "sqlite:DIR/FILE", or under

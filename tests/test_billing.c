@@ -130,20 +130,6 @@ static void wait_workers_ended(long id)
     cr_assert_fail("job %ld still has live workers", id);
 }
 
-/* ms since the epoch of "YYYY-MM-DDTHH:MM:SS.mmmZ", parsed here on purpose
- * (not with cohortd's own code). */
-static long long ms_of(const char *s)
-{
-    struct tm tm = {0};
-    int ms = 0;
-    cr_assert(sscanf(s, "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-                     &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms) == 7,
-              "time %s", s);
-    tm.tm_year -= 1900;
-    tm.tm_mon -= 1;
-    return (long long)timegm(&tm) * 1000 + ms;
-}
-
 /*
  * What the job should have been charged, from its workers' records alone:
  * per rank and attempt, whole seconds rounded up (at most max_runtime), times
@@ -161,7 +147,7 @@ static long long expected_charge(long id, long long price, long long cap, int *r
         if (!cJSON_IsString(s))
             continue;
         cr_assert(cJSON_IsString(f), "job %ld: a started rank has not ended", id);
-        long long el = ms_of(f->valuestring) - ms_of(s->valuestring);
+        long long el = th_ms_of(f->valuestring) - th_ms_of(s->valuestring);
         long long secs = el > 0 ? (el + 999) / 1000 : 0;
         if (cap > 0 && secs > cap)
             secs = cap;

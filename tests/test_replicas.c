@@ -118,19 +118,6 @@ static void *submit_main(void *arg)
     return NULL;
 }
 
-/* ms since the epoch of "YYYY-MM-DDTHH:MM:SS.mmmZ". */
-static long long ms_of(const char *s)
-{
-    struct tm tm = {0};
-    int ms = 0;
-    cr_assert(sscanf(s, "%d-%d-%dT%d:%d:%d.%dZ", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
-                     &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &ms) == 7,
-              "time %s", s);
-    tm.tm_year -= 1900;
-    tm.tm_mon -= 1;
-    return (long long)timegm(&tm) * 1000 + ms;
-}
-
 /* What job id should cost from its workers' records: per rank, whole
  * seconds rounded up, times the price per hour / 3600, rounded half up. */
 static long long expected_charge(th_daemon *d, long id)
@@ -145,7 +132,7 @@ static long long expected_charge(th_daemon *d, long id)
         const cJSON *s = cJSON_GetObjectItem(it, "started_at");
         const cJSON *f = cJSON_GetObjectItem(it, "finished_at");
         cr_assert(cJSON_IsString(s) && cJSON_IsString(f), "job %ld: a rank did not run", id);
-        long long el = ms_of(f->valuestring) - ms_of(s->valuestring);
+        long long el = th_ms_of(f->valuestring) - th_ms_of(s->valuestring);
         long long secs = el > 0 ? (el + 999) / 1000 : 0;
         sum += (secs * PRICE + 1800) / 3600;
     }
@@ -160,21 +147,26 @@ static long long db_ll(const char *sql)
     return atoll(out);
 }
 
-Test(replicas, the_leader_killed_mid_load_loses_nothing_and_places_nothing_twice)
+/* Two replicas, replica 0 leading; a tenant and its workspace. */
+static void pair(void)
 {
     if (!th_pg())
         cr_skip_test("several cohortd need PostgreSQL: run under tests/with-postgres");
-    if (!th_can_sandbox())
-        cr_skip_test("needs root for the agents");
     for (int i = 0; i < 2; i++)
         snprintf(listen_at[i], sizeof listen_at[i], "127.0.0.1:%d", th_free_port());
     start_replica(0, 0);
     cr_assert(wait_leader(&rep[0], 1, 5000), "the first cohortd does not lead");
     start_replica(1, 0);
-    cr_expect_eq(leader(&rep[1]), 0, "two cohortd lead at once");
-
     th_user(&rep[0], "acme", "alice", "member", tok);
     th_must(th_post(&rep[1], "/v1/workspaces", tok, "{\"name\":\"ws\"}"), 201);
+}
+
+Test(replicas, the_leader_killed_mid_load_loses_nothing_and_places_nothing_twice)
+{
+    pair();
+    if (!th_can_sandbox())
+        cr_skip_test("needs root for the agents");
+    cr_expect_eq(leader(&rep[1]), 0, "two cohortd lead at once");
     th_put_text(&rep[1], tok, "ws", "run.sh",
                 "#!/bin/sh\nfor a in \"$@\"; do n=$a; done\n" /* the job's argument comes last */
                 "echo \"$n $RANK\" >> \"$WORKSPACE/runs.log\"\nsleep 1\n",
@@ -279,20 +271,6 @@ Test(replicas, the_leader_killed_mid_load_loses_nothing_and_places_nothing_twice
     th_resp r = th_get(&rep[0], p, tok);
     cr_expect_eq(r.status, 200, "%s", r.body);
     th_free(&r);
-}
-
-/* Two replicas, replica 0 leading; a tenant and its workspace. */
-static void pair(void)
-{
-    if (!th_pg())
-        cr_skip_test("several cohortd need PostgreSQL: run under tests/with-postgres");
-    for (int i = 0; i < 2; i++)
-        snprintf(listen_at[i], sizeof listen_at[i], "127.0.0.1:%d", th_free_port());
-    start_replica(0, 0);
-    cr_assert(wait_leader(&rep[0], 1, 5000), "the first cohortd does not lead");
-    start_replica(1, 0);
-    th_user(&rep[0], "acme", "alice", "member", tok);
-    th_must(th_post(&rep[1], "/v1/workspaces", tok, "{\"name\":\"ws\"}"), 201);
 }
 
 /* With nothing submitted to wake it, the follower takes the lead at its
