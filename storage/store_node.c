@@ -181,9 +181,7 @@ int store_node_mark_down(store_tx *tx, int64_t cutoff_ms, void (*row)(void *arg,
     while ((rc = store_step(st)) == STORE_ROW)
         nomem |= util_i64s_push(&ids, store_col_int64(st, 0)) != 0;
     store_reset(st);
-    if (rc != STORE_DONE)
-        rc = rc;
-    else
+    if (rc == STORE_DONE)
         rc = nomem ? STORE_NOMEM : STORE_OK; /* an error rolls the marks back */
     /* Told after the statement is done, so row() may write. */
     for (size_t i = 0; rc == STORE_OK && i < ids.n; i++)

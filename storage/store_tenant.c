@@ -125,18 +125,7 @@ int store_user_list(store *s, int64_t tenant_id, int64_t after, int limit,
 int store_platform_admin_count(store *s, int64_t *n)
 {
     static const char sql[] = "SELECT count(*) FROM users WHERE role = 'platform_admin'";
-    store_st *st = store_read_stmt(s, sql);
-    if (!st)
-        return STORE_EIO;
-    int rc = store_step(st);
-    if (rc == STORE_ROW) {
-        *n = store_col_int64(st, 0);
-        rc = STORE_OK;
-    } else {
-        rc = rc;
-    }
-    store_reset(st);
-    return rc;
+    return store_int64(store_reader(s), n, sql, NULL);
 }
 
 int store_platform_tenant_tx(store_tx *tx, int64_t *id)

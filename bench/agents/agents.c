@@ -11,7 +11,8 @@
  *
  * usage: bench_agents BUILD_DIR [MAX_NODES] [WINDOW_S]
  * COHORT_BENCH_STORE=URL runs cohortd with --store URL (bench/agents/run
- * starts a PostgreSQL server for it).
+ * starts a PostgreSQL server for it); COHORT_BENCH_THREADS, its --threads
+ * (default 2, one per CPU here).
  */
 #include <curl/curl.h>
 #include <pthread.h>
@@ -41,7 +42,7 @@ struct agent {
     long long hb_started, next_hb; /* ms */
 };
 
-static char base[128];
+static char base[160];
 static struct agent *agents;
 static int nagents;
 static CURLM *multi;
@@ -349,6 +350,11 @@ int main(int argc, char **argv)
     snprintf(cohortd, sizeof cohortd, "%s/cohortd", argv[1]);
     snprintf(log, sizeof log, "%s/cohortd.log", dir);
     const char *store = getenv("COHORT_BENCH_STORE");
+    /* Heartbeats wait for their commit in a request thread: threads bound
+     * how many commit at once. */
+    const char *threads = getenv("COHORT_BENCH_THREADS");
+    if (!threads || !*threads)
+        threads = "2";
     pid_t pid = fork();
     if (pid == 0) {
         FILE *f = freopen(log, "w", stdout);
@@ -358,7 +364,8 @@ int main(int argc, char **argv)
         char *args[] = {cohortd,          "--listen",       "127.0.0.1:0", "--data-dir",
                         dir,              "--access-log",   "off",         "--rate-limit",
                         "0",              "--max-conns-per-ip", "0",       "--node-timeout",
-                        "30",             store ? "--store" : NULL, (char *)store, NULL};
+                        "30",             "--threads",      (char *)threads,
+                        store ? "--store" : NULL, (char *)store, NULL};
         execv(cohortd, args);
         _exit(127);
     }
