@@ -40,6 +40,7 @@ typedef struct api_ctx {
     int64_t budget_grace_s;
     int web_fd;              /* the console's web root (api_web_open); -1: none */
     struct api_log_budget *logs; /* stored output per job (api_logs_open); NULL: unbounded */
+    struct api_beats *beats; /* liveness-only heartbeats (api_beats_open); NULL: each written */
 } api_ctx;
 
 #define API_DEFAULT_LOG_LIMIT ((int64_t)256 << 20)
@@ -188,6 +189,17 @@ int api_web_serve(api_ctx *ctx, const char *path, api_resp *rs);
  * 0, or -1 with a message.  api_logs_close frees it.
  */
 int api_logs_open(api_ctx *ctx, int64_t limit, char *err, size_t errlen);
+
+/*
+ * Heartbeats that only say a node is alive, written together every half
+ * second by a thread of their own (api_beats.c).  open: 0, or -1 with a
+ * message in err.  close: writes what is pending and stops the thread
+ * (before the store closes).  note: 0 when node_id's time at was taken,
+ * -1 when the caller must write it itself.
+ */
+int api_beats_open(api_ctx *ctx, char *err, size_t errlen);
+void api_beats_close(api_ctx *ctx);
+int api_beats_note(api_ctx *ctx, int64_t node_id, int64_t at);
 void api_logs_close(api_ctx *ctx);
 
 /* Sent with every response: the console's scripts and styles come only from

@@ -445,7 +445,11 @@ void api_agent_heartbeat(api_ctx *ctx, const api_req *rq, api_resp *rs)
         snprintf(r->w[r->n].message, sizeof r->w[r->n].message, "%s", msg ? msg : "");
         r->n++;
     }
-    int rc = store_write(ctx->st, heartbeat_write, r);
+    /* Only alive, and known up: written with the others within half a second. */
+    int rc = r->n == 0 && !strcmp(rq->node->state, "up") &&
+                     api_beats_note(ctx, r->node_id, util_now_ms()) == 0
+                 ? STORE_OK
+                 : store_write(ctx->st, heartbeat_write, r);
     if (rc != STORE_OK) {
         api_store_error(rs, rc, "heartbeat");
         goto out;

@@ -424,6 +424,7 @@ static void ctx_close(api_ctx *ctx)
 {
     if (!ctx)
         return;
+    api_beats_close(ctx);
     if (ctx->st)
         store_on_signal(ctx->st, NULL, NULL);
     sched_stop(ctx->sched);
@@ -502,6 +503,10 @@ static api_ctx *ctx_open(const struct config *cfg)
      * the agents waiting here, and their revocations reach the token cache. */
     if (store_on_signal(ctx->st, api_on_signal, ctx) != STORE_OK) {
         fprintf(stderr, "cohortd: cannot listen for the other cohortd's signals\n");
+        goto fail;
+    }
+    if (api_beats_open(ctx, err, sizeof err) != 0) {
+        fprintf(stderr, "cohortd: %s\n", err);
         goto fail;
     }
     return ctx;
