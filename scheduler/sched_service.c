@@ -46,6 +46,7 @@ struct sched_service {
     sched_node *fit_nodes;
     size_t fit_n;
     int64_t fit_at;       /* monotonic ms of the read; 0: none */
+    sched_stats stats;    /* under lock */
 };
 
 #define FIT_CACHE_MS 1000
@@ -509,6 +510,7 @@ static void run_pass(sched_service *s)
         s->last_tick = mono;
     }
     struct pass p = {.svc = s, .now = util_now_ms()};
+    int64_t t0 = util_mono_us();
     /* Planned on a snapshot outside the writer; only placements are written.
      * Without a usable node nothing can be placed: no plan at all, however
      * long the queue. */
@@ -530,6 +532,17 @@ static void run_pass(sched_service *s)
     }
     if (rc != STORE_OK && rc != STORE_BUSY)
         fprintf(stderr, "scheduler: pass failed (%s)\n", store_rc_name(rc));
+    if (usable) {
+        int64_t us = util_mono_us() - t0;
+        pthread_mutex_lock(&s->lock);
+        s->stats.passes++;
+        s->stats.sum_us += (uint64_t)us;
+        s->stats.last_us = us;
+        if (us > s->stats.max_us)
+            s->stats.max_us = us;
+        s->stats.last_pending = (int64_t)p.npend;
+        pthread_mutex_unlock(&s->lock);
+    }
     if (rc == STORE_OK) {
         if (p.dec.nwaits > 1)
             qsort(p.dec.waits, p.dec.nwaits, sizeof *p.dec.waits, pos_cmp);
@@ -638,6 +651,13 @@ void sched_stop(sched_service *s)
     free(s->fit_nodes);
     free(s->pos);
     free(s);
+}
+
+void sched_stats_get(sched_service *s, sched_stats *out)
+{
+    pthread_mutex_lock(&s->lock);
+    *out = s->stats;
+    pthread_mutex_unlock(&s->lock);
 }
 
 uint64_t sched_version(sched_service *s)

@@ -49,6 +49,19 @@ void sched_on_bump(sched_service *s, void (*notify)(void *arg), void *arg);
  */
 void sched_signal(sched_service *s, const char *what);
 
+/* What the passes of this cohortd cost: counted only where it leads, timed
+ * from the snapshot read to the placements' commit (the tick excluded). */
+typedef struct sched_stats {
+    uint64_t passes;      /* passes that planned (a usable node and the lead) */
+    uint64_t sum_us;      /* their time, all together */
+    int64_t last_us;      /* the last one's */
+    int64_t max_us;       /* the longest since start */
+    int64_t last_pending; /* jobs the last one planned over */
+} sched_stats;
+
+/* A consistent copy of s's figures into out. */
+void sched_stats_get(sched_service *s, sched_stats *out);
+
 /* Queue position of a pending job (1: next), 0 when not known yet; why it
  * waits goes to reason (may be NULL) as of the last pass. */
 int64_t sched_position(sched_service *s, int64_t job_id, char *reason, size_t n);

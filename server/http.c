@@ -382,7 +382,7 @@ static void metrics_answer(struct req_state *st)
 {
     http_server *srv = st->srv;
     util_buf b = {0};
-    metrics_render(&b, srv->ctx->st);
+    metrics_render(&b, srv->ctx->st, srv->ctx->sched);
     pthread_mutex_lock(&srv->cwlock);
     int64_t open = srv->open_conns;
     uint64_t cut = srv->cut_slow;

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "scheduler/sched_service.h"
 #include "storage/store.h"
 #include "storage/util.h"
 
@@ -16,7 +17,8 @@
 
 int metrics_init(const char *const *labels, int n);
 void metrics_observe(int route, int status, int64_t micros);
-/* Appends the exposition text to b. */
-void metrics_render(util_buf *b, store *st);
+/* Appends the exposition text to b; the scheduler's passes from sched
+ * (NULL: none runs here). */
+void metrics_render(util_buf *b, store *st, sched_service *sched);
 
 #endif

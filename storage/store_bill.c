@@ -450,14 +450,14 @@ int store_money_metrics(store *s,
                                       int64_t amount),
                         void *arg)
 {
-    /* Scans the ledger once per scrape: a sum per tenant, no per-row output. */
+    /* Running workers through their state's index; charges as the ledger's
+     * trigger keeps them in accounts (the ledger itself only grows). */
     static const char run_sql[] =
         "SELECT t.name, count(*) FROM workers w JOIN jobs j ON j.id = w.job_id"
         " JOIN tenants t ON t.id = j.tenant_id WHERE w.state = 'running' GROUP BY t.name";
     static const char spent_sql[] =
-        "SELECT t.name, l.currency, sum(l.amount) FROM ledger l"
-        " JOIN tenants t ON t.id = l.tenant_id WHERE l.kind = 'charge'"
-        " GROUP BY t.name, l.currency";
+        "SELECT t.name, a.currency, a.charged FROM accounts a"
+        " JOIN tenants t ON t.id = a.tenant_id WHERE a.charged > 0 ORDER BY t.name";
     store_st *st = store_read_stmt(s, run_sql);
     if (!st)
         return STORE_EIO;

@@ -82,6 +82,49 @@ Test(store, refuses_a_newer_schema)
         store_close(s);
 }
 
+/* A database left at schema 7 by an older cohortd, with charges in its
+ * ledger: opened, it reaches 8, each account's charges are summed into
+ * charged once, and the trigger keeps them from there on. */
+Test(store, schema_7_with_a_ledger_upgrades_and_keeps_its_charges)
+{
+    char cmd[2048], out[256], err[256] = "";
+    static const char mig[] = "CREATE TABLE schema_migrations(version INTEGER PRIMARY KEY,"
+                              " name TEXT NOT NULL, applied_at BIGINT NOT NULL)";
+    if (th_pg()) {
+        snprintf(cmd, sizeof cmd,
+                 "psql -X -q -v ON_ERROR_STOP=1 '%s' -f '%s/migrations/postgresql/007_schema.sql'"
+                 " -c '%s' -c \"INSERT INTO schema_migrations VALUES (7, '007_schema.sql', 0)\""
+                 " >/dev/null",
+                 db, COHORT_SOURCE_DIR, mig);
+    } else {
+        snprintf(cmd, sizeof cmd,
+                 "cat '%s'/migrations/00[1-7]_*.sql | sqlite3 -bail '%s' && sqlite3 '%s' '%s;"
+                 " INSERT INTO schema_migrations VALUES (7, \"007\", 0)'",
+                 COHORT_SOURCE_DIR, db + 7, db + 7, mig);
+    }
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    sql("INSERT INTO ledger(tenant_id, at, kind, amount, currency) VALUES (1, 1, 'credit', 1000,"
+        " 'USD'); INSERT INTO ledger(tenant_id, at, kind, amount, currency, job_id, attempt, rank)"
+        " VALUES (1, 2, 'charge', 30, 'USD', 1, 1, 0), (1, 3, 'charge', 12, 'USD', 1, 1, 1)",
+        out, sizeof out);
+    sql("SELECT balance FROM accounts WHERE tenant_id = 1", out, sizeof out);
+    cr_assert_str_eq(out, "958\n", "the schema 7 trigger");
+
+    store *s = store_open(db, err, sizeof err);
+    cr_assert(s, "%s", err);
+    cr_expect_eq(store_schema_version(s), 8);
+    store_close(s);
+    sql("SELECT balance, charged FROM accounts WHERE tenant_id = 1", out, sizeof out);
+    cr_expect_str_eq(out, "958|42\n");
+    sql("INSERT INTO ledger(tenant_id, at, kind, amount, currency, job_id, attempt, rank)"
+        " VALUES (1, 4, 'charge', 8, 'USD', 2, 1, 0);"
+        " INSERT INTO ledger(tenant_id, at, kind, amount, currency) VALUES (1, 5, 'credit', 100,"
+        " 'USD')",
+        out, sizeof out);
+    sql("SELECT balance, charged FROM accounts WHERE tenant_id = 1", out, sizeof out);
+    cr_expect_str_eq(out, "1050|50\n", "the trigger of schema 8");
+}
+
 struct insert {
     store *s;
     int base;

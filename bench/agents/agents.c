@@ -77,37 +77,9 @@ static void add(struct samples *s, double v)
     s->v[s->n++] = v;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static double pct(struct samples *s, double p)
 {
-    if (!s->n)
-        return -1;
-    qsort(s->v, s->n, sizeof *s->v, cmp_double);
-    size_t i = (size_t)(p / 100.0 * (double)(s->n - 1) + 0.5);
-    return s->v[i];
-}
-
-static size_t sink_write(char *p, size_t size, size_t n, void *arg)
-{
-    bench_sink *s = arg;
-    size_t add_n = size * n;
-    if (s->len + add_n + 1 > s->cap) {
-        size_t cap = (s->len + add_n + 1) * 2;
-        char *nb = realloc(s->buf, cap);
-        if (!nb)
-            return 0;
-        s->buf = nb;
-        s->cap = cap;
-    }
-    memcpy(s->buf + s->len, p, add_n);
-    s->len += add_n;
-    s->buf[s->len] = '\0';
-    return add_n;
+    return bench_pct(s->v, s->n, p);
 }
 
 static void start_poll(struct agent *a)
@@ -139,7 +111,7 @@ static CURL *easy_for(struct agent *a, bench_sink *sink, long timeout_ms)
 {
     CURL *c = curl_easy_init();
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, a->auth);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, bench_sink_write);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, sink);
     curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
@@ -235,31 +207,6 @@ static void run_for(long long ms)
     }
 }
 
-/* utime + stime of pid in clock ticks, and its RSS in kB. */
-static void proc_usage(pid_t pid, long long *ticks, long *rss_kb)
-{
-    char p[64], buf[4096];
-    snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(p, "r");
-    *ticks = 0;
-    if (f && fgets(buf, sizeof buf, f)) {
-        char *s = strrchr(buf, ')');
-        unsigned long ut = 0, st = 0;
-        if (s && sscanf(s + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2)
-            *ticks = (long long)(ut + st);
-    }
-    if (f)
-        fclose(f);
-    snprintf(p, sizeof p, "/proc/%d/status", (int)pid);
-    *rss_kb = 0;
-    if ((f = fopen(p, "r"))) {
-        while (fgets(buf, sizeof buf, f))
-            if (!strncmp(buf, "VmRSS:", 6))
-                *rss_kb = atol(buf + 6);
-        fclose(f);
-    }
-}
-
 struct submitter {
     char token[128];
     int n;
@@ -344,48 +291,21 @@ int main(int argc, char **argv)
         rl.rlim_cur = rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
-    char dir[] = "/tmp/cohort-bench-agents-XXXXXX", cohortd[512], log[128], addr[128];
+    char dir[] = "/tmp/cohort-bench-agents-XXXXXX";
     if (!mkdtemp(dir))
         return 1;
-    snprintf(cohortd, sizeof cohortd, "%s/cohortd", argv[1]);
-    snprintf(log, sizeof log, "%s/cohortd.log", dir);
     const char *store = getenv("COHORT_BENCH_STORE");
     /* Heartbeats wait for their commit in a request thread: threads bound
      * how many commit at once. */
     const char *threads = getenv("COHORT_BENCH_THREADS");
     if (!threads || !*threads)
         threads = "2";
-    pid_t pid = fork();
-    if (pid == 0) {
-        FILE *f = freopen(log, "w", stdout);
-        (void)f;
-        dup2(1, 2);
-        setenv("COHORT_ADMIN_TOKEN", ADMIN, 1);
-        char *args[] = {cohortd,          "--listen",       "127.0.0.1:0", "--data-dir",
-                        dir,              "--access-log",   "off",         "--rate-limit",
-                        "0",              "--max-conns-per-ip", "0",       "--node-timeout",
-                        "30",             "--threads",      (char *)threads,
-                        store ? "--store" : NULL, (char *)store, NULL};
-        execv(cohortd, args);
-        _exit(127);
-    }
-    snprintf(addr, sizeof addr, "%s/cohortd.addr", dir);
-    char line[128] = "";
-    for (int i = 0; i < 200 && !line[0]; i++) {
-        FILE *f = fopen(addr, "r");
-        if (f) {
-            if (!fgets(line, sizeof line, f))
-                line[0] = '\0';
-            fclose(f);
-        }
-        usleep(50000);
-    }
-    line[strcspn(line, "\n")] = '\0';
-    if (!line[0]) {
-        fprintf(stderr, "bench/agents: cohortd did not start (see %s)\n", log);
+    const char *extra[] = {"--access-log", "off", "--rate-limit", "0", "--max-conns-per-ip", "0",
+                           "--node-timeout", "30", "--threads", threads,
+                           store ? "--store" : NULL, store, NULL};
+    pid_t pid = bench_cohortd_start(argv[1], dir, ADMIN, extra, base, sizeof base);
+    if (pid < 0)
         return 1;
-    }
-    snprintf(base, sizeof base, "http://%s", line);
     curl_global_init(CURL_GLOBAL_DEFAULT);
     multi = curl_multi_init();
     curl_multi_setopt(multi, CURLMOPT_MAXCONNECTS, (long)max_nodes * 2 + 16);
@@ -416,8 +336,8 @@ int main(int argc, char **argv)
         run_for(2 * HEARTBEAT_MS); /* every agent heartbeating and polling */
         hb_lat.n = wake_lat.n = 0;
         long long ticks0, ticks1;
-        long rss;
-        proc_usage(pid, &ticks0, &rss);
+        long rss, peak;
+        bench_proc_usage(pid, &ticks0, &rss, &peak);
         long long w0 = now_ms();
         measuring = 1;
         sub.spacing_ms = (long long)window_s * 1000 / (JOBS_PER_WINDOW + 1);
@@ -428,7 +348,7 @@ int main(int argc, char **argv)
         run_for(1000); /* the last job's wake-up */
         measuring = 0;
         long long w1 = now_ms();
-        proc_usage(pid, &ticks1, &rss);
+        bench_proc_usage(pid, &ticks1, &rss, &peak);
         double cpu = (double)(ticks1 - ticks0) / (double)tick / ((double)(w1 - w0) / 1000.0);
         printf("RESULT nodes=%d register_s=%.1f cohortd_cpu=%.3f rss_mb=%.1f heartbeats=%zu "
                "hb_per_s=%.0f hb_p50_ms=%.1f hb_p99_ms=%.1f wakeups=%zu wake_p50_ms=%.0f "

@@ -7,6 +7,7 @@
 #define COHORT_BENCH_HTTP_H
 
 #include <stddef.h>
+#include <sys/types.h>
 
 #include <curl/curl.h>
 
@@ -27,6 +28,27 @@ long bench_call(CURL *c, const char *base, const char *token, const char *method
 
 /* Frees out's buffer; it may be used again afterwards. */
 void bench_sink_free(bench_sink *out);
+
+/* A CURLOPT_WRITEFUNCTION that appends to the bench_sink given as its
+ * CURLOPT_WRITEDATA (for handles driven by a multi handle). */
+size_t bench_sink_write(char *p, size_t size, size_t n, void *sink);
+
+/*
+ * Starts build/cohortd on 127.0.0.1 (a free port) with dir as its data dir,
+ * admin_token as its admin token, its output in dir/cohortd.log, and the
+ * NULL-ended extra options.
+ * Waits up to 10 s for it to listen and writes "http://IP:PORT" to base.
+ * Its pid, or -1 (why on stderr).
+ */
+pid_t bench_cohortd_start(const char *build, const char *dir, const char *admin_token,
+                          const char *const *extra, char *base, size_t n);
+
+/* pid's CPU time so far (utime + stime, clock ticks), its RSS and its peak
+ * RSS (kB); 0 for what cannot be read. */
+void bench_proc_usage(pid_t pid, long long *ticks, long *rss_kb, long *peak_kb);
+
+/* The p-th percentile (0..100, nearest rank) of v[0..n); sorts v. -1 when n is 0. */
+double bench_pct(double *v, size_t n, double p);
 
 /* Writes dir/registry.yml for docker-registry serving dir/registry at addr
  * ("IP:PORT"); its path goes to conf.  0, or -1 when it cannot be written. */
