@@ -484,23 +484,17 @@ static void count_usable(void *arg, const store_node *n)
 
 static void run_pass(sched_service *s)
 {
-    /* Of several cohortd on one database only the leader plans and ticks;
+    /* Of several cohortd on one database only the leader ticks and places;
      * the others try to take the lead at every tick.  (Correctness does not
-     * rest on it: every placement is checked again inside its write.) */
+     * rest on it: every placement is checked again inside its write.)  A
+     * follower still plans, on a snapshot, and writes nothing: its API then
+     * gives pending jobs queue positions and reasons as the leader's does. */
     int lead = store_lead(s->st);
     __atomic_store_n(&s->leads, lead, __ATOMIC_RELEASE);
-    if (!lead) {
-        pthread_mutex_lock(&s->lock);
-        free(s->pos);
-        s->pos = NULL;
-        s->npos = 0;
-        pthread_mutex_unlock(&s->lock);
-        return;
-    }
     /* Timeouts and silent nodes are looked for once per tick, not on every wake. */
     int rc = STORE_OK;
     int64_t mono = util_mono_us() / 1000;
-    if (mono - s->last_tick >= s->cfg.tick_ms) {
+    if (lead && mono - s->last_tick >= s->cfg.tick_ms) {
         struct tick t = {util_now_ms(), s->cfg.node_timeout_ms, &s->cfg, NULL, 0};
         rc = store_write(s->st, tick, &t);
         if (rc != STORE_OK && rc != STORE_BUSY)
@@ -524,7 +518,7 @@ static void run_pass(sched_service *s)
     pthread_mutex_lock(&s->lock);
     s->no_nodes = rc == STORE_OK && !usable;
     pthread_mutex_unlock(&s->lock);
-    if (rc == STORE_OK && p.dec.nplaced > 0) {
+    if (lead && rc == STORE_OK && p.dec.nplaced > 0) {
         rc = store_write(s->st, commit_all, &p);
         /* A placement that no longer held is planned again at the next pass. */
         if (rc == STORE_OK && p.placed)
@@ -532,7 +526,7 @@ static void run_pass(sched_service *s)
     }
     if (rc != STORE_OK && rc != STORE_BUSY)
         fprintf(stderr, "scheduler: pass failed (%s)\n", store_rc_name(rc));
-    if (usable) {
+    if (lead && usable) {
         int64_t us = util_mono_us() - t0;
         pthread_mutex_lock(&s->lock);
         s->stats.passes++;

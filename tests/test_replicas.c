@@ -318,6 +318,60 @@ Test(replicas, a_placement_by_the_leader_wakes_an_agent_waiting_on_the_other)
     cr_expect_lt(ms, 5000, "the agent was not woken: %lld ms", (long long)ms);
 }
 
+/* The queue position of pending job id on replica i, 0 when it has none. */
+static long position_on(int i, long id)
+{
+    char p[64];
+    snprintf(p, sizeof p, "/v1/jobs/%ld", id);
+    cJSON *j = th_get_json(&rep[i], p, tok);
+    const cJSON *pos = cJSON_GetObjectItem(j, "position");
+    long v = cJSON_IsNumber(pos) ? (long)pos->valuedouble : 0;
+    cJSON_Delete(j);
+    return v;
+}
+
+/* A follower plans on its own snapshot and writes nothing, so pending jobs
+ * have the same queue positions through either replica. */
+Test(replicas, a_follower_gives_pending_jobs_the_leaders_queue_positions)
+{
+    pair();
+    if (!th_can_sandbox())
+        cr_skip_test("needs root for the agent");
+    th_put_text(&rep[1], tok, "ws", "run.sh", "#!/bin/sh\nsleep 30\n", "755");
+    char both[96];
+    snprintf(both, sizeof both, "http://%s,http://%s", listen_at[0], listen_at[1]);
+    const char *extra[] = {"--runtime", "host", "--cpus", "2", "--port-range", "33300-33399", NULL};
+    th_agent_start_on(&ag[0], &rep[0], both, "n1", extra);
+    long id[3];
+    for (int k = 0; k < 3; k++) {
+        /* Two one-CPU workers each: the node's two CPUs hold one job at a time. */
+        th_resp r = th_post(&rep[k % 2], "/v1/jobs", tok,
+                            "{\"name\":\"w\",\"image\":\"native\",\"workspace\":\"ws\","
+                            "\"code_path\":\"run.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                            "\"worker_spec\":\"cpu-small\",\"worker_count\":2}");
+        cr_assert_eq(r.status, 201, "%s", r.body);
+        id[k] = (long)th_num(&r, "id");
+        th_free(&r);
+    }
+    char seen[16];
+    cr_assert(th_wait_state(&rep[0], tok, id[0], "RUNNING", 15000, seen), "job is %s", seen);
+    long pos[2][2] = {{0}};
+    int64_t t0 = mono_ms();
+    while (mono_ms() - t0 < 5000) {
+        for (int i = 0; i < 2; i++)
+            for (int k = 0; k < 2; k++)
+                pos[i][k] = position_on(i, id[k + 1]);
+        if (pos[1][0] == 1 && pos[1][1] == 2 && pos[0][0] == 1 && pos[0][1] == 2)
+            break;
+        usleep(100000);
+    }
+    cr_expect(leader(&rep[0]) && !leader(&rep[1]), "replica 0 no longer leads");
+    cr_expect(pos[0][0] == 1 && pos[0][1] == 2, "leader: positions %ld, %ld", pos[0][0],
+              pos[0][1]);
+    cr_expect(pos[1][0] == 1 && pos[1][1] == 2, "follower: positions %ld, %ld", pos[1][0],
+              pos[1][1]);
+}
+
 /* A token revoked through one replica is refused by the other at once,
  * though the other had it in its cache (which keeps entries 10 s). */
 Test(replicas, a_token_revoked_on_one_is_refused_by_the_other_at_once)
