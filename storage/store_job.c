@@ -393,15 +393,19 @@ int store_job_briefs_tx(store_tx *tx, job_state state,
                         void (*row)(void *arg, const store_job_brief *b), void *arg)
 {
     static const char sql[] =
-        "SELECT id, tenant_id, priority, created_at, attempt, worker_count,"
-        " coalesce(workers_per_node, 0), cpus, memory_mb, gpus,"
-        " coalesce(max_runtime_seconds, 0), coalesce(started_at, 0), state, coalesce(reason, ''),"
-        " CASE WHEN admitted_at IS NULL THEN coalesce((SELECT price_per_hour FROM worker_specs s"
-        "  WHERE s.name = jobs.worker_spec), price_per_hour) ELSE price_per_hour END,"
-        " coalesce(admitted_at, 0),"
-        " CASE WHEN admitted_at IS NULL THEN coalesce((SELECT currency FROM worker_specs s"
-        "  WHERE s.name = jobs.worker_spec), currency) ELSE currency END"
-        " FROM jobs WHERE state = ?1 ORDER BY id";
+        /* The spec's price and currency for a job not admitted yet: one join
+         * (specs are few), not two subqueries per job. */
+        "SELECT j.id, j.tenant_id, j.priority, j.created_at, j.attempt, j.worker_count,"
+        " coalesce(j.workers_per_node, 0), j.cpus, j.memory_mb, j.gpus,"
+        " coalesce(j.max_runtime_seconds, 0), coalesce(j.started_at, 0), j.state,"
+        " coalesce(j.reason, ''),"
+        " CASE WHEN j.admitted_at IS NULL THEN coalesce(s.price_per_hour, j.price_per_hour)"
+        "  ELSE j.price_per_hour END,"
+        " coalesce(j.admitted_at, 0),"
+        " CASE WHEN j.admitted_at IS NULL THEN coalesce(s.currency, j.currency)"
+        "  ELSE j.currency END"
+        " FROM jobs j LEFT JOIN worker_specs s ON s.name = j.worker_spec"
+        " WHERE j.state = ?1 ORDER BY j.id";
     store_st *st =
         store_prep(store_tx_conn(tx), sql, STORE_ARGS(STORE_T(store_job_state_name(state))));
     if (!st)
