@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "storage/util.h"
+
 struct client {
     CURL *curl;
     char server[CLIENT_MAX_SERVERS][512];
@@ -17,27 +19,18 @@ struct client {
 };
 
 struct sink {
-    char *buf;
-    size_t len;
+    util_buf b;
     int too_big;
 };
 
 static size_t on_data(char *p, size_t size, size_t n, void *arg)
 {
     struct sink *s = arg;
-    size_t add = size * n;
-    if (s->len + add > CLIENT_MAX_BODY) {
+    if (s->b.len + size * n > CLIENT_MAX_BODY) {
         s->too_big = 1;
         return 0; /* aborts the transfer */
     }
-    char *nb = realloc(s->buf, s->len + add + 1);
-    if (!nb)
-        return 0;
-    memcpy(nb + s->len, p, add);
-    s->buf = nb;
-    s->len += add;
-    s->buf[s->len] = '\0';
-    return add;
+    return util_buf_sink(p, size, n, &s->b);
 }
 
 client *client_new(const char *server, char *err, size_t errlen)
@@ -145,19 +138,19 @@ static long request(client *c, const char *method, const char *path, const char 
                 c->server[c->cur]);
         if (!unsent || tries + 1 >= c->nserver)
             break;
-        free(s.buf);
+        free(s.b.buf);
         s = (struct sink){0};
     }
     if (rc == CURLE_OK) {
         curl_easy_getinfo(k, CURLINFO_RESPONSE_CODE, &status);
-        if (s.buf)
-            *out = cJSON_Parse(s.buf);
+        if (s.b.buf)
+            *out = cJSON_Parse(s.b.buf);
     } else {
         snprintf(err, errlen, "%s %s: %s", method, url,
                  s.too_big ? "answer too large" : curl_easy_strerror(rc));
     }
     curl_slist_free_all(h);
-    free(s.buf);
+    free(s.b.buf);
     return status;
 }
 

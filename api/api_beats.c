@@ -17,6 +17,7 @@
 
 #include "api/api_int.h"
 #include "storage/store_node.h"
+#include "storage/util.h"
 
 #define BEATS_FLUSH_MS 500
 #define BEATS_MAX 65536 /* pending nodes; past it a heartbeat is written by its request */
@@ -111,11 +112,7 @@ void api_beats_close(api_ctx *ctx)
     struct api_beats *b = ctx->beats;
     if (!b)
         return;
-    pthread_mutex_lock(&b->lock);
-    b->stopping = 1;
-    pthread_cond_signal(&b->wake);
-    pthread_mutex_unlock(&b->lock);
-    pthread_join(b->thread, NULL);
+    util_thread_stop(&b->lock, &b->wake, &b->stopping, b->thread);
     pthread_mutex_destroy(&b->lock);
     pthread_cond_destroy(&b->wake);
     free(b->id);

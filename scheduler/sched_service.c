@@ -634,11 +634,7 @@ void sched_stop(sched_service *s)
 {
     if (!s)
         return;
-    pthread_mutex_lock(&s->lock);
-    s->stopping = 1;
-    pthread_cond_signal(&s->wake);
-    pthread_mutex_unlock(&s->lock);
-    pthread_join(s->thread, NULL);
+    util_thread_stop(&s->lock, &s->wake, &s->stopping, s->thread);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->fit_lock);
     pthread_cond_destroy(&s->wake);

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "storage/util.h"
+
 struct alog {
     FILE *f;
     pthread_mutex_t lock;
@@ -106,11 +108,7 @@ void alog_close(alog *a)
 {
     if (!a)
         return;
-    pthread_mutex_lock(&a->lock);
-    a->stopping = 1;
-    pthread_cond_signal(&a->wake);
-    pthread_mutex_unlock(&a->lock);
-    pthread_join(a->thread, NULL);
+    util_thread_stop(&a->lock, &a->wake, &a->stopping, a->thread);
     if (a->f != stderr)
         fclose(a->f);
     else

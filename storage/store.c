@@ -607,11 +607,7 @@ void store_close(store *s)
 {
     if (!s)
         return;
-    pthread_mutex_lock(&s->lock);
-    s->stopping = 1;
-    pthread_cond_signal(&s->wake);
-    pthread_mutex_unlock(&s->lock);
-    pthread_join(s->thread, NULL);
+    util_thread_stop(&s->lock, &s->wake, &s->stopping, s->thread);
     if (s->listening)
         pthread_join(s->listener, NULL);
     if (s->leader)

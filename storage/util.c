@@ -227,6 +227,14 @@ void util_buf_append(util_buf *b, const void *data, size_t n)
     b->buf[b->len] = '\0';
 }
 
+size_t util_buf_sink(char *p, size_t size, size_t n, void *buf)
+{
+    util_buf *b = buf;
+    size_t add = size * n;
+    util_buf_append(b, p, add);
+    return b->oom ? 0 : add;
+}
+
 int util_i64s_push(util_i64s *a, int64_t x)
 {
     if (a->n == a->cap) {
@@ -253,4 +261,13 @@ void util_buf_printf(util_buf *b, const char *fmt, ...)
     vsnprintf(b->buf + b->len, (size_t)n + 1, fmt, ap);
     va_end(ap);
     b->len += (size_t)n;
+}
+
+void util_thread_stop(pthread_mutex_t *lock, pthread_cond_t *wake, int *stopping, pthread_t thread)
+{
+    pthread_mutex_lock(lock);
+    *stopping = 1;
+    pthread_cond_signal(wake);
+    pthread_mutex_unlock(lock);
+    pthread_join(thread, NULL);
 }

@@ -6,6 +6,7 @@
 #ifndef COHORT_UTIL_H
 #define COHORT_UTIL_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -72,6 +73,13 @@ int util_relpath_valid(const char *p, size_t len);
  */
 int util_image_ref_valid(const char *ref);
 
+/*
+ * Stops a background thread that sleeps on wake under lock: sets *stopping
+ * under the lock, wakes the thread and joins it.  The caller then destroys
+ * what the thread used.
+ */
+void util_thread_stop(pthread_mutex_t *lock, pthread_cond_t *wake, int *stopping, pthread_t thread);
+
 /* Growable byte buffer.  The owner frees buf with free(). */
 typedef struct util_buf {
     char *buf;
@@ -83,6 +91,12 @@ typedef struct util_buf {
 void util_buf_append(util_buf *b, const void *data, size_t n);
 void util_buf_printf(util_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/*
+ * Appends size * n bytes from p to the util_buf at buf: a write callback of the
+ * shape libcurl's CURLOPT_WRITEFUNCTION takes.  Returns the bytes taken, 0 when
+ * memory ran out (which ends a curl transfer).  The text stays NUL-terminated.
+ */
+size_t util_buf_sink(char *p, size_t size, size_t n, void *buf);
 
 /* Growable array of int64_t, zeroed to start.  The owner frees v with free(). */
 typedef struct util_i64s {

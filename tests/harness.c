@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "storage/util.h"
+
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -151,39 +153,35 @@ static void launch(th_daemon *d, const char *const *extra)
     cr_assert_fail("cohortd did not start within 10 s");
 }
 
-void th_start(th_daemon *d, const char *const *extra)
+/* Starts cohortd in dir, or in a fresh /tmp/cohort-test-XXXXXX when dir is NULL. */
+static void start(th_daemon *d, const char *dir, int no_admin, const char *const *extra)
 {
     memset(d, 0, sizeof *d);
-    snprintf(d->dir, sizeof d->dir, "/tmp/cohort-test-XXXXXX");
-    cr_assert(mkdtemp(d->dir) != NULL);
-    chmod(d->dir, 0711); /* agents' image caches inside: containers' uids walk through */
+    d->no_admin_env = no_admin;
+    snprintf(d->dir, sizeof d->dir, "%s", dir ? dir : "/tmp/cohort-test-XXXXXX");
+    if (!dir) {
+        cr_assert(mkdtemp(d->dir) != NULL);
+        chmod(d->dir, 0711); /* agents' image caches inside: containers' uids walk through */
+    }
     snprintf(d->db, sizeof d->db, "%s/cohort.db", d->dir);
     if (th_pg())
         th_store_target(d->dir, "cohort.db", d->store, sizeof d->store);
     launch(d, extra);
+}
+
+void th_start(th_daemon *d, const char *const *extra)
+{
+    start(d, NULL, 0, extra);
 }
 
 void th_start_in(th_daemon *d, const char *dir, const char *const *extra)
 {
-    memset(d, 0, sizeof *d);
-    snprintf(d->dir, sizeof d->dir, "%s", dir);
-    snprintf(d->db, sizeof d->db, "%s/cohort.db", d->dir);
-    if (th_pg())
-        th_store_target(d->dir, "cohort.db", d->store, sizeof d->store);
-    launch(d, extra);
+    start(d, dir, 0, extra);
 }
 
 void th_start_no_admin(th_daemon *d, const char *const *extra)
 {
-    memset(d, 0, sizeof *d);
-    d->no_admin_env = 1;
-    snprintf(d->dir, sizeof d->dir, "/tmp/cohort-test-XXXXXX");
-    cr_assert(mkdtemp(d->dir) != NULL);
-    chmod(d->dir, 0711); /* agents' image caches inside: containers' uids walk through */
-    snprintf(d->db, sizeof d->db, "%s/cohort.db", d->dir);
-    if (th_pg())
-        th_store_target(d->dir, "cohort.db", d->store, sizeof d->store);
-    launch(d, extra);
+    start(d, NULL, 1, extra);
 }
 
 int th_free_port(void)
@@ -205,26 +203,38 @@ void th_restart(th_daemon *d, const char *const *extra)
     launch(d, extra);
 }
 
-int th_stop(th_daemon *d)
+/* Sends sig to *pid, reaps it and clears *pid: its exit status, or 128 plus
+ * the signal that ended it; 0 when there was no process. */
+static int end_process(pid_t *pid, int sig)
 {
     int st = 0;
-    if (d->pid <= 0)
+    if (*pid <= 0)
         return 0;
-    kill(d->pid, SIGTERM);
-    waitpid(d->pid, &st, 0);
-    d->pid = 0;
-    if (WIFEXITED(st))
-        return WEXITSTATUS(st);
-    return 128 + WTERMSIG(st);
+    kill(*pid, sig);
+    waitpid(*pid, &st, 0);
+    *pid = 0;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* cohortd and agents end alike: a TERM that waits, or a KILL. */
+int th_stop(th_daemon *d)
+{
+    return end_process(&d->pid, SIGTERM);
+}
+
+int th_agent_stop(th_agent *a)
+{
+    return end_process(&a->pid, SIGTERM);
 }
 
 void th_kill9(th_daemon *d)
 {
-    if (d->pid <= 0)
-        return;
-    kill(d->pid, SIGKILL);
-    waitpid(d->pid, NULL, 0);
-    d->pid = 0;
+    end_process(&d->pid, SIGKILL);
+}
+
+void th_agent_kill9(th_agent *a)
+{
+    end_process(&a->pid, SIGKILL);
 }
 
 void th_cleanup(th_daemon *d)
@@ -243,25 +253,6 @@ void th_cleanup(th_daemon *d)
         int rc = system(cmd);
         (void)rc;
     }
-}
-
-struct sink {
-    char *buf;
-    size_t len;
-};
-
-static size_t on_body(char *p, size_t size, size_t n, void *arg)
-{
-    struct sink *s = arg;
-    size_t add = size * n;
-    char *nb = realloc(s->buf, s->len + add + 1);
-    if (!nb)
-        return 0;
-    memcpy(nb + s->len, p, add);
-    s->buf = nb;
-    s->len += add;
-    s->buf[s->len] = '\0';
-    return add;
 }
 
 static size_t on_header(char *p, size_t size, size_t n, void *arg)
@@ -286,7 +277,7 @@ th_resp th_req(th_daemon *d, const char *method, const char *path, const char *t
                const char *ctype, const void *body, size_t len, const char *extra_header)
 {
     th_resp r = {0};
-    struct sink s = {0};
+    util_buf s = {0};
     char url[2048], auth[400], ct[200];
     CURL *c = curl_easy_init();
     cr_assert(c);
@@ -308,7 +299,7 @@ th_resp th_req(th_daemon *d, const char *method, const char *path, const char *t
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
     curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, util_buf_sink);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &r);
@@ -404,6 +395,16 @@ static const char *err_member(const th_resp *r, const char *key)
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(r->json, "error");
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, key);
     return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+void th_expect_error(th_resp r, long status, const char *code, const char *field)
+{
+    cr_expect_eq(r.status, status, "%s", r.body);
+    if (code)
+        cr_expect_str_eq(th_err_code(&r), code, "%s", r.body);
+    if (field)
+        cr_expect_str_eq(th_err_field(&r), field, "%s", r.body);
+    th_free(&r);
 }
 
 const char *th_err_code(const th_resp *r)
@@ -514,6 +515,20 @@ static char registry_addr[64], registry_dir[128];
 /* BUILD/test-registry: storage every test's registry serves, filled once per
  * build (under a lock) with the test images; refilled when cohort-worker
  * changes.  Blobs are only ever added, so registries may share it. */
+/* Writes data/name: a docker-registry configuration serving data/data on
+ * 127.0.0.1:port.  Its path goes to conf. */
+static void registry_config(char *conf, size_t n, const char *data, const char *name, int port)
+{
+    snprintf(conf, n, "%s/%s", data, name);
+    FILE *f = fopen(conf, "w");
+    cr_assert(f, "%s", conf);
+    fprintf(f,
+            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
+            "    rootdirectory: %s/data\nhttp:\n  addr: 127.0.0.1:%d\n",
+            data, port);
+    fclose(f);
+}
+
 static void registry_template(const char *build, char *data, size_t n)
 {
     char lockp[600], stamp[700], want[128] = "", have[128] = "", cmd[4096];
@@ -536,13 +551,7 @@ static void registry_template(const char *build, char *data, size_t n)
         char conf[700];
         snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", data, data);
         cr_assert_eq(system(cmd), 0);
-        snprintf(conf, sizeof conf, "%s/config.yml", data);
-        f = fopen(conf, "w");
-        cr_assert(f);
-        fprintf(f, "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
-                   "    rootdirectory: %s/data\nhttp:\n  addr: 127.0.0.1:%d\n",
-                data, port);
-        fclose(f);
+        registry_config(conf, sizeof conf, data, "config.yml", port);
         snprintf(cmd, sizeof cmd,
                  "docker-registry serve '%s' >'%s/log' 2>&1 & rp=$!; "
                  "for i in $(seq 100); do curl -sf http://127.0.0.1:%d/v2/ >/dev/null && break; "
@@ -574,13 +583,7 @@ void th_registry_add_pytorch(void)
     if (stat(stamp, &sb) != 0) {
         int port = th_free_port();
         char conf[700];
-        snprintf(conf, sizeof conf, "%s/config-pytorch.yml", data);
-        FILE *f = fopen(conf, "w");
-        cr_assert(f);
-        fprintf(f, "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
-                   "    rootdirectory: %s/data\nhttp:\n  addr: 127.0.0.1:%d\n",
-                data, port);
-        fclose(f);
+        registry_config(conf, sizeof conf, data, "config-pytorch.yml", port);
         /* The real image, from Debian's packages (cached outside the build). */
         snprintf(cmd, sizeof cmd,
                  "docker-registry serve '%s' >>'%s/log' 2>&1 & rp=$!; "
@@ -590,7 +593,7 @@ void th_registry_add_pytorch(void)
                  ">>'%s/log' 2>&1; rc=$?; kill $rp; wait $rp 2>/dev/null; exit $rc",
                  conf, data, port, COHORT_SOURCE_DIR, port, build, data);
         cr_assert_eq(system(cmd), 0, "building the pytorch image failed (see %s/log)", data);
-        f = fopen(stamp, "w");
+        FILE *f = fopen(stamp, "w");
         cr_assert(f);
         fclose(f);
     }
@@ -791,26 +794,6 @@ void th_agent_restart(th_agent *a, th_daemon *d, const char *const *extra)
     agent_launch(a, d, extra);
 }
 
-int th_agent_stop(th_agent *a)
-{
-    int st = 0;
-    if (a->pid <= 0)
-        return 0;
-    kill(a->pid, SIGTERM);
-    waitpid(a->pid, &st, 0);
-    a->pid = 0;
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-void th_agent_kill9(th_agent *a)
-{
-    if (a->pid <= 0)
-        return;
-    kill(a->pid, SIGKILL);
-    waitpid(a->pid, NULL, 0);
-    a->pid = 0;
-}
-
 void th_agent_cleanup(th_agent *a)
 {
     if (a->pid > 0)
@@ -883,6 +866,45 @@ int th_wait_state(th_daemon *d, const char *tok, long job, const char *want, int
     th_free(&r);
     warn_where_workers_are(d);
     return 0;
+}
+
+long th_submit(th_daemon *d, const char *tok, const char *json)
+{
+    th_resp r = th_post(d, "/v1/jobs", tok, json);
+    cr_assert_eq(r.status, 201, "submit %s: %ld %s", json, r.status, r.body);
+    long id = (long)th_num(&r, "id");
+    th_free(&r);
+    return id;
+}
+
+long th_cancel(th_daemon *d, const char *tok, long job)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%ld/cancel", job);
+    th_resp r = th_post(d, path, tok, NULL);
+    long status = r.status;
+    th_free(&r);
+    return status;
+}
+
+long th_id(th_daemon *d, const char *path, const char *tok)
+{
+    th_resp r = th_get(d, path, tok);
+    double id = th_num(&r, "id");
+    cr_assert(id > 0, "GET %s: %ld %s", path, r.status, r.body);
+    th_free(&r);
+    return (long)id;
+}
+
+int th_connect(th_daemon *d)
+{
+    const char *port = strrchr(d->base, ':') + 1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(port))};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert(s >= 0 && connect(s, (struct sockaddr *)&a, sizeof a) == 0, "connect to %s: %s",
+              d->base, strerror(errno));
+    return s;
 }
 
 void th_put_text(th_daemon *d, const char *tok, const char *ws, const char *path,

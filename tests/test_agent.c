@@ -85,11 +85,7 @@ static void agents(int n, const char *cpus)
 
 static long submit(const char *body)
 {
-    th_resp r = th_post(&d, "/v1/jobs", tok, body);
-    cr_assert_eq(r.status, 201, "submit: %s", r.body);
-    long id = (long)th_num(&r, "id");
-    th_free(&r);
-    return id;
+    return th_submit(&d, tok, body);
 }
 
 /* Rank's log of job id (the caller th_frees it). */
@@ -1050,14 +1046,11 @@ Test(agent, gangs_wait_whole_never_fit_refused_quota_holds)
     th_free(&r);
 
     snprintf(body, sizeof body, big, "huge", 9);
-    r = th_post(&d, "/v1/jobs", tok, body);
-    cr_expect_eq(r.status, 422, "%s", r.body);
-    cr_expect_str_eq(th_err_code(&r), "never_fits");
-    th_free(&r);
+    th_expect_error(th_post(&d, "/v1/jobs", tok, body), 422, "never_fits", NULL);
 
-    r = th_req(&d, "PUT", "/v1/tenants/acme/quota", TH_ADMIN, NULL, "{\"max_workers\":6}", 17, NULL);
-    cr_expect_eq(r.status, 200, "%s", r.body);
-    th_free(&r);
+    th_expect(th_req(&d, "PUT", "/v1/tenants/acme/quota", TH_ADMIN, NULL, "{\"max_workers\":6}", 17,
+                     NULL),
+              200);
     snprintf(body, sizeof body, big, "c", 1);
     long c = submit(body);
     usleep(1500000);
@@ -1070,16 +1063,10 @@ Test(agent, gangs_wait_whole_never_fit_refused_quota_holds)
     /* When a ends, b gets the room. */
     r = th_req(&d, "PUT", "/v1/tenants/acme/quota", TH_ADMIN, NULL, "{}", 2, NULL);
     th_free(&r);
-    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", a);
-    r = th_post(&d, p, tok, NULL);
-    th_free(&r);
+    th_cancel(&d, tok, a);
     cr_expect(th_wait_state(&d, tok, b, "RUNNING", 20000, seen), "b is %s", seen);
-    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", b);
-    r = th_post(&d, p, tok, NULL);
-    th_free(&r);
-    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", c);
-    r = th_post(&d, p, tok, NULL);
-    th_free(&r);
+    th_cancel(&d, tok, b);
+    th_cancel(&d, tok, c);
 }
 
 Test(agent, a_job_survives_a_cohortd_restart)
@@ -1186,9 +1173,7 @@ Test(agent, logs_are_whole_in_order_once_and_metrics_are_kept)
     char other[80];
     th_user(&d, "globex", "eve", "member", other);
     snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=0", id);
-    r = th_get(&d, p, other);
-    cr_expect_eq(r.status, 404);
-    th_free(&r);
+    th_expect(th_get(&d, p, other), 404);
     cJSON_Delete(node);
 }
 
@@ -1435,10 +1420,7 @@ Test(agent, fair_share_puts_the_lighter_tenant_first)
     cr_assert(th_wait_state(&d, tok, block, "RUNNING", 20000, seen), "%s", seen);
     long a = submit(quick); /* acme first... */
     usleep(100000);
-    r = th_post(&d, "/v1/jobs", tb, quick); /* ...then globex, which used nothing */
-    cr_assert_eq(r.status, 201);
-    long b = (long)th_num(&r, "id");
-    th_free(&r);
+    long b = th_submit(&d, tb, quick); /* ...then globex, which used nothing */
     cr_assert(th_wait_state(&d, tok, a, "SUCCEEDED", 20000, seen), "%s", seen);
     cr_assert(th_wait_state(&d, tb, b, "SUCCEEDED", 20000, seen), "%s", seen);
     char pa[64], pb[64];
@@ -1858,14 +1840,10 @@ Test(agent, a_drained_node_takes_no_new_workers)
     r = th_get(&d, p, tok);
     cr_expect_str_eq(th_str(&r, "state"), "PENDING", "placed on a drained node");
     th_free(&r);
-    r = th_post(&d, "/v1/nodes/1/undrain", TH_ADMIN, NULL);
-    cr_expect_eq(r.status, 200);
-    th_free(&r);
+    th_expect(th_post(&d, "/v1/nodes/1/undrain", TH_ADMIN, NULL), 200);
     cr_expect(th_wait_state(&d, tok, id, "SUCCEEDED", 20000, seen), "after undrain: %s", seen);
     /* Only the platform admin sees or drains nodes. */
-    r = th_post(&d, "/v1/nodes/1/drain", tok, NULL);
-    cr_expect_eq(r.status, 403);
-    th_free(&r);
+    th_expect(th_post(&d, "/v1/nodes/1/drain", tok, NULL), 403);
 }
 
 Test(agent, dataset_submounts_are_read_only_too)
@@ -1873,12 +1851,8 @@ Test(agent, dataset_submounts_are_read_only_too)
     platform(NULL);
     agents(1, "4");
     /* A mount inside the dataset's directory on the host (as storage often is). */
-    th_resp r = th_get(&d, "/v1/datasets/ds", tok);
-    long ds = (long)th_num(&r, "id");
-    th_free(&r);
-    r = th_get(&d, "/v1/tenants/acme", TH_ADMIN);
-    long tenant = (long)th_num(&r, "id");
-    th_free(&r);
+    long ds = th_id(&d, "/v1/datasets/ds", tok);
+    long tenant = th_id(&d, "/v1/tenants/acme", TH_ADMIN);
     char src[300], dst[400], cmd[2000];
     snprintf(src, sizeof src, "%s/elsewhere", d.dir);
     snprintf(dst, sizeof dst, "%s/volumes/%ld/datasets/%ld/mnt", d.dir, tenant, ds);

@@ -95,9 +95,7 @@ Test(api_flow, token_revoke_and_expiry)
     snprintf(shortlived, sizeof shortlived, "%s", th_str(&r, "token"));
     cr_expect_eq(strlen(shortlived), 68);
     th_free(&r);
-    r = th_get(&d, "/v1/whoami", shortlived);
-    cr_expect_eq(r.status, 200);
-    th_free(&r);
+    th_expect(th_get(&d, "/v1/whoami", shortlived), 200);
     sleep(2);
     r = th_get(&d, "/v1/whoami", shortlived);
     cr_expect_eq(r.status, 401, "an expired token still works");
@@ -110,9 +108,7 @@ Test(api_flow, token_revoke_and_expiry)
     long tid = (long)cJSON_GetObjectItem(first, "id")->valuedouble;
     th_free(&r);
     snprintf(path, sizeof path, "/v1/tokens/%ld", tid);
-    r = th_del(&d, path, tok);
-    cr_expect_eq(r.status, 204, "%s", r.body);
-    th_free(&r);
+    th_expect(th_del(&d, path, tok), 204);
     r = th_get(&d, "/v1/whoami", tok);
     cr_expect_eq(r.status, 401, "a revoked token still works");
     th_free(&r);
@@ -164,9 +160,7 @@ Test(api_flow, job_lifecycle)
     th_free(&r);
 
     /* A pending job cannot be deleted; cancel it first. */
-    r = th_del(&d, path, tok);
-    cr_expect_eq(r.status, 409, "%s", r.body);
-    th_free(&r);
+    th_expect(th_del(&d, path, tok), 409);
     snprintf(path, sizeof path, "/v1/jobs/%ld/cancel", id);
     r = th_post(&d, path, tok, NULL);
     cr_assert_eq(r.status, 200, "%s", r.body);
@@ -190,12 +184,8 @@ Test(api_flow, job_lifecycle)
     th_free(&r);
 
     snprintf(path, sizeof path, "/v1/jobs/%ld", id);
-    r = th_del(&d, path, tok);
-    cr_expect_eq(r.status, 204, "%s", r.body);
-    th_free(&r);
-    r = th_get(&d, path, tok);
-    cr_expect_eq(r.status, 404);
-    th_free(&r);
+    th_expect(th_del(&d, path, tok), 204);
+    th_expect(th_get(&d, path, tok), 404);
     char out[64];
     th_db_query(&d, "SELECT count(*) FROM job_events", out, sizeof out);
     cr_expect_str_eq(out, "0\n", "events outlived their job");
@@ -216,18 +206,14 @@ Test(api_flow, files_roundtrip_and_listing)
     cr_expect_str_eq(r.body, "#!/bin/sh\necho hello\n");
     th_free(&r);
     /* Overwrite keeps one file, whole. */
-    r = th_put_file(&d, "/v1/workspaces/ws/files/bin/train", tok, "v2", 2);
-    cr_expect_eq(r.status, 201);
-    th_free(&r);
+    th_expect(th_put_file(&d, "/v1/workspaces/ws/files/bin/train", tok, "v2", 2), 201);
     r = th_get(&d, "/v1/workspaces/ws/files/bin/train", tok);
     cr_expect_str_eq(r.body, "v2");
     th_free(&r);
     for (int i = 0; i < 5; i++) {
         char p[80];
         snprintf(p, sizeof p, "/v1/workspaces/ws/files/data/f%d.txt", i);
-        r = th_put_file(&d, p, tok, "x", 1);
-        cr_expect_eq(r.status, 201);
-        th_free(&r);
+        th_expect(th_put_file(&d, p, tok, "x", 1), 201);
     }
     r = th_get(&d, "/v1/workspaces/ws/files?limit=4", tok);
     cr_assert_eq(r.status, 200);
@@ -241,29 +227,17 @@ Test(api_flow, files_roundtrip_and_listing)
     r = th_get(&d, p, tok);
     cr_expect_eq(th_items(&r), 2, "%s", r.body); /* data/f3.txt, data/f4.txt */
     th_free(&r);
-    r = th_del(&d, "/v1/workspaces/ws/files/data/f0.txt", tok);
-    cr_expect_eq(r.status, 204);
-    th_free(&r);
-    r = th_get(&d, "/v1/workspaces/ws/files/data/f0.txt", tok);
-    cr_expect_eq(r.status, 404);
-    th_free(&r);
+    th_expect(th_del(&d, "/v1/workspaces/ws/files/data/f0.txt", tok), 204);
+    th_expect(th_get(&d, "/v1/workspaces/ws/files/data/f0.txt", tok), 404);
 
     /* A sealed dataset takes no more writes. */
-    r = th_post(&d, "/v1/datasets/mnist/seal", tok, NULL);
-    cr_expect_eq(r.status, 200, "%s", r.body);
-    th_free(&r);
-    r = th_put_file(&d, "/v1/datasets/mnist/files/more", tok, "x", 1);
-    cr_expect_eq(r.status, 409);
-    cr_expect_str_eq(th_err_code(&r), "sealed");
-    th_free(&r);
+    th_expect(th_post(&d, "/v1/datasets/mnist/seal", tok, NULL), 200);
+    th_expect_error(th_put_file(&d, "/v1/datasets/mnist/files/more", tok, "x", 1), 409, "sealed",
+                    NULL);
 
     /* Deleting a workspace removes its files from disk. */
-    r = th_del(&d, "/v1/workspaces/ws", tok);
-    cr_expect_eq(r.status, 204);
-    th_free(&r);
-    r = th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}");
-    cr_expect_eq(r.status, 201);
-    th_free(&r);
+    th_expect(th_del(&d, "/v1/workspaces/ws", tok), 204);
+    th_expect(th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}"), 201);
     r = th_get(&d, "/v1/workspaces/ws/files", tok);
     cr_expect_eq(th_items(&r), 0, "a new workspace sees an old one's files: %s", r.body);
     th_free(&r);
@@ -354,11 +328,10 @@ Test(api_flow, catalog_and_health)
                   !strstr(r.body, "\"has_credentials\":true"),
               "%s", r.body);
     th_free(&r);
-    r = th_post(&d, "/v1/worker-specs", TH_ADMIN,
-                "{\"name\":\"a100\",\"cpus\":12,\"memory_mb\":98304,\"gpus\":1,"
-                "\"gpu_type\":\"a100\",\"price_per_hour\":310,\"currency\":\"EUR\"}");
-    cr_expect_eq(r.status, 201, "%s", r.body);
-    th_free(&r);
+    th_expect(th_post(&d, "/v1/worker-specs", TH_ADMIN,
+                      "{\"name\":\"a100\",\"cpus\":12,\"memory_mb\":98304,\"gpus\":1,"
+                      "\"gpu_type\":\"a100\",\"price_per_hour\":310,\"currency\":\"EUR\"}"),
+              201);
     r = th_req(&d, "PUT", "/v1/worker-specs/a100", TH_ADMIN, NULL, "{\"price_per_hour\":290}",
                22, NULL);
     cr_expect_eq(r.status, 200, "%s", r.body);
@@ -486,9 +459,7 @@ Test(api_flow, console_served_outside_the_api)
     cr_expect_eq(r.status, 200);
     cr_expect(strstr(r.body, "/js/app.js") != NULL);
     th_free(&r);
-    r = th_get(&d, "/js/app.js", NULL);
-    cr_expect_eq(r.status, 200);
-    th_free(&r);
+    th_expect(th_get(&d, "/js/app.js", NULL), 200);
     static const char *const missing[] = {"/js/nope.js", "/README.md", "/.hidden", "/js/.x.js",
                                           "/v1/nope", "/v1", NULL};
     for (int i = 0; missing[i]; i++) {
@@ -512,9 +483,7 @@ Test(api_flow, console_served_outside_the_api)
     cr_expect_eq(r.status, 404);
     cr_expect(strstr(r.body, "serves no console") != NULL, "%s", r.body);
     th_free(&r);
-    r = th_get(&d, "/healthz", NULL);
-    cr_expect_eq(r.status, 200);
-    th_free(&r);
+    th_expect(th_get(&d, "/healthz", NULL), 200);
 }
 
 /* Registers a node of cpus CPUs by the agents' API (no agent runs). */

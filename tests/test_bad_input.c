@@ -32,9 +32,7 @@ static void setup(void)
     ws_id = (long)th_num(&r, "id");
     th_free(&r);
     th_must(th_put_file(&d, "/v1/workspaces/ws/files/train.py", tok, "x", 1), 201);
-    r = th_get(&d, "/v1/tenants/acme", TH_ADMIN);
-    tenant_id = (long)th_num(&r, "id");
-    th_free(&r);
+    tenant_id = th_id(&d, "/v1/tenants/acme", TH_ADMIN);
     th_db_digest(&d, digest);
 }
 
@@ -168,14 +166,10 @@ Test(bad_input, bodies_too_large_deep_or_not_json)
     memset(big, ' ', n);
     big[0] = '{';
     big[n - 1] = '}';
-    th_resp r = th_req(&d, "POST", "/v1/jobs", tok, NULL, big, n, NULL);
-    cr_expect_eq(r.status, 413, "%s", r.body);
-    cr_expect_str_eq(th_err_code(&r), "too_large");
-    th_free(&r);
+    th_expect_error(th_req(&d, "POST", "/v1/jobs", tok, NULL, big, n, NULL), 413, "too_large",
+                    NULL);
     /* Chunked, so the size is not known up front. */
-    r = th_req(&d, "POST", "/v1/jobs", tok, NULL, big, n, "Transfer-Encoding: chunked");
-    cr_expect_eq(r.status, 413, "%s", r.body);
-    th_free(&r);
+    th_expect(th_req(&d, "POST", "/v1/jobs", tok, NULL, big, n, "Transfer-Encoding: chunked"), 413);
     free(big);
 
     size_t depth = 10000;
@@ -183,23 +177,16 @@ Test(bad_input, bodies_too_large_deep_or_not_json)
     memset(deep, '[', depth);
     memset(deep + depth, ']', depth);
     deep[2 * depth] = '\0';
-    r = th_post(&d, "/v1/jobs", tok, deep);
-    cr_expect_eq(r.status, 400);
-    cr_expect_str_eq(th_err_code(&r), "invalid_json");
-    th_free(&r);
+    th_expect_error(th_post(&d, "/v1/jobs", tok, deep), 400, "invalid_json", NULL);
     free(deep);
 
-    r = th_req(&d, "POST", "/v1/jobs", tok, "application/x-www-form-urlencoded", "name=x", 6,
-               NULL);
-    cr_expect_eq(r.status, 415);
-    th_free(&r);
-    r = th_post(&d, "/v1/jobs", "coh_0000000000000000000000000000000000000000000000000000000000000000",
-                "{}");
-    cr_expect_eq(r.status, 401);
-    th_free(&r);
-    r = th_post(&d, "/v1/jobs", NULL, "{}");
-    cr_expect_eq(r.status, 401);
-    th_free(&r);
+    th_expect(
+        th_req(&d, "POST", "/v1/jobs", tok, "application/x-www-form-urlencoded", "name=x", 6, NULL),
+        415);
+    th_expect(th_post(&d, "/v1/jobs",
+                      "coh_0000000000000000000000000000000000000000000000000000000000000000", "{}"),
+              401);
+    th_expect(th_post(&d, "/v1/jobs", NULL, "{}"), 401);
 }
 
 Test(bad_input, file_paths_that_try_to_leave)
@@ -250,22 +237,15 @@ Test(bad_input, planted_symlinks_are_never_followed)
     cr_expect_eq(r.status, 422, "%s", r.body);
     cr_expect_null(strstr(r.body, "original"));
     th_free(&r);
-    r = th_put_file(&d, "/v1/workspaces/ws/files/evil-dir/victim", tok, "pwned", 5);
-    cr_expect_eq(r.status, 422, "%s", r.body);
-    th_free(&r);
-    r = th_put_file(&d, "/v1/workspaces/ws/files/evil-dir/new", tok, "pwned", 5);
-    cr_expect_eq(r.status, 422, "%s", r.body);
-    th_free(&r);
-    r = th_del(&d, "/v1/workspaces/ws/files/evil-dir/victim", tok);
-    cr_expect_eq(r.status, 422, "%s", r.body);
-    th_free(&r);
-    r = th_post(&d, "/v1/jobs", tok,
+    th_expect(th_put_file(&d, "/v1/workspaces/ws/files/evil-dir/victim", tok, "pwned", 5), 422);
+    th_expect(th_put_file(&d, "/v1/workspaces/ws/files/evil-dir/new", tok, "pwned", 5), 422);
+    th_expect(th_del(&d, "/v1/workspaces/ws/files/evil-dir/victim", tok), 422);
+    th_expect_error(
+        th_post(&d, "/v1/jobs", tok,
                 "{\"name\":\"j\",\"image\":\"pytorch\",\"workspace\":\"ws\","
                 "\"code_path\":\"evil-dir/victim\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
-                "\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
-    cr_expect_eq(r.status, 422, "%s", r.body);
-    cr_expect_str_eq(th_err_field(&r), "code_path");
-    th_free(&r);
+                "\"worker_spec\":\"cpu-small\",\"worker_count\":1}"),
+        422, NULL, "code_path");
 
     /* The files outside are untouched and nothing new appeared there. */
     FILE *f = fopen(cmd, "r");
@@ -281,36 +261,27 @@ Test(bad_input, planted_symlinks_are_never_followed)
 
 Test(bad_input, bad_names_and_catalog_values)
 {
-    th_resp r = th_post(&d, "/v1/workspaces", tok, "{\"name\":\"Bad Name\"}");
-    cr_expect_eq(r.status, 422);
-    cr_expect_str_eq(th_err_field(&r), "name");
+    th_expect_error(th_post(&d, "/v1/workspaces", tok, "{\"name\":\"Bad Name\"}"), 422, NULL,
+                    "name");
+    th_expect(th_post(&d, "/v1/workspaces", tok, "{\"name\":\"../up\"}"), 422);
+    th_expect(th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}"), 409);
+    th_expect_error(th_post(&d, "/v1/worker-specs", TH_ADMIN,
+                            "{\"name\":\"x\",\"cpus\":-1,\"memory_mb\":1,\"price_per_hour\":1,"
+                            "\"currency\":\"USD\"}"),
+                    422, NULL, "cpus");
+    /* money must be integer minor units */
+    th_resp r = th_post(&d, "/v1/worker-specs", TH_ADMIN,
+                        "{\"name\":\"x\",\"cpus\":1,\"memory_mb\":1,\"price_per_hour\":1.5,"
+                        "\"currency\":\"USD\"}");
+    cr_expect_eq(r.status, 400, "%s", r.body);
     th_free(&r);
-    r = th_post(&d, "/v1/workspaces", tok, "{\"name\":\"../up\"}");
-    cr_expect_eq(r.status, 422);
-    th_free(&r);
-    r = th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}");
-    cr_expect_eq(r.status, 409);
-    th_free(&r);
-    r = th_post(&d, "/v1/worker-specs", TH_ADMIN,
-                "{\"name\":\"x\",\"cpus\":-1,\"memory_mb\":1,\"price_per_hour\":1,"
-                "\"currency\":\"USD\"}");
-    cr_expect_eq(r.status, 422);
-    cr_expect_str_eq(th_err_field(&r), "cpus");
-    th_free(&r);
-    r = th_post(&d, "/v1/worker-specs", TH_ADMIN,
-                "{\"name\":\"x\",\"cpus\":1,\"memory_mb\":1,\"price_per_hour\":1.5,"
-                "\"currency\":\"USD\"}");
-    cr_expect_eq(r.status, 400, "money must be integer minor units");
-    th_free(&r);
-    r = th_post(&d, "/v1/worker-specs", TH_ADMIN,
-                "{\"name\":\"x\",\"cpus\":1,\"memory_mb\":1,\"price_per_hour\":1,"
-                "\"currency\":\"dollars\"}");
-    cr_expect_eq(r.status, 422);
-    th_free(&r);
-    r = th_post(&d, "/v1/images", TH_ADMIN,
-                "{\"name\":\"x\",\"reference\":\"cohort/x:1\",\"framework\":\"caffe\"}");
-    cr_expect_eq(r.status, 422);
-    th_free(&r);
+    th_expect(th_post(&d, "/v1/worker-specs", TH_ADMIN,
+                      "{\"name\":\"x\",\"cpus\":1,\"memory_mb\":1,\"price_per_hour\":1,"
+                      "\"currency\":\"dollars\"}"),
+              422);
+    th_expect(th_post(&d, "/v1/images", TH_ADMIN,
+                      "{\"name\":\"x\",\"reference\":\"cohort/x:1\",\"framework\":\"caffe\"}"),
+              422);
     /* References that are not one: an option, a path, upper case, a broken
      * digest, a tag and nothing else, a space; each refused, nothing stored. */
     static const char *const refs[] = {"-o/x:1",       "../x:1",          "cohort/X:1",
@@ -330,32 +301,23 @@ Test(bad_input, bad_names_and_catalog_values)
         th_free(&r);
     }
     /* credentials come in pairs */
-    r = th_post(&d, "/v1/images", TH_ADMIN,
-                "{\"name\":\"y\",\"reference\":\"cohort/y:1\",\"framework\":\"native\","
-                "\"username\":\"u\"}");
-    cr_expect_eq(r.status, 422, "%s", r.body);
-    th_free(&r);
+    th_expect(th_post(&d, "/v1/images", TH_ADMIN,
+                      "{\"name\":\"y\",\"reference\":\"cohort/y:1\",\"framework\":\"native\","
+                      "\"username\":\"u\"}"),
+              422);
     th_db_digest(&d, db1);
     cr_expect_str_eq(db0, db1, "a refused image changed the database");
-    r = th_get(&d, "/v1/jobs/abc", tok);
-    cr_expect_eq(r.status, 404);
-    th_free(&r);
-    r = th_get(&d, "/v1/jobs?state=BOGUS", tok);
-    cr_expect_eq(r.status, 400);
-    th_free(&r);
+    th_expect(th_get(&d, "/v1/jobs/abc", tok), 404);
+    th_expect(th_get(&d, "/v1/jobs?state=BOGUS", tok), 400);
 }
 
 /* The answer to an oversized body comes from the headers alone: no byte of
  * the body is sent, and the 413 arrives anyway. */
 Test(bad_input, too_large_is_refused_before_the_body_is_read)
 {
-    const char *port = strrchr(d.base, ':') + 1;
     static const char *const routes[] = {"POST /v1/jobs", "PUT /v1/workspaces/ws/files/big", NULL};
     for (int i = 0; routes[i]; i++) {
-        int s = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(port))};
-        inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-        cr_assert_eq(connect(s, (struct sockaddr *)&a, sizeof a), 0);
+        int s = th_connect(&d);
         char head[512];
         int n = snprintf(head, sizeof head,
                          "%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
@@ -421,10 +383,8 @@ Test(bad_input, job_strings_that_are_not_utf8_are_refused_naming_the_field)
         }
     }
     /* A member name that is not UTF-8 is refused too (no field to name). */
-    th_resp r = th_post(&d, "/v1/jobs", tok, "{\"na\xffme\":\"j\"}");
-    cr_expect_eq(r.status, 400, "%s", r.body);
-    cr_expect_str_eq(th_err_code(&r), "invalid_utf8", "%s", r.body);
-    th_free(&r);
+    th_expect_error(th_post(&d, "/v1/jobs", tok, "{\"na\xffme\":\"j\"}"), 400, "invalid_utf8",
+                    NULL);
     cr_log_info("%d malformed strings refused", n);
 }
 

@@ -77,11 +77,7 @@ static long submit_as(const char *t, const char *name, const char *code, const c
              "\"epochs\":1,\"lr\":0.1,\"batch_size\":8,\"worker_spec\":\"%s\","
              "\"worker_count\":%d%s%s}",
              name, code, spec_name, workers, extra ? "," : "", extra ? extra : "");
-    th_resp r = th_post(&d, "/v1/jobs", t, body);
-    cr_assert_eq(r.status, 201, "submit %s: %s", name, r.body);
-    long id = (long)th_num(&r, "id");
-    th_free(&r);
-    return id;
+    return th_submit(&d, t, body);
 }
 
 static long submit(const char *name, const char *code, const char *spec_name, int workers,
@@ -297,9 +293,7 @@ Test(billing, fifty_concurrent_submits_against_a_budget_for_one_run_one)
 {
     platform(NULL, 1, "64");
     th_put_text(&d, tok, "ws", "long.sh", "#!/bin/sh\nexec sleep 60\n", "755");
-    th_resp r = put_json("/v1/tenants/acme/budget", TH_ADMIN, "{\"enforce\":true}");
-    cr_assert_eq(r.status, 200, "%s", r.body);
-    th_free(&r);
+    th_must(put_json("/v1/tenants/acme/budget", TH_ADMIN, "{\"enforce\":true}"), 200);
     /* One job holds 60 (60 s at 1 per second); 100 does not hold two. */
     th_must(th_post(&d, "/v1/tenants/acme/credits", TH_ADMIN, "{\"amount\":100,\"note\":\"race\"}"), 201);
     pthread_t th[50];
@@ -353,9 +347,7 @@ Test(billing, exhaustion_stops_with_sigterm_and_a_topped_up_retry_resumes)
                 "trap 'echo $n > state; echo \"term $n\" >> log.txt; exit 143' TERM\n"
                 "while true; do n=$((n + 1)); echo $n > state; sleep 1 & wait $!; done\n",
                 "755");
-    th_resp r = put_json("/v1/tenants/acme/budget", TH_ADMIN, "{\"enforce\":true}");
-    cr_assert_eq(r.status, 200, "%s", r.body);
-    th_free(&r);
+    th_must(put_json("/v1/tenants/acme/budget", TH_ADMIN, "{\"enforce\":true}"), 200);
     th_must(th_post(&d, "/v1/tenants/acme/credits", TH_ADMIN, "{\"amount\":15}"), 201);
     long id = submit("counter", "count.sh", "meter", 1, NULL);
     wait_state(id, "RUNNING", 20000);
@@ -400,12 +392,10 @@ Test(billing, exhaustion_stops_with_sigterm_and_a_topped_up_retry_resumes)
     second = second ? strstr(second + 1, "start ") : NULL;
     cr_expect(second && atoi(second + 6) > 0, "the retry did not resume: %s", lg.body);
     th_free(&lg);
-    r = th_post(&d, p, tok, NULL); /* a running job cannot be retried */
-    cr_expect_eq(r.status, 409);
+    th_resp r = th_post(&d, p, tok, NULL); /* a running job cannot be retried */
+    cr_expect_eq(r.status, 409, "%s", r.body);
     th_free(&r);
-    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", id);
-    r = th_post(&d, p, tok, NULL);
-    th_free(&r);
+    th_cancel(&d, tok, id);
 }
 
 /* ---- prices at admission ---- */
@@ -453,12 +443,8 @@ Test(billing, a_price_change_applies_only_to_jobs_admitted_after_it)
     cr_expect_eq(th_num(&r, "estimated_max"), 3 * 3600);
     cr_expect_eq(th_num(&r, "hold"), 3 * 3600);
     th_free(&r);
-    char p[64];
-    for (int i = 0; i < 2; i++) {
-        snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", i ? after : before);
-        r = th_post(&d, p, tok, NULL);
-        th_free(&r);
-    }
+    for (int i = 0; i < 2; i++)
+        th_cancel(&d, tok, i ? after : before);
     wait_workers_ended(before);
     wait_workers_ended(after);
     cr_expect_eq(db_ll("SELECT count(*) FROM ledger WHERE kind = 'charge' AND"
@@ -471,9 +457,7 @@ Test(billing, a_monthly_cap_admits_only_what_fits_under_it)
     platform(NULL, 1, "4");
     th_put_text(&d, tok, "ws", "long.sh", "#!/bin/sh\nexec sleep 60\n", "755");
     /* Not prepaid (the balance may go negative) but capped at 50 a month. */
-    th_resp r = put_json("/v1/tenants/acme/budget", TH_ADMIN, "{\"monthly_cap\":50}");
-    cr_assert_eq(r.status, 200, "%s", r.body);
-    th_free(&r);
+    th_must(put_json("/v1/tenants/acme/budget", TH_ADMIN, "{\"monthly_cap\":50}"), 200);
     long big = submit("big", "long.sh", "meter", 1, "\"max_runtime_seconds\":60");
     long small = submit("small", "long.sh", "meter", 1, "\"max_runtime_seconds\":30");
     wait_state(small, "RUNNING", 20000);
@@ -491,13 +475,8 @@ Test(billing, a_monthly_cap_admits_only_what_fits_under_it)
     cr_expect_eq(num(m, "available"), 20);
     cr_expect_eq(num(cJSON_GetObjectItem(q, "running_jobs"), "used"), 1);
     cJSON_Delete(q);
-    char p[64];
-    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", small);
-    r = th_post(&d, p, tok, NULL);
-    th_free(&r);
-    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", big);
-    r = th_post(&d, p, tok, NULL);
-    th_free(&r);
+    th_cancel(&d, tok, small);
+    th_cancel(&d, tok, big);
     /* Once its workers have ended the unused part of the hold is released:
      * what is left is the cap less what was charged. */
     wait_workers_ended(small);
@@ -653,17 +632,13 @@ Test(billing, usage_invoices_csv_and_metrics_match_the_ledger_and_stay_with_thei
     r = th_get(&d, cp, tb);
     cr_expect_eq(r.status, 404, "another tenant's job cost: %ld", r.status);
     th_free(&r);
-    r = th_post(&d, "/v1/tenants/acme/credits", tb, "{\"amount\":5}");
-    cr_expect_eq(r.status, 404);
-    th_free(&r);
+    th_expect(th_post(&d, "/v1/tenants/acme/credits", tb, "{\"amount\":5}"), 404);
     r = th_get(&d, "/v1/usage", tb);
     cr_expect_eq(num(cJSON_GetObjectItem(r.json, "total"), "amount"), 0);
     cr_expect_eq(th_items(&r), 0);
     th_free(&r);
     /* A member may not credit its own tenant; the admin may see any tenant's numbers. */
-    r = th_post(&d, "/v1/tenants/acme/credits", tok, "{\"amount\":5}");
-    cr_expect_eq(r.status, 403);
-    th_free(&r);
+    th_expect(th_post(&d, "/v1/tenants/acme/credits", tok, "{\"amount\":5}"), 403);
     r = th_get(&d, "/v1/usage?tenant=acme", TH_ADMIN);
     cr_expect_eq((long long)num(cJSON_GetObjectItem(r.json, "total"), "amount"), ledger);
     th_free(&r);
@@ -692,10 +667,8 @@ Test(billing, usage_invoices_csv_and_metrics_match_the_ledger_and_stay_with_thei
         cr_expect(r.status == 400 || r.status == 422, "%s: %ld", bad_credit[i], r.status);
         th_free(&r);
     }
-    r = th_post(&d, "/v1/quote", tok, "{\"worker_spec\":\"nope\",\"worker_count\":1}");
-    cr_expect_eq(r.status, 422);
-    cr_expect_str_eq(th_err_field(&r), "worker_spec");
-    th_free(&r);
+    th_expect_error(th_post(&d, "/v1/quote", tok, "{\"worker_spec\":\"nope\",\"worker_count\":1}"),
+                    422, NULL, "worker_spec");
     r = put_json("/v1/tenants/acme/budget", TH_ADMIN, "{\"currency\":\"EUR\"}");
     cr_expect_eq(r.status, 409, "the currency changed under existing charges");
     th_free(&r);

@@ -85,11 +85,7 @@ static long submit_as(const char *t, const char *prog, const char *image, const 
              "\"epochs\":1,\"lr\":0.1,\"batch_size\":1,\"worker_spec\":\"cpu-small\","
              "\"worker_count\":1%s}",
              image, prog, extra ? extra : "");
-    th_resp r = th_post(&d, "/v1/jobs", t, body);
-    cr_assert_eq(r.status, 201, "submit: %s", r.body);
-    long id = (long)th_num(&r, "id");
-    th_free(&r);
-    return id;
+    return th_submit(&d, t, body);
 }
 
 static char *fetch_as(const char *t, const char *path)
@@ -191,12 +187,8 @@ Test(containers, a_job_cannot_reach_the_host_the_platform_or_another_tenant, .ti
     long other = submit_as(tok_b, "idle.sh", "native", NULL);
     cr_assert(th_wait_state(&d, tok_b, other, "RUNNING", 30000, seen), "%s", seen);
     long other_pid = worker_pid(other);
-    th_resp r = th_get(&d, "/v1/workspaces/ws", tok_b);
-    long other_ws = (long)th_num(&r, "id");
-    th_free(&r);
-    r = th_get(&d, "/v1/tenants/globex", TH_ADMIN);
-    long globex = (long)th_num(&r, "id");
-    th_free(&r);
+    long other_ws = th_id(&d, "/v1/workspaces/ws", tok_b);
+    long globex = th_id(&d, "/v1/tenants/globex", TH_ADMIN);
     snprintf(env, sizeof env,
              ",\"datasets\":[\"ds\"],\"env\":{\"COHORTD_DIR\":\"%s\",\"AGENT_DIR\":\"%s\","
              "\"AGENT_PID\":\"%d\",\"OTHER_WS\":\"%s/volumes/%ld/workspaces/%ld\","
@@ -212,9 +204,7 @@ Test(containers, a_job_cannot_reach_the_host_the_platform_or_another_tenant, .ti
     cr_assert_eq(th_read_text(path, buf, sizeof buf), 0);
     char *uid = strstr(buf, "\nUid:");
     cr_assert_not_null(uid);
-    r = th_get(&d, "/v1/tenants/acme", TH_ADMIN);
-    long acme = (long)th_num(&r, "id");
-    th_free(&r);
+    long acme = th_id(&d, "/v1/tenants/acme", TH_ADMIN);
     long base = (1L << 28) + acme * 65536;
     cr_expect_eq(strtol(uid + 5, NULL, 10), base, "on the host it runs as uid %ld, not %ld",
                  strtol(uid + 5, NULL, 10), base);
@@ -259,7 +249,7 @@ Test(containers, a_job_cannot_reach_the_host_the_platform_or_another_tenant, .ti
     free(t);
     /* The other tenant's worker ran on. */
     snprintf(p, sizeof p, "/v1/jobs/%ld", other);
-    r = th_get(&d, p, tok_b);
+    th_resp r = th_get(&d, p, tok_b);
     cr_expect_str_eq(th_str(&r, "state"), "RUNNING");
     th_free(&r);
 }
@@ -288,12 +278,8 @@ Test(containers, workspace_files_cross_between_the_api_and_the_container)
     t = fetch_as(tok, "out/new.txt");
     cr_expect_str_eq(t, "made\n");
     free(t);
-    th_resp r = th_get(&d, "/v1/workspaces/ws", tok);
-    long ws = (long)th_num(&r, "id");
-    th_free(&r);
-    r = th_get(&d, "/v1/tenants/acme", TH_ADMIN);
-    long acme = (long)th_num(&r, "id");
-    th_free(&r);
+    long ws = th_id(&d, "/v1/workspaces/ws", tok);
+    long acme = th_id(&d, "/v1/tenants/acme", TH_ADMIN);
     struct stat sb;
     snprintf(path, sizeof path, "%s/volumes/%ld/workspaces/%ld/out/new.txt", d.dir, acme, ws);
     cr_assert_eq(stat(path, &sb), 0, "%s", path);
@@ -401,19 +387,17 @@ Test(containers, a_private_image_is_its_tenants_alone)
               "%s", r.body);
     th_free(&r);
     /* globex sees nothing of it */
-    r = th_get(&d, "/v1/images/tools", tok_b);
-    cr_expect_eq(r.status, 404, "%s", r.body);
-    th_free(&r);
+    th_expect(th_get(&d, "/v1/images/tools", tok_b), 404);
     r = th_get(&d, "/v1/images", tok_b);
     cr_expect(strstr(r.body, "tools") == NULL, "%s", r.body);
     th_free(&r);
     th_put_text(&d, tok_b, "ws", "x.sh", "#!/bin/sh\nexit 0\n", "755");
-    r = th_post(&d, "/v1/jobs", tok_b,
+    th_expect(
+        th_post(&d, "/v1/jobs", tok_b,
                 "{\"name\":\"x\",\"image\":\"tools\",\"workspace\":\"ws\",\"code_path\":\"x.sh\","
                 "\"epochs\":1,\"lr\":0.1,\"batch_size\":1,\"worker_spec\":\"cpu-small\","
-                "\"worker_count\":1}");
-    cr_expect_eq(r.status, 422, "%s", r.body);
-    th_free(&r);
+                "\"worker_count\":1}"),
+        422);
     /* acme runs it: its Env is there (the registry ignores the credentials) */
     th_put_text(&d, tok, "ws", "flavour.sh", "#!/bin/sh\necho \"$FLAVOUR\" > flavour.txt\n", "755");
     long id = submit_as(tok, "flavour.sh", "tools", NULL);
@@ -612,10 +596,7 @@ Test(containers, unused_images_are_evicted_past_the_bound_and_used_ones_stay, .t
     cr_expect_eq(cached_images(), 2, "an image in use was evicted");
     cr_expect_eq(log_count("cohort-shim: evicted "), 0);
     /* "one" ends; "three" comes: "one" and "two" are unused and go. */
-    char p[64];
-    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", a);
-    th_resp r = th_post(&d, p, tok, NULL);
-    th_free(&r);
+    th_cancel(&d, tok, a);
     cr_assert(th_wait_state(&d, tok, a, "CANCELLED", 30000, seen), "%s", seen);
     long c = submit_as(tok, "short.sh", "three", NULL);
     cr_assert(th_wait_state(&d, tok, c, "SUCCEEDED", 30000, seen), "%s", seen);

@@ -130,11 +130,7 @@ Test(durability, kill9_during_submits_loses_no_acknowledged_job)
 
 Test(durability, sigterm_lets_a_request_in_flight_finish)
 {
-    const char *port = strrchr(d.base, ':') + 1;
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(port))};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    cr_assert_eq(connect(s, (struct sockaddr *)&a, sizeof a), 0);
+    int s = th_connect(&d);
     char head[512];
     int n = snprintf(head, sizeof head,
                      "PUT /v1/workspaces/ws/files/slow.bin HTTP/1.1\r\nHost: x\r\n"

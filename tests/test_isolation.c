@@ -23,16 +23,14 @@ static void setup(void)
     th_must(th_put_file(&d, "/v1/workspaces/secret-ws/files/train.py", ta, "secret", 6), 201);
     th_must(th_post(&d, "/v1/datasets", ta, "{\"name\":\"secret-ds\"}"), 201);
     th_must(th_put_file(&d, "/v1/datasets/secret-ds/files/x.bin", ta, "secret", 6), 201);
-    th_resp r = th_post(&d, "/v1/jobs", ta,
-                "{\"name\":\"a-job\",\"image\":\"pytorch\",\"datasets\":[\"secret-ds\"],"
-                "\"workspace\":\"secret-ws\",\"code_path\":\"train.py\",\"epochs\":1,\"lr\":0.1,"
-                "\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
-    cr_assert_eq(r.status, 201, "%s", r.body);
-    job = (long)th_num(&r, "id");
-    th_free(&r);
+    job =
+        th_submit(&d, ta,
+                  "{\"name\":\"a-job\",\"image\":\"pytorch\",\"datasets\":[\"secret-ds\"],"
+                  "\"workspace\":\"secret-ws\",\"code_path\":\"train.py\",\"epochs\":1,"
+                  "\"lr\":0.1,\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
     char path[64];
     snprintf(path, sizeof path, "/v1/users/%ld/tokens", alice);
-    r = th_get(&d, path, ta);
+    th_resp r = th_get(&d, path, ta);
     alice_token = (long)cJSON_GetObjectItem(
                       cJSON_GetArrayItem(cJSON_GetObjectItem(r.json, "items"), 0), "id")
                       ->valuedouble;
@@ -59,34 +57,45 @@ static void expect_404(const char *method, const char *path, const char *body)
 
 Test(isolation, every_object_of_tenant_a_is_404_for_b)
 {
-    char p[128];
-    snprintf(p, sizeof p, "/v1/jobs/%ld", job);
-    expect_404("GET", p, NULL);
-    expect_404("DELETE", p, NULL);
-    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", job);
-    expect_404("POST", p, NULL);
-    snprintf(p, sizeof p, "/v1/jobs/%ld/events", job);
-    expect_404("GET", p, NULL);
-    expect_404("GET", "/v1/workspaces/secret-ws", NULL);
-    expect_404("DELETE", "/v1/workspaces/secret-ws", NULL);
-    expect_404("GET", "/v1/workspaces/secret-ws/files", NULL);
-    expect_404("GET", "/v1/workspaces/secret-ws/files/train.py", NULL);
-    expect_404("DELETE", "/v1/workspaces/secret-ws/files/train.py", NULL);
-    expect_404("PUT", "/v1/workspaces/secret-ws/files/evil.py", "{}");
-    expect_404("GET", "/v1/datasets/secret-ds", NULL);
-    expect_404("POST", "/v1/datasets/secret-ds/seal", NULL);
-    expect_404("GET", "/v1/datasets/secret-ds/files/x.bin", NULL);
-    expect_404("DELETE", "/v1/datasets/secret-ds", NULL);
-    expect_404("GET", "/v1/tenants/tenant-a", NULL);
-    expect_404("GET", "/v1/tenants/tenant-a/users", NULL);
-    expect_404("POST", "/v1/tenants/tenant-a/users", "{\"name\":\"spy\",\"role\":\"member\"}");
-    snprintf(p, sizeof p, "/v1/users/%ld", alice);
-    expect_404("GET", p, NULL);
-    snprintf(p, sizeof p, "/v1/users/%ld/tokens", alice);
-    expect_404("GET", p, NULL);
-    expect_404("POST", p, "{\"name\":\"stolen\"}");
-    snprintf(p, sizeof p, "/v1/tokens/%ld", alice_token);
-    expect_404("DELETE", p, NULL);
+    /* Each route names one of A's objects: by its id where the route takes
+     * one (the path is a format for it), by its name otherwise.  A body of ""
+     * means none. */
+    enum { BY_NAME = 0 };
+    const struct {
+        const char *method, *path;
+        long id;
+        const char *body;
+    } tries[] = {
+        {"GET", "/v1/jobs/%ld", job, ""},
+        {"DELETE", "/v1/jobs/%ld", job, ""},
+        {"POST", "/v1/jobs/%ld/cancel", job, ""},
+        {"GET", "/v1/jobs/%ld/events", job, ""},
+        {"GET", "/v1/workspaces/secret-ws", BY_NAME, ""},
+        {"DELETE", "/v1/workspaces/secret-ws", BY_NAME, ""},
+        {"GET", "/v1/workspaces/secret-ws/files", BY_NAME, ""},
+        {"GET", "/v1/workspaces/secret-ws/files/train.py", BY_NAME, ""},
+        {"DELETE", "/v1/workspaces/secret-ws/files/train.py", BY_NAME, ""},
+        {"PUT", "/v1/workspaces/secret-ws/files/evil.py", BY_NAME, "{}"},
+        {"GET", "/v1/datasets/secret-ds", BY_NAME, ""},
+        {"POST", "/v1/datasets/secret-ds/seal", BY_NAME, ""},
+        {"GET", "/v1/datasets/secret-ds/files/x.bin", BY_NAME, ""},
+        {"DELETE", "/v1/datasets/secret-ds", BY_NAME, ""},
+        {"GET", "/v1/tenants/tenant-a", BY_NAME, ""},
+        {"GET", "/v1/tenants/tenant-a/users", BY_NAME, ""},
+        {"POST", "/v1/tenants/tenant-a/users", BY_NAME, "{\"name\":\"spy\",\"role\":\"member\"}"},
+        {"GET", "/v1/users/%ld", alice, ""},
+        {"GET", "/v1/users/%ld/tokens", alice, ""},
+        {"POST", "/v1/users/%ld/tokens", alice, "{\"name\":\"stolen\"}"},
+        {"DELETE", "/v1/tokens/%ld", alice_token, ""},
+    };
+    for (size_t i = 0; i < sizeof tries / sizeof *tries; i++) {
+        char p[128];
+        if (strchr(tries[i].path, '%'))
+            snprintf(p, sizeof p, tries[i].path, tries[i].id);
+        else
+            snprintf(p, sizeof p, "%s", tries[i].path);
+        expect_404(tries[i].method, p, tries[i].body[0] ? tries[i].body : NULL);
+    }
 }
 
 Test(isolation, lists_of_b_hold_nothing_of_a)
@@ -106,10 +115,8 @@ Test(isolation, nothing_of_a_changed_by_b)
 {
     /* After every attempt above, A's objects are intact. */
     char p[64];
-    snprintf(p, sizeof p, "/v1/jobs/%ld/cancel", job);
-    th_resp r = th_post(&d, p, tb, NULL);
-    th_free(&r);
-    r = th_del(&d, "/v1/workspaces/secret-ws/files/train.py", tb);
+    cr_expect_eq(th_cancel(&d, tb, job), 404);
+    th_resp r = th_del(&d, "/v1/workspaces/secret-ws/files/train.py", tb);
     th_free(&r);
     snprintf(p, sizeof p, "/v1/jobs/%ld", job);
     r = th_get(&d, p, ta);
@@ -130,20 +137,16 @@ Test(isolation, b_cannot_use_a_dataset_or_workspace_in_a_job)
     th_free(&r);
     r = th_put_file(&d, "/v1/workspaces/mine/files/t.py", tb, "x", 1);
     th_free(&r);
-    r = th_post(&d, "/v1/jobs", tb,
-                "{\"name\":\"j\",\"image\":\"pytorch\",\"datasets\":[\"secret-ds\"],"
-                "\"workspace\":\"mine\",\"code_path\":\"t.py\",\"epochs\":1,\"lr\":0.1,"
-                "\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
-    cr_expect_eq(r.status, 422, "%s", r.body);
-    cr_expect_str_eq(th_err_field(&r), "datasets");
-    th_free(&r);
-    r = th_post(&d, "/v1/jobs", tb,
-                "{\"name\":\"j\",\"image\":\"pytorch\",\"workspace\":\"secret-ws\","
-                "\"code_path\":\"train.py\",\"epochs\":1,\"lr\":0.1,"
-                "\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
-    cr_expect_eq(r.status, 422, "%s", r.body);
-    cr_expect_str_eq(th_err_field(&r), "workspace");
-    th_free(&r);
+    th_expect_error(th_post(&d, "/v1/jobs", tb,
+                            "{\"name\":\"j\",\"image\":\"pytorch\",\"datasets\":[\"secret-ds\"],"
+                            "\"workspace\":\"mine\",\"code_path\":\"t.py\",\"epochs\":1,\"lr\":0.1,"
+                            "\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":1}"),
+                    422, NULL, "datasets");
+    th_expect_error(th_post(&d, "/v1/jobs", tb,
+                            "{\"name\":\"j\",\"image\":\"pytorch\",\"workspace\":\"secret-ws\","
+                            "\"code_path\":\"train.py\",\"epochs\":1,\"lr\":0.1,"
+                            "\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":1}"),
+                    422, NULL, "workspace");
 }
 
 Test(isolation, public_datasets_are_readable_but_not_writable)
@@ -157,10 +160,6 @@ Test(isolation, public_datasets_are_readable_but_not_writable)
     r = th_get(&d, "/v1/datasets", tb);
     cr_expect(strstr(r.body, "mnist-public") != NULL);
     th_free(&r);
-    r = th_put_file(&d, "/v1/datasets/mnist-public/files/a", tb, "evil", 4);
-    cr_expect_eq(r.status, 403, "%s", r.body);
-    th_free(&r);
-    r = th_del(&d, "/v1/datasets/mnist-public", tb);
-    cr_expect_eq(r.status, 403);
-    th_free(&r);
+    th_expect(th_put_file(&d, "/v1/datasets/mnist-public/files/a", tb, "evil", 4), 403);
+    th_expect(th_del(&d, "/v1/datasets/mnist-public", tb), 403);
 }

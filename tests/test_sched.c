@@ -150,6 +150,13 @@ static sched_snapshot view(const struct snap *s)
                             s->np, s->use,   s->nu, s->q,   s->nq, s->b,  s->nb};
 }
 
+/* Plans over s's view into d; the test stops when planning fails. */
+static void plan(const struct snap *s, sched_decisions *d)
+{
+    sched_snapshot v = view(s);
+    cr_assert_eq(sched_plan(&v, d), 0);
+}
+
 /* A pending job of tenant: workers of cpus CPUs each, submitted at id,
  * bound to max_rt seconds (0: none), holding hold USD to admit. */
 static void add_job(struct snap *s, int64_t id, int64_t tenant, int64_t workers, int64_t cpus,
@@ -201,9 +208,8 @@ Test(plan, places_whole_gangs_and_takes_their_room)
     s.nodes[s.nn++] = node(2, 4, 8192, 0);
     add_job(&s, 1, 1, 8, 1, 0, 10);
     add_job(&s, 2, 1, 1, 1, 0, 10);
-    sched_snapshot v = view(&s);
     sched_decisions d;
-    cr_assert_eq(sched_plan(&v, &d), 0);
+    plan(&s, &d);
     const sched_placement *p = placed(&d, 1);
     cr_assert_not_null(p, "the 8-worker gang fills both nodes");
     cr_expect_eq(p->per_node, 4);
@@ -232,9 +238,8 @@ Test(plan, backfill_starts_only_jobs_that_end_before_the_head)
     add_job(&s, 3, 1, 1, 1, 200, 10); /* ends at 200 s: would delay the head */
     add_job(&s, 4, 1, 1, 1, 0, 10);   /* no bound: would delay the head */
     add_job(&s, 5, 1, 1, 1, 30, 10);  /* ends at 30 s: backfilled */
-    sched_snapshot v = view(&s);
     sched_decisions d;
-    cr_assert_eq(sched_plan(&v, &d), 0);
+    plan(&s, &d);
     cr_expect_null(placed(&d, 1));
     cr_expect_str_eq(waiting(&d, 1)->reason, "resources: waiting for room on the nodes");
     cr_expect_not_null(placed(&d, 2), "a job ending before the head's start is backfilled");
@@ -264,9 +269,8 @@ Test(plan, behind_a_head_with_no_reservation_only_bounded_jobs_start)
     add_job(&s, 1, 1, 4, 1, 0, 10);
     add_job(&s, 2, 1, 1, 1, 0, 10);
     add_job(&s, 3, 1, 1, 1, 5, 10);
-    sched_snapshot v = view(&s);
     sched_decisions d;
-    cr_assert_eq(sched_plan(&v, &d), 0);
+    plan(&s, &d);
     cr_expect_eq(d.nplaced, 1);
     cr_expect_not_null(placed(&d, 3));
     cr_assert_not_null(waiting(&d, 2));
@@ -282,15 +286,13 @@ Test(plan, fair_share_puts_the_lighter_tenant_first)
     s.nodes[s.nn++] = node(1, 1, 8192, 0);
     add_job(&s, 1, 1, 1, 1, 0, 10);
     add_job(&s, 2, 2, 1, 1, 0, 10);
-    sched_snapshot v = view(&s);
     sched_decisions d;
-    cr_assert_eq(sched_plan(&v, &d), 0);
+    plan(&s, &d);
     cr_expect_not_null(placed(&d, 1), "no use on record: submit order");
     sched_decisions_free(&d);
     s.use[s.nu++] = (sched_usage){1, 500.0};
     s.use[s.nu++] = (sched_usage){2, 10.0};
-    v = view(&s);
-    cr_assert_eq(sched_plan(&v, &d), 0);
+    plan(&s, &d);
     cr_expect_not_null(placed(&d, 2), "tenant 2 used less: its job first");
     cr_assert_not_null(waiting(&d, 1));
     cr_expect_eq(waiting(&d, 1)->pos, 1);
@@ -310,9 +312,8 @@ Test(plan, quota_holds_back_its_tenant_and_no_other)
     add_job(&s, 3, 2, 2, 1, 0, 10); /* 4 > 3 */
     add_job(&s, 4, 2, 1, 1, 0, 10); /* 3: fits the quota */
     add_job(&s, 5, 3, 4, 1, 0, 10); /* no quota */
-    sched_snapshot v = view(&s);
     sched_decisions d;
-    cr_assert_eq(sched_plan(&v, &d), 0);
+    plan(&s, &d);
     cr_assert_not_null(waiting(&d, 1));
     cr_expect_str_eq(waiting(&d, 1)->reason, "quota: max_running_jobs 1 reached");
     cr_expect_not_null(placed(&d, 2));
@@ -338,9 +339,8 @@ Test(plan, budget_admits_what_the_money_holds)
     snprintf(s.pend[3].currency, sizeof s.pend[3].currency, "EUR");
     add_job(&s, 5, 2, 1, 1, 60, 1000000);
     add_job(&s, 6, 1, 1, 1, 60, -1); /* its price is past the money range */
-    sched_snapshot v = view(&s);
     sched_decisions d;
-    cr_assert_eq(sched_plan(&v, &d), 0);
+    plan(&s, &d);
     cr_expect_not_null(placed(&d, 1));
     cr_assert_not_null(waiting(&d, 2));
     cr_expect_str_eq(waiting(&d, 2)->reason,
@@ -366,17 +366,15 @@ Test(plan, retries_and_clusters_that_cannot_hold_a_job_say_why)
     s.al[s.nal++] = (sched_alloc){1, 1, 1}; /* attempt 1's worker, stopping */
     add_job(&s, 1, 1, 1, 1, 0, 10);
     add_job(&s, 2, 1, 8, 1, 0, 10);
-    sched_snapshot v = view(&s);
     sched_decisions d;
-    cr_assert_eq(sched_plan(&v, &d), 0);
+    plan(&s, &d);
     cr_expect_str_eq(waiting(&d, 1)->reason,
                      "retry: waiting for the previous attempt's workers to stop");
     cr_expect_str_eq(waiting(&d, 2)->reason, "resources: no usable nodes can hold this job now");
     sched_decisions_free(&d);
     s.nn = 0;
     s.nal = 0;
-    v = view(&s);
-    cr_assert_eq(sched_plan(&v, &d), 0);
+    plan(&s, &d);
     cr_expect_str_eq(waiting(&d, 1)->reason, "resources: no node has registered yet");
     sched_decisions_free(&d);
 }

@@ -77,6 +77,22 @@ static char *slurp(const char *path)
     return buf;
 }
 
+/* What rank wrote on stderr in dir (its rank%d.err); the caller frees it. */
+static char *rank_err(const char *dir, int rank)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/rank%d.err", dir, rank);
+    return slurp(path);
+}
+
+/* The test fails unless rank's stderr holds needle. */
+static void expect_said(const char *dir, int rank, const char *needle)
+{
+    char *e = rank_err(dir, rank);
+    cr_assert_not_null(strstr(e, needle), "rank %d said: %s", rank, e);
+    free(e);
+}
+
 /* One rank of a job: cohort-worker train with the rank environment, its
  * stdout and stderr in dir/rankN.out and dir/rankN.err. */
 /* The BACKEND the ranks of spawn_rank get (the GPU tests set nccl). */
@@ -152,9 +168,7 @@ static void run_job(const char *dir, int world, const char *const *args)
     for (int r = 0; r < world; r++) {
         int st = wait_exit(pids[r], 240);
         if (st != 0) {
-            char p[512];
-            snprintf(p, sizeof p, "%s/rank%d.err", dir, r);
-            char *e = slurp(p);
+            char *e = rank_err(dir, r);
             cr_log_error("rank %d exited %d: %s", r, st, e);
             free(e);
         }
@@ -593,10 +607,7 @@ Test(data, malformed_files_get_clear_errors)
     const char *args[] = { "--data", dir, "--no-checkpoint", NULL };
     pid_t p = spawn_rank(dir, 0, 1, free_port(), args);
     cr_assert_eq(wait_exit(p, 30), 1);
-    snprintf(path, sizeof path, "%s/rank0.err", dir);
-    char *e = slurp(path);
-    cr_assert_not_null(strstr(e, "train-labels-idx1-ubyte"), "%s", e);
-    free(e);
+    expect_said(dir, 0, "train-labels-idx1-ubyte");
     rmrf(dir);
 }
 
@@ -802,7 +813,7 @@ static int start_long_job(char *dir, size_t dlen, int world, pid_t *p)
  * which collective failed, and names the victim as lost. */
 static void lose_rank(int world, int victim, int sig)
 {
-    char dir[64], path[256];
+    char dir[64];
     pid_t p[4];
     start_long_job(dir, sizeof dir, world, p);
     kill(p[victim], sig);
@@ -822,8 +833,7 @@ static void lose_rank(int world, int victim, int sig)
     for (int r = 0; r < world; r++) {
         if (r == victim)
             continue;
-        snprintf(path, sizeof path, "%s/rank%d.err", dir, r);
-        char *e = slurp(path);
+        char *e = rank_err(dir, r);
         char lost[32];
         snprintf(lost, sizeof lost, "lost: rank %d ", victim);
         cr_assert(strstr(e, "rank ") && strstr(e, "failed"), "rank %d said: %s", r, e);
@@ -868,7 +878,7 @@ static int ignores_sigpipe(pid_t pid)
  * both say that no rank exited. */
 Test(failure, a_rank_slower_than_the_timeout_is_not_called_lost, .timeout = 120)
 {
-    char dir[64], path[256], err[256];
+    char dir[64], err[256];
     comm_store *watch = NULL;
     pid_t p[2];
     /* Rank 1 answers once it runs again, which on a loaded machine can take
@@ -893,8 +903,7 @@ Test(failure, a_rank_slower_than_the_timeout_is_not_called_lost, .timeout = 120)
     int st[2];
     for (int r = 0; r < 2; r++) {
         st[r] = wait_exit(p[r], 60);
-        snprintf(path, sizeof path, "%s/rank%d.err", dir, r);
-        e[r] = slurp(path);
+        e[r] = rank_err(dir, r);
     }
     for (int r = 0; r < 2; r++) {
         cr_assert_eq(st[r], 1, "rank %d exit %d; rank 0 said: %s; rank 1 said: %s", r, st[r],
@@ -922,7 +931,7 @@ Test(failure, a_silent_peer_fails_the_other_rank_at_the_timeout, .timeout = 120)
 
 Test(failure, rank_one_without_rank_zero_fails_after_the_deadline, .timeout = 60)
 {
-    char dir[64], data[128], path[256];
+    char dir[64], data[128];
     tmpdir(dir, sizeof dir);
     snprintf(data, sizeof data, "%s/data", dir);
     mkdata(data, 100, 10, 0);
@@ -934,10 +943,7 @@ Test(failure, rank_one_without_rank_zero_fails_after_the_deadline, .timeout = 60
     cr_assert_eq(st, 1);
     cr_assert_geq(dt, 1.9);
     cr_assert_lt(dt, 10.0);
-    snprintf(path, sizeof path, "%s/rank1.err", dir);
-    char *e = slurp(path);
-    cr_assert_not_null(strstr(e, "cannot reach the rendezvous store of rank 0"), "%s", e);
-    free(e);
+    expect_said(dir, 1, "cannot reach the rendezvous store of rank 0");
     rmrf(dir);
 }
 
@@ -1129,7 +1135,7 @@ Test(gpu, without_a_gpu_the_trainer_says_so, .timeout = 60)
 {
     if (gpu_count() > 0)
         cr_skip_test("this machine has a GPU");
-    char dir[64], data[128], path[256];
+    char dir[64], data[128];
     tmpdir(dir, sizeof dir);
     snprintf(data, sizeof data, "%s/data", dir);
     mkdata(data, 100, 10, 0);
@@ -1138,10 +1144,7 @@ Test(gpu, without_a_gpu_the_trainer_says_so, .timeout = 60)
     pid_t p = spawn_rank(dir, 0, 1, free_port(), args);
     rank_backend = "gloo";
     cr_assert_eq(wait_exit(p, 30), 1);
-    snprintf(path, sizeof path, "%s/rank0.err", dir);
-    char *e = slurp(path);
-    cr_assert_not_null(strstr(e, "rank 0: cudaSetDevice: "), "%s", e);
-    free(e);
+    expect_said(dir, 0, "rank 0: cudaSetDevice: ");
     rmrf(dir);
 }
 #endif
