@@ -383,6 +383,31 @@ static void add_mount_points(const char *rootfs)
     }
 }
 
+/*
+ * Fills argv[16] with a skopeo command: with dest, "copy" from to dest
+ * quietly; without, "inspect" the raw manifest of from.  TLS is left
+ * unverified for an insecure registry, and authfile (or NULL) gives the
+ * credentials: options that copy names for its source.
+ */
+static void skopeo_argv(char **argv, const img_cache *c, const img_source *src,
+                        const char *authfile, char *from, char *dest)
+{
+    int n = 0;
+    argv[n++] = (char *)c->skopeo;
+    argv[n++] = dest ? "copy" : "inspect";
+    argv[n++] = dest ? "--quiet" : "--raw";
+    if (src->insecure)
+        argv[n++] = dest ? "--src-tls-verify=false" : "--tls-verify=false";
+    if (authfile) {
+        argv[n++] = dest ? "--src-authfile" : "--authfile";
+        argv[n++] = (char *)authfile;
+    }
+    argv[n++] = from;
+    if (dest)
+        argv[n++] = dest;
+    argv[n] = NULL;
+}
+
 /* Pulls the image at digest and unpacks it into bundle (lock held). */
 static int pull_unpack(const img_cache *c, const img_source *src, const char *digest,
                        const char *authfile, const char *manifest, img_progress_fn progress,
@@ -402,19 +427,7 @@ static int pull_unpack(const img_cache *c, const img_source *src, const char *di
     int64_t t0 = util_mono_ms();
     struct pull_watch w = {src, layout, manifest_bytes(manifest), progress, arg};
     char *copy[16];
-    int n = 0;
-    copy[n++] = (char *)c->skopeo;
-    copy[n++] = "copy";
-    copy[n++] = "--quiet";
-    if (src->insecure)
-        copy[n++] = "--src-tls-verify=false";
-    if (authfile) {
-        copy[n++] = "--src-authfile";
-        copy[n++] = (char *)authfile;
-    }
-    copy[n++] = from;
-    copy[n++] = dest;
-    copy[n] = NULL;
+    skopeo_argv(copy, c, src, authfile, from, dest);
     pull_tick(&w);
     if (run(copy, 0, 500, pull_tick, &w, &r) != 0 || !run_ok(&r)) {
         pull_error(src->reference, "the pull", &r, err, errlen);
@@ -494,20 +507,9 @@ static int resolve(const img_cache *c, const img_source *src, const char *authfi
 {
     char from[IMG_REF_MAX + 16];
     struct run r;
-    char *argv[10];
-    int n = 0;
+    char *argv[16];
     snprintf(from, sizeof from, "docker://%s", src->reference);
-    argv[n++] = (char *)c->skopeo;
-    argv[n++] = "inspect";
-    argv[n++] = "--raw";
-    if (src->insecure)
-        argv[n++] = "--tls-verify=false";
-    if (authfile) {
-        argv[n++] = "--authfile";
-        argv[n++] = (char *)authfile;
-    }
-    argv[n++] = from;
-    argv[n] = NULL;
+    skopeo_argv(argv, c, src, authfile, from, NULL);
     if (run(argv, 1, 0, NULL, NULL, &r) != 0 || !run_ok(&r) || !r.out || r.out_len == 0) {
         pull_error(src->reference, "resolving it", &r, err, errlen);
         free(r.out);

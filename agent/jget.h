@@ -7,6 +7,7 @@
 #define COHORT_JGET_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include <cjson/cJSON.h>
 
@@ -28,6 +29,18 @@ static inline int64_t jget_int(const cJSON *o, const char *k, int64_t dflt)
         !(v->valuedouble >= -9007199254740992.0 && v->valuedouble <= 9007199254740992.0))
         return dflt;
     return (int64_t)v->valuedouble;
+}
+
+/* 1 when the array a holds the string v (a NULL or non-array a holds nothing). */
+static inline int jget_has_string(const cJSON *a, const char *v)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, a)
+    {
+        if (cJSON_IsString(e) && !strcmp(e->valuestring, v))
+            return 1;
+    }
+    return 0;
 }
 
 #endif

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 
+#include "agent/jget.h"
+
 /* The capabilities container engines give by default (Docker, Podman),
  * effective only inside the container's own user namespace. */
 static const char *const caps[] = {
@@ -155,17 +157,6 @@ char *oci_config(const oci_spec *s, char *err, size_t errlen)
 #error "seccomp: unknown architecture"
 #endif
 
-static int has_string(const cJSON *a, const char *v)
-{
-    const cJSON *e;
-    cJSON_ArrayForEach(e, a)
-    {
-        if (cJSON_IsString(e) && !strcmp(e->valuestring, v))
-            return 1;
-    }
-    return 0;
-}
-
 static int has_cap(const char *cap)
 {
     for (int i = 0; caps[i]; i++)
@@ -181,7 +172,7 @@ static int rule_applies(const cJSON *rule)
     const cJSON *exc = cJSON_GetObjectItemCaseSensitive(rule, "excludes");
     const cJSON *e, *a;
     a = cJSON_GetObjectItemCaseSensitive(inc, "arches");
-    if (cJSON_GetArraySize(a) > 0 && !has_string(a, ARCH_GO))
+    if (cJSON_GetArraySize(a) > 0 && !jget_has_string(a, ARCH_GO))
         return 0;
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(inc, "caps"))
     {
@@ -189,7 +180,7 @@ static int rule_applies(const cJSON *rule)
             return 0;
     }
     a = cJSON_GetObjectItemCaseSensitive(exc, "arches");
-    if (has_string(a, ARCH_GO))
+    if (jget_has_string(a, ARCH_GO))
         return 0;
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(exc, "caps"))
     {

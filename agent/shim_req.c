@@ -33,17 +33,6 @@ static int unqualified(const char *ref)
     return !memchr(ref, '.', h) && !memchr(ref, ':', h) && strncmp(ref, "localhost/", 10);
 }
 
-static int host_listed(const cJSON *hosts, const char *host)
-{
-    const cJSON *h;
-    cJSON_ArrayForEach(h, hosts)
-    {
-        if (cJSON_IsString(h) && !strcmp(h->valuestring, host))
-            return 1;
-    }
-    return 0;
-}
-
 /* GPU device nodes for the GPUs in CUDA_VISIBLE_DEVICES, and the driver's
  * control nodes, where they exist. */
 static const char **gpu_devices(const cJSON *spec, shim_req *r)
@@ -114,7 +103,7 @@ static int container_setup(const cJSON *ct, const cJSON *spec, shim_req *r, char
                    (long long)uid_base);
     img_reference_host(r->ref, host, sizeof host);
     sp->image.reference = r->ref;
-    sp->image.insecure = host_listed(cJSON_GetObjectItemCaseSensitive(ct, "insecure"), host);
+    sp->image.insecure = jget_has_string(cJSON_GetObjectItemCaseSensitive(ct, "insecure"), host);
     sp->uid_base = (uint32_t)uid_base;
     sp->framework = jget_str(spec, "framework");
     const cJSON *res = cJSON_GetObjectItemCaseSensitive(spec, "resources");

@@ -17,13 +17,7 @@ static cJSON *spec_json(const store_spec *sp)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", sp->name);
-    cJSON_AddNumberToObject(o, "cpus", (double)sp->cpus);
-    cJSON_AddNumberToObject(o, "memory_mb", (double)sp->memory_mb);
-    cJSON_AddNumberToObject(o, "gpus", (double)sp->gpus);
-    if (sp->gpu_type[0])
-        cJSON_AddStringToObject(o, "gpu_type", sp->gpu_type);
-    else
-        cJSON_AddNullToObject(o, "gpu_type");
+    api_add_resources(o, sp->cpus, sp->memory_mb, sp->gpus, sp->gpu_type);
     cJSON_AddNumberToObject(o, "price_per_hour", (double)sp->price_per_hour);
     cJSON_AddStringToObject(o, "currency", sp->currency);
     api_add_time(o, "updated_at", sp->updated_at);

@@ -137,6 +137,17 @@ static int volume_open(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_
     return root;
 }
 
+/* volume_open for a request naming a file (its path in param[1]), once the
+ * path is known to be acceptable. */
+static int file_volume_open(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_kind k,
+                            int write)
+{
+    store_volume v;
+    if (check_path(rq->param[1], rs))
+        return -1;
+    return volume_open(ctx, rq, rs, k, write, &v);
+}
+
 struct upload_state {
     int dir;
     char tmp[64];
@@ -253,11 +264,8 @@ fail:
 
 static void file_get(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_kind k)
 {
-    store_volume v;
     const char *path = rq->param[1];
-    if (check_path(path, rs))
-        return;
-    int root = volume_open(ctx, rq, rs, k, 0, &v);
+    int root = file_volume_open(ctx, rq, rs, k, 0);
     if (root < 0)
         return;
     int fd = api_open_beneath(root, path);
@@ -276,11 +284,8 @@ static void file_get(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_ki
 
 static void file_delete(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_kind k)
 {
-    store_volume v;
     const char *path = rq->param[1];
-    if (check_path(path, rs))
-        return;
-    int root = volume_open(ctx, rq, rs, k, 1, &v);
+    int root = file_volume_open(ctx, rq, rs, k, 1);
     if (root < 0)
         return;
     const char *leaf;

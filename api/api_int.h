@@ -64,6 +64,9 @@ void api_list_add(api_list *pg, cJSON *item, int64_t id);
 void api_list_done(api_resp *rs, api_list *pg, int limit, int rc, const char *what);
 
 void api_add_time(cJSON *o, const char *key, int64_t ms); /* RFC 3339, or null when 0 */
+/* A worker's or a node's resources: cpus, memory_mb, gpus and gpu_type (null when ""). */
+void api_add_resources(cJSON *o, int64_t cpus, int64_t memory_mb, int64_t gpus,
+                       const char *gpu_type);
 /* An integer member, printed as digits once: cJSON's own numbers are
  * doubles printed (and read back to check) through printf, which the hot
  * answers (jobs, workers, events) pay for on every field.  The member is

@@ -304,6 +304,18 @@ void api_add_int(cJSON *o, const char *key, int64_t v)
     cJSON_AddRawToObject(o, key, p);
 }
 
+void api_add_resources(cJSON *o, int64_t cpus, int64_t memory_mb, int64_t gpus,
+                       const char *gpu_type)
+{
+    cJSON_AddNumberToObject(o, "cpus", (double)cpus);
+    cJSON_AddNumberToObject(o, "memory_mb", (double)memory_mb);
+    cJSON_AddNumberToObject(o, "gpus", (double)gpus);
+    if (gpu_type[0])
+        cJSON_AddStringToObject(o, "gpu_type", gpu_type);
+    else
+        cJSON_AddNullToObject(o, "gpu_type");
+}
+
 void api_add_time(cJSON *o, const char *key, int64_t ms)
 {
     if (ms <= 0) {

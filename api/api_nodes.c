@@ -27,14 +27,8 @@ static cJSON *node_json(const store_node *n)
     cJSON_AddStringToObject(o, "address", n->address);
     cJSON_AddStringToObject(o, "state", n->state);
     cJSON_AddBoolToObject(o, "drained", n->drained);
-    cJSON *c = cJSON_AddObjectToObject(o, "capacity");
-    cJSON_AddNumberToObject(c, "cpus", (double)n->cpus);
-    cJSON_AddNumberToObject(c, "memory_mb", (double)n->memory_mb);
-    cJSON_AddNumberToObject(c, "gpus", (double)n->gpus);
-    if (n->gpu_type[0])
-        cJSON_AddStringToObject(c, "gpu_type", n->gpu_type);
-    else
-        cJSON_AddNullToObject(c, "gpu_type");
+    api_add_resources(cJSON_AddObjectToObject(o, "capacity"), n->cpus, n->memory_mb, n->gpus,
+                      n->gpu_type);
     cJSON *a = cJSON_AddObjectToObject(o, "allocated");
     cJSON_AddNumberToObject(a, "cpus", (double)n->used_cpus);
     cJSON_AddNumberToObject(a, "memory_mb", (double)n->used_memory_mb);

@@ -209,18 +209,29 @@ static store_rc vol_seal_write(store_tx *tx, void *arg)
     return store_dataset_seal(tx, ((struct vol_id *)arg)->id);
 }
 
+/* Finds the volume named by param[0] that the caller may write, into v,
+ * and applies write (given a struct vol_id) to it: 0, or -1 with the error
+ * answered. */
+static int volume_change(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_kind k,
+                         store_write_fn write, store_volume *v)
+{
+    if (api_volume_find(ctx, rq->who, k, rq->param[0], v, rs) ||
+        api_volume_writable(rq->who, v, rs))
+        return -1;
+    struct vol_id d = {k, v->id};
+    int rc = store_write(ctx->st, write, &d);
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, kind_what[k]);
+        return -1;
+    }
+    return 0;
+}
+
 static void volume_delete(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_kind k)
 {
     store_volume v;
-    if (api_volume_find(ctx, rq->who, k, rq->param[0], &v, rs) ||
-        api_volume_writable(rq->who, &v, rs))
+    if (volume_change(ctx, rq, rs, k, vol_delete_write, &v))
         return;
-    struct vol_id d = {k, v.id};
-    int rc = store_write(ctx->st, vol_delete_write, &d);
-    if (rc != STORE_OK) {
-        api_store_error(rs, rc, kind_what[k]);
-        return;
-    }
     char parent[4400], name[24];
     snprintf(parent, sizeof parent, "%s/volumes/%lld/%s", ctx->data_dir, (long long)v.tenant_id,
              kind_dir[k]);
@@ -236,15 +247,8 @@ static void volume_delete(api_ctx *ctx, const api_req *rq, api_resp *rs, store_v
 void api_dataset_seal(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     store_volume v;
-    if (api_volume_find(ctx, rq->who, STORE_DATASET, rq->param[0], &v, rs) ||
-        api_volume_writable(rq->who, &v, rs))
+    if (volume_change(ctx, rq, rs, STORE_DATASET, vol_seal_write, &v))
         return;
-    struct vol_id d = {STORE_DATASET, v.id};
-    int rc = store_write(ctx->st, vol_seal_write, &d);
-    if (rc != STORE_OK) {
-        api_store_error(rs, rc, "dataset");
-        return;
-    }
     v.sealed = 1;
     api_json(rs, 200, volume_json(STORE_DATASET, &v));
 }

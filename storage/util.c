@@ -271,3 +271,15 @@ void util_thread_stop(pthread_mutex_t *lock, pthread_cond_t *wake, int *stopping
     pthread_mutex_unlock(lock);
     pthread_join(thread, NULL);
 }
+
+int util_system(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof cmd)
+        return -1;
+    return system(cmd);
+}

@@ -80,6 +80,13 @@ int util_image_ref_valid(const char *ref);
  */
 void util_thread_stop(pthread_mutex_t *lock, pthread_cond_t *wake, int *stopping, pthread_t thread);
 
+/*
+ * Runs the shell command formatted from fmt (at most 4,095 bytes) with
+ * system(): its status, or -1 when the command would not fit (then nothing
+ * runs).  For tests and benches; daemons spawn with argv, never a shell.
+ */
+int util_system(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Growable byte buffer.  The owner frees buf with free(). */
 typedef struct util_buf {
     char *buf;

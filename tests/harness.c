@@ -868,10 +868,16 @@ int th_wait_state(th_daemon *d, const char *tok, long job, const char *want, int
     return 0;
 }
 
+th_resp th_create(th_daemon *d, const char *path, const char *tok, const char *json)
+{
+    th_resp r = th_post(d, path, tok, json);
+    cr_assert_eq(r.status, 201, "POST %s %s: %ld %s", path, json, r.status, r.body);
+    return r;
+}
+
 long th_submit(th_daemon *d, const char *tok, const char *json)
 {
-    th_resp r = th_post(d, "/v1/jobs", tok, json);
-    cr_assert_eq(r.status, 201, "submit %s: %ld %s", json, r.status, r.body);
+    th_resp r = th_create(d, "/v1/jobs", tok, json);
     long id = (long)th_num(&r, "id");
     th_free(&r);
     return id;

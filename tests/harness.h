@@ -194,6 +194,9 @@ int th_count_marked(const char *marker);
  * returns 1 when it reached want.  The last state seen goes to seen[16]. */
 int th_wait_state(th_daemon *d, const char *tok, long job, const char *want, int timeout_ms,
                   char *seen);
+/* POSTs json to path as tok; the test stops unless it answered 201.  The
+ * response is the caller's to check further and th_free. */
+th_resp th_create(th_daemon *d, const char *path, const char *tok, const char *json);
 /* Submits the job (a POST /v1/jobs body) as tok: its id; the test stops
  * unless it was accepted. */
 long th_submit(th_daemon *d, const char *tok, const char *json);

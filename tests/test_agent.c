@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "storage/util.h"
 #include "tests/harness.h"
 
 static th_daemon d;
@@ -28,24 +29,13 @@ static char tok[80];
 /* Network namespaces and the bridge a test made, removed in teardown. */
 static char net_tag[16];
 
-static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void sh(const char *fmt, ...)
-{
-    char cmd[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int rc = system(cmd);
-    (void)rc;
-}
-
 static void net_cleanup(void)
 {
     if (!net_tag[0])
         return;
-    sh("ip netns del %s-1 2>/dev/null; ip netns del %s-2 2>/dev/null; "
-       "ip link del %s-br 2>/dev/null", net_tag, net_tag, net_tag);
+    util_system("ip netns del %s-1 2>/dev/null; ip netns del %s-2 2>/dev/null; "
+                "ip link del %s-br 2>/dev/null",
+                net_tag, net_tag, net_tag);
     net_tag[0] = '\0';
 }
 
@@ -86,6 +76,23 @@ static void agents(int n, const char *cpus)
 static long submit(const char *body)
 {
     return th_submit(&d, tok, body);
+}
+
+/* Submits job name running code (a program in the workspace "ws", uploaded
+ * first from script unless that is NULL) as workers ranks of cpu-small on the
+ * native image; more: further JSON fields, or NULL. */
+static long submit_sh(const char *name, const char *code, const char *script, int workers,
+                      const char *more)
+{
+    char body[1024];
+    if (script)
+        th_put_text(&d, tok, "ws", code, script, "755");
+    snprintf(body, sizeof body,
+             "{\"name\":\"%s\",\"image\":\"native\",\"workspace\":\"ws\",\"code_path\":\"%s\","
+             "\"epochs\":1,\"lr\":0.1,\"batch_size\":8,\"worker_spec\":\"cpu-small\","
+             "\"worker_count\":%d%s%s}",
+             name, code, workers, more ? "," : "", more ? more : "");
+    return submit(body);
 }
 
 /* Rank's log of job id (the caller th_frees it). */
@@ -140,14 +147,19 @@ static char *fetch(const char *path)
 }
 
 /* Dataset "synth" from the MNIST-format files cohort-worker mkdata wrote in dir. */
-static void synth_dataset(const char *dir)
+/* Makes a synthetic MNIST-layout set of train and test images with
+ * cohort-worker and uploads it as the dataset "synth". */
+static void synth_dataset(int train, int test)
 {
     static const char *const files[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                                         "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
     static unsigned char buf[2000 * 784 + 64];
-    char path[700], p[160];
-    th_resp r = th_post(&d, "/v1/datasets", tok, "{\"name\":\"synth\"}");
-    th_free(&r);
+    char dir[] = "/tmp/cohort-agent-worker-XXXXXX", cmd[600], path[700], p[160];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd, "%s mkdata %s --train %d --test %d >/dev/null", COHORT_WORKER_BIN,
+             dir, train, test);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    th_must(th_post(&d, "/v1/datasets", tok, "{\"name\":\"synth\"}"), 201);
     for (int i = 0; i < 4; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
         FILE *f = fopen(path, "rb");
@@ -155,10 +167,10 @@ static void synth_dataset(const char *dir)
         size_t n = fread(buf, 1, sizeof buf, f);
         fclose(f);
         snprintf(p, sizeof p, "/v1/datasets/synth/files/%s", files[i]);
-        r = th_put_file(&d, p, tok, buf, n);
-        cr_assert_eq(r.status, 201, "%s: %s", files[i], r.body);
-        th_free(&r);
+        th_must(th_put_file(&d, p, tok, buf, n), 201);
     }
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0, "%s", cmd);
 }
 
 /* Polls until no worker of the job reads running or assigned (at most 10 s). */
@@ -248,6 +260,26 @@ static void master_port(long job, char *out, size_t n)
     free(t);
 }
 
+/* Runs ENV_PROG (uploaded as prog.sh) as job name of workers ranks, with
+ * dataset ds, arguments and an environment check_rank looks for; more:
+ * further JSON fields, or NULL.  Waits for it to succeed: its id, and its
+ * MASTER_PORT in port[16]. */
+static long run_env_job(const char *name, int workers, const char *more, char *port)
+{
+    char body[1024], seen[16];
+    th_put_text(&d, tok, "ws", "prog.sh", ENV_PROG, "755");
+    snprintf(body, sizeof body,
+             "{\"name\":\"%s\",\"image\":\"native\",\"datasets\":[\"ds\"],\"workspace\":\"ws\","
+             "\"code_path\":\"prog.sh\",\"args\":[\"--foo\",\"bar baz\"],\"epochs\":3,\"lr\":0.05,"
+             "\"batch_size\":16,\"worker_spec\":\"cpu-small\",\"worker_count\":%d,%s%s"
+             "\"env\":{\"MY_VAR\":\"from the job\",\"PROBE_HIDDEN\":\"%s/volumes\"}}",
+             name, workers, more ? more : "", more ? "," : "", d.dir);
+    long id = submit(body);
+    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 30000, seen), "job ended %s", seen);
+    master_port(id, port, 16);
+    return id;
+}
+
 /* The old path for a trusted single-tenant node: --runtime host runs the
  * workers as host processes (private mount and PID namespaces, datasets
  * read-only, cohortd's volumes hidden), and the agent warns at start. */
@@ -258,17 +290,8 @@ Test(agent, the_host_runtime_keeps_the_worker_contract_and_warns)
                            NULL};
     th_agent_start(&ag[0], &d, "n1", extra);
     nagents = 1;
-    th_put_text(&d, tok, "ws", "prog.sh", ENV_PROG, "755");
-    char body[1024], seen[16], port[16], logp[600], line[512];
-    snprintf(body, sizeof body,
-             "{\"name\":\"env\",\"image\":\"native\",\"datasets\":[\"ds\"],\"workspace\":\"ws\","
-             "\"code_path\":\"prog.sh\",\"args\":[\"--foo\",\"bar baz\"],\"epochs\":3,\"lr\":0.05,"
-             "\"batch_size\":16,\"worker_spec\":\"cpu-small\",\"worker_count\":2,"
-             "\"env\":{\"MY_VAR\":\"from the job\",\"PROBE_HIDDEN\":\"%s/volumes\"}}",
-             d.dir);
-    long id = submit(body);
-    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 30000, seen), "job ended %s", seen);
-    master_port(id, port, sizeof port);
+    char port[16], logp[600], line[512];
+    run_env_job("env", 2, NULL, port);
     for (int rank = 0; rank < 2; rank++)
         check_rank(rank, 2, 2, port);
     snprintf(logp, sizeof logp, "%s.log", ag[0].dir);
@@ -285,19 +308,8 @@ Test(agent, worker_contract_on_one_node)
 {
     platform(NULL);
     agents(1, "8");
-    th_put_text(&d, tok, "ws", "prog.sh", ENV_PROG, "755");
-    char body[1024];
-    snprintf(body, sizeof body,
-             "{\"name\":\"env\",\"image\":\"native\",\"datasets\":[\"ds\"],\"workspace\":\"ws\","
-             "\"code_path\":\"prog.sh\",\"args\":[\"--foo\",\"bar baz\"],\"epochs\":3,\"lr\":0.05,"
-             "\"batch_size\":16,\"worker_spec\":\"cpu-small\",\"worker_count\":4,"
-             "\"env\":{\"MY_VAR\":\"from the job\",\"PROBE_HIDDEN\":\"%s/volumes\"}}",
-             d.dir);
-    long id = submit(body);
-    char seen[16];
-    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 30000, seen), "job ended %s", seen);
     char port[16];
-    master_port(id, port, sizeof port);
+    long id = run_env_job("env", 4, NULL, port);
     cr_expect(atoi(port) >= 31000 && atoi(port) <= 31099, "MASTER_PORT %s outside the range", port);
     for (int rank = 0; rank < 4; rank++)
         check_rank(rank, 4, 4, port);
@@ -330,20 +342,8 @@ Test(agent, two_per_node_on_two_agents)
 {
     platform(NULL);
     agents(2, "2");
-    th_put_text(&d, tok, "ws", "prog.sh", ENV_PROG, "755");
-    char body[1024];
-    snprintf(body, sizeof body,
-             "{\"name\":\"env2\",\"image\":\"native\",\"datasets\":[\"ds\"],\"workspace\":\"ws\","
-             "\"code_path\":\"prog.sh\",\"args\":[\"--foo\",\"bar baz\"],\"epochs\":3,\"lr\":0.05,"
-             "\"batch_size\":16,\"worker_spec\":\"cpu-small\",\"worker_count\":4,"
-             "\"workers_per_node\":2,"
-             "\"env\":{\"MY_VAR\":\"from the job\",\"PROBE_HIDDEN\":\"%s/volumes\"}}",
-             d.dir);
-    long id = submit(body);
-    char seen[16];
-    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 30000, seen), "job ended %s", seen);
     char port[16];
-    master_port(id, port, sizeof port);
+    long id = run_env_job("env2", 4, "\"workers_per_node\":2", port);
     for (int rank = 0; rank < 4; rank++)
         check_rank(rank, 4, 2, port);
     char p[64];
@@ -371,9 +371,7 @@ Test(agent, a_failed_rank_stops_the_gang_retries_then_fails)
                 "if [ \"$RANK\" = 1 ]; then sleep 0.5; exit 3; fi\n"
                 "exec sleep 60\n",
                 "755");
-    long id = submit("{\"name\":\"fails\",\"image\":\"native\",\"workspace\":\"ws\","
-                     "\"code_path\":\"fail.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
-                     "\"worker_spec\":\"cpu-small\",\"worker_count\":2,\"max_retries\":1}");
+    long id = submit_sh("fails", "fail.sh", NULL, 2, "\"max_retries\":1");
     char seen[16];
     cr_assert(th_wait_state(&d, tok, id, "FAILED", 40000, seen), "job ended %s", seen);
     char p[128];
@@ -480,10 +478,7 @@ Test(agent, cancel_leaves_no_process_behind)
              "setsid sh -c 'trap \"\" TERM; while :; do sleep 1; done' %s &\n"
              "while :; do sleep 1; done\n",
              marker);
-    th_put_text(&d, tok, "ws", "stubborn.sh", prog, "755");
-    long id = submit("{\"name\":\"stubborn\",\"image\":\"native\",\"workspace\":\"ws\","
-                     "\"code_path\":\"stubborn.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
-                     "\"worker_spec\":\"cpu-small\",\"worker_count\":2}");
+    long id = submit_sh("stubborn", "stubborn.sh", prog, 2, NULL);
     char seen[16];
     cr_assert(th_wait_state(&d, tok, id, "RUNNING", 20000, seen), "job is %s", seen);
     cr_assert_eq(wait_marked(marker, 2), 2, "the grandchildren never started");
@@ -548,16 +543,13 @@ Test(agent, each_worker_runs_in_a_cgroup_of_its_own)
         cr_skip_test("no cgroup v2 hierarchy is mounted here");
     platform(NULL);
     agents(1, "8");
-    th_put_text(&d, tok, "ws", "cg.sh",
-                "#!/bin/sh\n"
-                "mkdir -p out\n"
-                "sleep 60 &\n"
-                "grep '^0::' /proc/self/cgroup > out/cg-$RANK.txt\n"
-                "wait\n",
-                "755");
-    long id = submit("{\"name\":\"cg\",\"image\":\"native\",\"workspace\":\"ws\","
-                     "\"code_path\":\"cg.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
-                     "\"worker_spec\":\"cpu-small\",\"worker_count\":2}");
+    long id = submit_sh("cg", "cg.sh",
+                        "#!/bin/sh\n"
+                        "mkdir -p out\n"
+                        "sleep 60 &\n"
+                        "grep '^0::' /proc/self/cgroup > out/cg-$RANK.txt\n"
+                        "wait\n",
+                        2, NULL);
     cr_assert(th_wait_state(&d, tok, id, "RUNNING", 20000, seen), "job is %s", seen);
     char rel[2][512];
     for (int r = 0; r < 2; r++) {
@@ -666,10 +658,7 @@ Test(agent, finished_workers_leave_the_node_after_keep_finished)
     const char *extra[] = {"--cpus", "8", "--keep-finished", "1", NULL};
     th_agent_start(&ag[0], &d, "n1", extra);
     nagents = 1;
-    th_put_text(&d, tok, "ws", "hi.sh", "#!/bin/sh\necho \"hello from $RANK\"\n", "755");
-    long id = submit("{\"name\":\"hi\",\"image\":\"native\",\"workspace\":\"ws\","
-                     "\"code_path\":\"hi.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
-                     "\"worker_spec\":\"cpu-small\",\"worker_count\":2}");
+    long id = submit_sh("hi", "hi.sh", "#!/bin/sh\necho \"hello from $RANK\"\n", 2, NULL);
     char seen[16], p[96];
     cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 20000, seen), "job ended %s", seen);
     int left = -1;
@@ -701,9 +690,7 @@ Test(agent, workers_show_the_cpu_time_their_cgroup_counted)
                 "i=0; while [ $i -lt 150000 ]; do i=$((i+1)); done\n"
                 "wait\n",
                 "755");
-    long id = submit("{\"name\":\"busy\",\"image\":\"native\",\"workspace\":\"ws\","
-                     "\"code_path\":\"busy.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
-                     "\"worker_spec\":\"cpu-small\",\"worker_count\":2}");
+    long id = submit_sh("busy", "busy.sh", NULL, 2, NULL);
     cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 60000, seen), "job ended %s", seen);
     snprintf(p, sizeof p, "/v1/jobs/%ld/workers", id);
     th_resp r = th_get(&d, p, tok);
@@ -753,10 +740,7 @@ Test(agent, a_worker_gets_no_more_cpu_than_its_spec, .timeout = 90)
                        "kill $a $b\n"
                        "wait\n"
                        "echo $(( ($(cs) - t0) * 10 ))\n";
-    th_put_text(&d, tok, "ws", "spin.sh", prog, "755");
-    long id = submit("{\"name\":\"spin\",\"image\":\"native\",\"workspace\":\"ws\","
-                     "\"code_path\":\"spin.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
-                     "\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
+    long id = submit_sh("spin", "spin.sh", prog, 1, NULL);
     cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 60000, seen), "job ended %s", seen);
     snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=0", id);
     th_resp r = th_get(&d, p, tok);
@@ -1003,11 +987,8 @@ Test(agent, a_worker_over_its_memory_is_killed_and_the_reason_says_so, .timeout 
     agents(1, "8");
     /* 2.5 GiB, touched (dd reads into one buffer of its block size), in a
      * 2048 MiB worker; the busybox image, no interpreter needed */
-    th_put_text(&d, tok, "ws", "hog.sh",
-                "#!/bin/sh\nexec dd if=/dev/zero of=/dev/null bs=2560M count=1\n", "755");
-    long id = submit("{\"name\":\"hog\",\"image\":\"native\",\"workspace\":\"ws\","
-                     "\"code_path\":\"hog.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
-                     "\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
+    long id = submit_sh("hog", "hog.sh",
+                        "#!/bin/sh\nexec dd if=/dev/zero of=/dev/null bs=2560M count=1\n", 1, NULL);
     cr_assert(th_wait_state(&d, tok, id, "FAILED", 60000, seen), "job ended %s", seen);
     char p[64];
     snprintf(p, sizeof p, "/v1/jobs/%ld", id);
@@ -1076,11 +1057,8 @@ Test(agent, a_job_survives_a_cohortd_restart)
     const char *args[] = {"--listen", listen, NULL};
     platform(args);
     agents(1, "8");
-    th_put_text(&d, tok, "ws", "slow.sh",
-                "#!/bin/sh\nsleep 3\necho done > \"$WORKSPACE/done-$RANK\"\n", "755");
-    long id = submit("{\"name\":\"slow\",\"image\":\"native\",\"workspace\":\"ws\","
-                     "\"code_path\":\"slow.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
-                     "\"worker_spec\":\"cpu-small\",\"worker_count\":2}");
+    long id = submit_sh("slow", "slow.sh",
+                        "#!/bin/sh\nsleep 3\necho done > \"$WORKSPACE/done-$RANK\"\n", 2, NULL);
     char seen[16];
     cr_assert(th_wait_state(&d, tok, id, "RUNNING", 20000, seen), "job is %s", seen);
     cr_assert_eq(th_stop(&d), 0);
@@ -1104,9 +1082,7 @@ Test(agent, logs_are_whole_in_order_once_and_metrics_are_kept)
                 "echo 'COHORT_METRIC {\"epoch\":2,\"loss\":0.25}'\n"
                 "echo 'COHORT_METRIC not json'\n",
                 "755");
-    long id = submit("{\"name\":\"chatty\",\"image\":\"native\",\"workspace\":\"ws\","
-                     "\"code_path\":\"chatty.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
-                     "\"worker_spec\":\"cpu-small\",\"worker_count\":2}");
+    long id = submit_sh("chatty", "chatty.sh", NULL, 2, NULL);
     char seen[16];
     cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 60000, seen), "job ended %s", seen);
     char p[128];
@@ -1193,11 +1169,7 @@ Test(agent, a_lost_node_fails_its_ranks_and_the_gang_reruns_elsewhere, .timeout 
              "fi\n"
              "sleep 1\n",
              marker);
-    th_put_text(&d, tok, "ws", "node.sh", prog, "755");
-    long id = submit("{\"name\":\"survivor\",\"image\":\"native\",\"workspace\":\"ws\","
-                     "\"code_path\":\"node.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
-                     "\"worker_spec\":\"cpu-small\",\"worker_count\":2,\"workers_per_node\":1,"
-                     "\"max_retries\":1}");
+    long id = submit_sh("survivor", "node.sh", prog, 2, "\"workers_per_node\":1,\"max_retries\":1");
     char seen[16];
     cr_assert(th_wait_state(&d, tok, id, "RUNNING", 20000, seen), "job is %s", seen);
     cr_assert_eq(wait_marked(marker, 2), 2);
@@ -1256,11 +1228,9 @@ Test(agent, a_restarted_agent_adopts_its_running_workers)
 {
     platform(NULL);
     agents(1, "8");
-    th_put_text(&d, tok, "ws", "steady.sh",
-                "#!/bin/sh\nsleep 4\necho \"rank $RANK done\" > \"$WORKSPACE/steady-$RANK\"\n", "755");
-    long id = submit("{\"name\":\"steady\",\"image\":\"native\",\"workspace\":\"ws\","
-                     "\"code_path\":\"steady.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
-                     "\"worker_spec\":\"cpu-small\",\"worker_count\":2}");
+    long id = submit_sh(
+        "steady", "steady.sh",
+        "#!/bin/sh\nsleep 4\necho \"rank $RANK done\" > \"$WORKSPACE/steady-$RANK\"\n", 2, NULL);
     char seen[16];
     cr_assert(th_wait_state(&d, tok, id, "RUNNING", 20000, seen), "job is %s", seen);
     th_agent_kill9(&ag[0]);
@@ -1307,13 +1277,10 @@ Test(agent, a_restarted_agent_resumes_a_log_it_has_trimmed, .timeout = 90)
 {
     platform(NULL);
     agents(1, "8");
-    th_put_text(&d, tok, "ws", "long.sh",
-                "#!/bin/sh\nseq 0 299999 | sed 's/^/line /'\nsleep 3\n"
-                "seq 300000 309999 | sed 's/^/line /'\n",
-                "755");
-    long id = submit("{\"name\":\"long\",\"image\":\"native\",\"workspace\":\"ws\","
-                     "\"code_path\":\"long.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
-                     "\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
+    long id = submit_sh("long", "long.sh",
+                        "#!/bin/sh\nseq 0 299999 | sed 's/^/line /'\nsleep 3\n"
+                        "seq 300000 309999 | sed 's/^/line /'\n",
+                        1, NULL);
     char seen[16];
     cr_assert(th_wait_state(&d, tok, id, "RUNNING", 20000, seen), "job is %s", seen);
     /* Wait until the first 3.4 MB are printed and all but a MB of them freed. */
@@ -1353,11 +1320,8 @@ Test(agent, max_runtime_ends_a_job_as_timeout)
 {
     platform(NULL);
     agents(1, "8");
-    th_put_text(&d, tok, "ws", "forever.sh", "#!/bin/sh\nexec sleep 600\n", "755");
-    long id = submit("{\"name\":\"forever\",\"image\":\"native\",\"workspace\":\"ws\","
-                     "\"code_path\":\"forever.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
-                     "\"worker_spec\":\"cpu-small\",\"worker_count\":1,\"max_runtime_seconds\":2,"
-                     "\"max_retries\":3}");
+    long id = submit_sh("forever", "forever.sh", "#!/bin/sh\nexec sleep 600\n", 1,
+                        "\"max_runtime_seconds\":2,\"max_retries\":3");
     char seen[16];
     cr_assert(th_wait_state(&d, tok, id, "FAILED", 20000, seen), "job ended %s", seen);
     char p[64];
@@ -1381,10 +1345,7 @@ Test(agent, an_agent_cut_off_past_its_lease_stops_its_workers)
     char marker[64], prog[256];
     snprintf(marker, sizeof marker, "cohort-cutoff-%d", (int)getpid());
     snprintf(prog, sizeof prog, "#!/bin/sh\nexec sh -c 'while :; do sleep 1; done' %s\n", marker);
-    th_put_text(&d, tok, "ws", "loop.sh", prog, "755");
-    long id = submit("{\"name\":\"loop\",\"image\":\"native\",\"workspace\":\"ws\","
-                     "\"code_path\":\"loop.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
-                     "\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
+    long id = submit_sh("loop", "loop.sh", prog, 1, NULL);
     char seen[16];
     cr_assert(th_wait_state(&d, tok, id, "RUNNING", 20000, seen), "job is %s", seen);
     cr_assert_eq(wait_marked(marker, 1), 1);
@@ -1459,16 +1420,16 @@ static void two_hosts(const char *cpus)
     snprintf(net_tag, sizeof net_tag, "ct%d", (int)getpid() % 100000);
     net_cleanup();
     snprintf(net_tag, sizeof net_tag, "ct%d", (int)getpid() % 100000);
-    sh("ip link add %s-br type bridge && ip addr add 10.211.%d.1/24 dev %s-br && "
-       "ip link set %s-br up",
-       net_tag, net, net_tag, net_tag);
+    util_system("ip link add %s-br type bridge && ip addr add 10.211.%d.1/24 dev %s-br && "
+                "ip link set %s-br up",
+                net_tag, net, net_tag, net_tag);
     for (int i = 1; i <= 2; i++)
-        sh("ip netns add %s-%d && ip link add %s-h%d type veth peer name %s-n%d && "
-           "ip link set %s-h%d master %s-br up && ip link set %s-n%d netns %s-%d && "
-           "ip -n %s-%d addr add 10.211.%d.%d/24 dev %s-n%d && "
-           "ip -n %s-%d link set %s-n%d up && ip -n %s-%d link set lo up",
-           net_tag, i, net_tag, i, net_tag, i, net_tag, i, net_tag, net_tag, i, net_tag, i, net_tag,
-           i, net, 1 + i, net_tag, i, net_tag, i, net_tag, i, net_tag, i);
+        util_system("ip netns add %s-%d && ip link add %s-h%d type veth peer name %s-n%d && "
+                    "ip link set %s-h%d master %s-br up && ip link set %s-n%d netns %s-%d && "
+                    "ip -n %s-%d addr add 10.211.%d.%d/24 dev %s-n%d && "
+                    "ip -n %s-%d link set %s-n%d up && ip -n %s-%d link set lo up",
+                    net_tag, i, net_tag, i, net_tag, i, net_tag, i, net_tag, net_tag, i, net_tag, i,
+                    net_tag, i, net, 1 + i, net_tag, i, net_tag, i, net_tag, i, net_tag, i);
     char listen[40], ns[2][40], addr[2][24];
     snprintf(listen, sizeof listen, "10.211.%d.1:0", net);
     const char *args[] = {"--listen", listen, NULL};
@@ -1500,9 +1461,7 @@ Test(agent, ranks_meet_across_two_network_namespaces, .timeout = 90)
     size_t n = fread(bin, 1, sizeof bin, f);
     fclose(f);
     th_must(th_put_file(&d, "/v1/workspaces/ws/files/meet?mode=755", tok, bin, n), 201);
-    long id = submit("{\"name\":\"meet\",\"image\":\"native\",\"workspace\":\"ws\","
-                     "\"code_path\":\"meet\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
-                     "\"worker_spec\":\"cpu-small\",\"worker_count\":2,\"workers_per_node\":1}");
+    long id = submit_sh("meet", "meet", NULL, 2, "\"workers_per_node\":1");
     char seen[16];
     cr_expect(th_wait_state(&d, tok, id, "SUCCEEDED", 40000, seen), "job ended %s", seen);
     char p[128];
@@ -1527,16 +1486,10 @@ Test(agent, ranks_meet_across_two_network_namespaces, .timeout = 90)
  * namespaces), trains over Gloo across them. */
 Test(agent, cohort_worker_trains_across_two_hosts_from_its_image, .timeout = 240)
 {
-    char dir[] = "/tmp/cohort-agent-worker-XXXXXX", cmd[600], p[160];
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(cmd, sizeof cmd, "%s mkdata %s --train 1000 --test 200 >/dev/null",
-             COHORT_WORKER_BIN, dir);
-    cr_assert_eq(system(cmd), 0);
+    char p[160];
     two_hosts("2");
-    synth_dataset(dir);
+    synth_dataset(1000, 200);
     th_resp r;
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_expect_eq(system(cmd), 0);
     trainer_image();
     long id = submit("{\"name\":\"cw2\",\"image\":\"trainer\",\"datasets\":[\"synth\"],"
                      "\"workspace\":\"ws\",\"code_path\":\"train.sh\",\"epochs\":3,"
@@ -1565,10 +1518,9 @@ Test(agent, tensorflow_workers_reach_each_other_through_tf_config, .timeout = 30
     /* No Debian package holds TensorFlow: a Python image launched by the
      * TensorFlow convention (TF_CONFIG, no --local_rank) stands in, as a
      * user's own TensorFlow image would be registered. */
-    th_resp ri = th_post(&d, "/v1/images", TH_ADMIN,
-                         "{\"name\":\"tf-test\",\"reference\":\"cohort/pytorch:bookworm\","
-                         "\"framework\":\"tensorflow\"}");
-    cr_assert_eq(ri.status, 201, "%s", ri.body);
+    th_resp ri = th_create(&d, "/v1/images", TH_ADMIN,
+                           "{\"name\":\"tf-test\",\"reference\":\"cohort/pytorch:bookworm\","
+                           "\"framework\":\"tensorflow\"}");
     th_free(&ri);
     put_source_file("tests/tf_cluster.py", "cluster.py");
     long id = submit("{\"name\":\"tf\",\"image\":\"tf-test\",\"workspace\":\"ws\","
@@ -1617,9 +1569,7 @@ Test(agent, follow_streams_the_log_until_the_attempt_ends)
     agents(1, "8");
     th_put_text(&d, tok, "ws", "tick.sh",
                 "#!/bin/sh\nfor i in 1 2 3 4 5 6 7 8; do echo \"tick $i\"; sleep 0.2; done\n", "755");
-    long id = submit("{\"name\":\"tick\",\"image\":\"native\",\"workspace\":\"ws\","
-                     "\"code_path\":\"tick.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
-                     "\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
+    long id = submit_sh("tick", "tick.sh", NULL, 1, NULL);
     /* Followed from before the job starts; the answer ends when it does. */
     char p[128];
     snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=0&follow=true", id);
@@ -1732,14 +1682,10 @@ Test(agent, an_unmodified_torch_distributed_script_trains, .timeout = 600)
  * needs (a native job whose program execs it). */
 Test(agent, cohort_worker_trains_as_a_two_rank_job, .timeout = 180)
 {
-    char dir[] = "/tmp/cohort-agent-worker-XXXXXX", cmd[600], p[160];
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(cmd, sizeof cmd, "%s mkdata %s --train 2000 --test 500 >/dev/null",
-             COHORT_WORKER_BIN, dir);
-    cr_assert_eq(system(cmd), 0);
+    char p[160];
     platform(NULL);
     agents(1, "8");
-    synth_dataset(dir);
+    synth_dataset(2000, 500);
     th_resp r;
     /* cohort-worker from an image that holds it (and its libraries), not
      * from the host */
@@ -1766,8 +1712,6 @@ Test(agent, cohort_worker_trains_as_a_two_rank_job, .timeout = 180)
     r = th_get(&d, "/v1/workspaces/ws/files?prefix=checkpoints", tok);
     cr_expect_not_null(strstr(r.body, "epoch-000004.ckpt"), "%s", r.body);
     th_free(&r);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
 }
 
 Test(agent, backfill_only_what_ends_before_the_blocked_head_starts)
@@ -1831,9 +1775,7 @@ Test(agent, a_drained_node_takes_no_new_workers)
     cr_assert_eq(r.status, 200, "%s", r.body);
     cr_expect(cJSON_IsTrue(cJSON_GetObjectItem(r.json, "drained")));
     th_free(&r);
-    long id = submit("{\"name\":\"q\",\"image\":\"native\",\"workspace\":\"ws\","
-                     "\"code_path\":\"q.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
-                     "\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
+    long id = submit_sh("q", "q.sh", NULL, 1, NULL);
     usleep(1500000);
     char p[64], seen[16];
     snprintf(p, sizeof p, "/v1/jobs/%ld", id);

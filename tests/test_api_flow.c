@@ -37,8 +37,7 @@ TestSuite(api_flow, .init = setup, .fini = teardown, .timeout = 120);
 
 static void make_volumes(const char *tok)
 {
-    th_resp r = th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}");
-    cr_assert_eq(r.status, 201, "%s", r.body);
+    th_resp r = th_create(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}");
     cr_expect_str_eq(r.location, "/v1/workspaces/ws");
     th_free(&r);
     const char prog[] = "#!/bin/sh\necho hello\n";
@@ -89,8 +88,7 @@ Test(api_flow, token_revoke_and_expiry)
     char tok[80], path[64];
     long uid = th_user(&d, "acme", "bob", "member", tok);
     snprintf(path, sizeof path, "/v1/users/%ld/tokens", uid);
-    th_resp r = th_post(&d, path, tok, "{\"name\":\"short\",\"expires_in_seconds\":1}");
-    cr_assert_eq(r.status, 201, "%s", r.body);
+    th_resp r = th_create(&d, path, tok, "{\"name\":\"short\",\"expires_in_seconds\":1}");
     char shortlived[80];
     snprintf(shortlived, sizeof shortlived, "%s", th_str(&r, "token"));
     cr_expect_eq(strlen(shortlived), 68);
@@ -120,8 +118,7 @@ Test(api_flow, job_lifecycle)
     th_user(&d, "acme", "alice", "member", tok);
     make_volumes(tok);
 
-    th_resp r = th_post(&d, "/v1/jobs", tok, JOB_BODY);
-    cr_assert_eq(r.status, 201, "%s", r.body);
+    th_resp r = th_create(&d, "/v1/jobs", tok, JOB_BODY);
     cr_expect_str_eq(th_str(&r, "state"), "PENDING");
     cr_expect_str_eq(th_str(&r, "tenant"), "acme");
     cr_expect_str_eq(th_str(&r, "user"), "alice");
@@ -190,8 +187,7 @@ Test(api_flow, job_lifecycle)
     th_db_query(&d, "SELECT count(*) FROM job_events", out, sizeof out);
     cr_expect_str_eq(out, "0\n", "events outlived their job");
     /* A deleted job's id is never handed out again. */
-    r = th_post(&d, "/v1/jobs", tok, JOB_BODY);
-    cr_assert_eq(r.status, 201);
+    r = th_create(&d, "/v1/jobs", tok, JOB_BODY);
     cr_expect_gt((long)th_num(&r, "id"), id, "job id %ld reused", id);
     th_free(&r);
 }
@@ -338,10 +334,9 @@ Test(api_flow, catalog_and_health)
     cr_expect_eq(th_num(&r, "price_per_hour"), 290);
     cr_expect_eq(th_num(&r, "cpus"), 12);
     th_free(&r);
-    r = th_post(&d, "/v1/images", TH_ADMIN,
-                "{\"name\":\"jax\",\"reference\":\"registry.example.com:5000/ml/jax:0.4\","
-                "\"framework\":\"native\"}");
-    cr_expect_eq(r.status, 201, "%s", r.body);
+    r = th_create(&d, "/v1/images", TH_ADMIN,
+                  "{\"name\":\"jax\",\"reference\":\"registry.example.com:5000/ml/jax:0.4\","
+                  "\"framework\":\"native\"}");
     cr_expect_str_eq(th_str(&r, "visibility"), "public");
     cr_expect_str_eq(th_str(&r, "reference"), "registry.example.com:5000/ml/jax:0.4");
     th_free(&r);
@@ -489,8 +484,7 @@ Test(api_flow, console_served_outside_the_api)
 /* Registers a node of cpus CPUs by the agents' API (no agent runs). */
 static void register_node(const char *name, int cpus)
 {
-    th_resp r = th_post(&d, "/v1/nodes/join-tokens", TH_ADMIN, NULL);
-    cr_assert_eq(r.status, 201, "%s", r.body);
+    th_resp r = th_create(&d, "/v1/nodes/join-tokens", TH_ADMIN, NULL);
     char body[512];
     snprintf(body, sizeof body,
              "{\"join_token\":\"%s\",\"name\":\"%s\",\"address\":\"127.0.0.1\",\"cpus\":%d,"

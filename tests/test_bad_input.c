@@ -27,8 +27,7 @@ static void setup(void)
 {
     th_start(&d, NULL);
     th_user(&d, "acme", "alice", "member", tok);
-    th_resp r = th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}");
-    cr_assert_eq(r.status, 201);
+    th_resp r = th_create(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}");
     ws_id = (long)th_num(&r, "id");
     th_free(&r);
     th_must(th_put_file(&d, "/v1/workspaces/ws/files/train.py", tok, "x", 1), 201);

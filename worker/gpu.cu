@@ -274,24 +274,26 @@ extern "C" float *gpu_state_m(gpu_model *g) { return g->m; }
 extern "C" float *gpu_state_v(gpu_model *g) { return g->v; }
 extern "C" void *gpu_scratch(gpu_model *g) { return g->scratch; }
 
+/* One copy between host and device on g's stream, waited for. */
+static int copy(gpu_model *g, void *to, const void *from, size_t bytes, cudaMemcpyKind kind,
+                const char *what, char *err, size_t errlen)
+{
+    return cuda_ok(cudaMemcpyAsync(to, from, bytes, kind, g->stream), what, err, errlen) &&
+                   cuda_ok(cudaStreamSynchronize(g->stream), what, err, errlen)
+               ? 0
+               : -1;
+}
+
 extern "C" int gpu_put(gpu_model *g, void *dev, const void *host, size_t bytes, char *err,
                        size_t errlen)
 {
-    return cuda_ok(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, g->stream),
-                   "copy to the device", err, errlen) &&
-                   cuda_ok(cudaStreamSynchronize(g->stream), "copy to the device", err, errlen)
-               ? 0
-               : -1;
+    return copy(g, dev, host, bytes, cudaMemcpyHostToDevice, "copy to the device", err, errlen);
 }
 
 extern "C" int gpu_get(gpu_model *g, void *host, const void *dev, size_t bytes, char *err,
                        size_t errlen)
 {
-    return cuda_ok(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, g->stream),
-                   "copy from the device", err, errlen) &&
-                   cuda_ok(cudaStreamSynchronize(g->stream), "copy from the device", err, errlen)
-               ? 0
-               : -1;
+    return copy(g, host, dev, bytes, cudaMemcpyDeviceToHost, "copy from the device", err, errlen);
 }
 
 /* Logits of act[0]'s batch rows in act[nlayers]. */

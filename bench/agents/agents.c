@@ -267,10 +267,7 @@ static int tenant(CURL *c, char *tok, size_t n)
         goto out;
     rc = 0;
 out:
-    if (rc)
-        fprintf(stderr, "bench/agents: setting up a tenant failed: %s\n", out.buf);
-    bench_sink_free(&out);
-    return rc;
+    return bench_setup_end(rc, "bench/agents: setting up a tenant", &out);
 }
 
 int main(int argc, char **argv)

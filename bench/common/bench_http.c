@@ -81,6 +81,14 @@ void bench_sink_free(bench_sink *out)
     out->len = out->cap = 0;
 }
 
+int bench_setup_end(int rc, const char *what, bench_sink *out)
+{
+    if (rc)
+        fprintf(stderr, "%s failed: %s\n", what, out->buf ? out->buf : "");
+    bench_sink_free(out);
+    return rc;
+}
+
 int bench_registry_conf(const char *dir, const char *addr, char *conf, size_t n)
 {
     snprintf(conf, n, "%s/registry.yml", dir);

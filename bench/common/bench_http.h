@@ -28,6 +28,9 @@ long bench_call(CURL *c, const char *base, const char *token, const char *method
 
 /* Frees out's buffer; it may be used again afterwards. */
 void bench_sink_free(bench_sink *out);
+/* The end of a set-up made of calls into out: when rc is not 0, says on
+ * stderr that what failed, with the last answer.  Frees out; returns rc. */
+int bench_setup_end(int rc, const char *what, bench_sink *out);
 
 /* A CURLOPT_WRITEFUNCTION that appends to the bench_sink given as its
  * CURLOPT_WRITEDATA (for handles driven by a multi handle). */

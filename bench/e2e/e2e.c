@@ -165,8 +165,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench/e2e: needs root (the agent sandboxes workers in namespaces)\n");
         return 1;
     }
-    char cohortd[512], agent[512], prog[512], path[1024];
-    snprintf(cohortd, sizeof cohortd, "%s/cohortd", build);
+    char agent[512], prog[512], path[1024];
     snprintf(agent, sizeof agent, "%s/cohort-agent", build);
     snprintf(prog, sizeof prog, "%s/bench_e2e_started", build);
     snprintf(dir, sizeof dir, "/tmp/cohort-e2e-XXXXXX");
@@ -182,24 +181,11 @@ int main(int argc, char **argv)
     }
     curl_global_init(CURL_GLOBAL_DEFAULT);
     curl = curl_easy_init();
-    snprintf(path, sizeof path, "%s/cohortd.log", dir);
     /* One token submits everything: no per-token rate limit. */
-    char *cargs[] = {cohortd, "--listen", "127.0.0.1:0", "--data-dir", dir, "--access-log", "off",
-                     "--rate-limit", "0", NULL};
-    pid_t cpid = spawn(cargs, path);
-    char addr_file[256], line[128] = "";
-    snprintf(addr_file, sizeof addr_file, "%s/cohortd.addr", dir);
-    for (int i = 0; i < 100 && !line[0]; i++) {
-        FILE *f = fopen(addr_file, "r");
-        if (f) {
-            if (!fgets(line, sizeof line, f))
-                line[0] = '\0';
-            fclose(f);
-        }
-        usleep(50000);
-    }
-    line[strcspn(line, "\n")] = '\0';
-    snprintf(base, sizeof base, "http://%s", line);
+    static const char *const cargs[] = {"--access-log", "off", "--rate-limit", "0", NULL};
+    pid_t cpid = bench_cohortd_start(build, dir, ADMIN, cargs, base, sizeof base);
+    if (cpid < 0)
+        return 1;
 
     bench_sink out = {0};
     call("POST", "/v1/nodes/join-tokens", NULL, NULL, 0, &out);

@@ -121,10 +121,7 @@ static int setup(CURL *c, struct world *w)
         goto out;
     rc = 0;
 out:
-    if (rc)
-        fprintf(stderr, "bench/history: setting up failed: %s\n", out.buf);
-    bench_sink_free(&out);
-    return rc;
+    return bench_setup_end(rc, "bench/history: setting up", &out);
 }
 
 /* The node's heartbeat, every second, while cohortd runs (or restarts). */

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "bench/common/bench_http.h"
+#include "storage/util.h"
 
 #define ADMIN "bench-soak-admin-token-012345678"
 #define MAX_TENANTS 200
@@ -77,21 +78,9 @@ static long json_num(const char *json, const char *key)
     return p ? atol(p + strlen(k)) : -1;
 }
 
-static int sh(const char *fmt, ...)
-{
-    char cmd[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    return system(cmd);
-}
-
 static double now_s(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+    return (double)util_mono_us() / 1e6;
 }
 
 static pid_t spawn(const char *netns, char *const argv[], const char *log)
@@ -127,8 +116,9 @@ static pid_t spawn(const char *netns, char *const argv[], const char *log)
 
 static void net_down(void)
 {
-    sh("ip netns del %s-3 2>/dev/null; ip netns del %s-4 2>/dev/null; "
-       "ip link del %s-br 2>/dev/null", net_tag, net_tag, net_tag);
+    util_system("ip netns del %s-3 2>/dev/null; ip netns del %s-4 2>/dev/null; "
+                "ip link del %s-br 2>/dev/null",
+                net_tag, net_tag, net_tag);
 }
 
 static int net_up(void)
@@ -137,16 +127,18 @@ static int net_up(void)
     snprintf(net_tag, sizeof net_tag, "sk%d", (int)getpid() % 100000);
     snprintf(bridge_ip, sizeof bridge_ip, "10.213.%d.1", net);
     net_down();
-    if (sh("ip link add %s-br type bridge && ip addr add %s/24 dev %s-br && ip link set %s-br up",
-           net_tag, bridge_ip, net_tag, net_tag))
+    if (util_system(
+            "ip link add %s-br type bridge && ip addr add %s/24 dev %s-br && ip link set %s-br up",
+            net_tag, bridge_ip, net_tag, net_tag))
         return -1;
     for (int i = 3; i <= 4; i++)
-        if (sh("ip netns add %s-%d && ip link add %s-h%d type veth peer name %s-n%d && "
-               "ip link set %s-h%d master %s-br up && ip link set %s-n%d netns %s-%d && "
-               "ip -n %s-%d addr add 10.213.%d.%d/24 dev %s-n%d && "
-               "ip -n %s-%d link set %s-n%d up && ip -n %s-%d link set lo up",
-               net_tag, i, net_tag, i, net_tag, i, net_tag, i, net_tag, net_tag, i, net_tag, i,
-               net_tag, i, net, i, net_tag, i, net_tag, i, net_tag, i, net_tag, i))
+        if (util_system("ip netns add %s-%d && ip link add %s-h%d type veth peer name %s-n%d && "
+                        "ip link set %s-h%d master %s-br up && ip link set %s-n%d netns %s-%d && "
+                        "ip -n %s-%d addr add 10.213.%d.%d/24 dev %s-n%d && "
+                        "ip -n %s-%d link set %s-n%d up && ip -n %s-%d link set lo up",
+                        net_tag, i, net_tag, i, net_tag, i, net_tag, i, net_tag, net_tag, i,
+                        net_tag, i, net_tag, i, net, i, net_tag, i, net_tag, i, net_tag, i, net_tag,
+                        i))
             return -1;
     return 0;
 }
@@ -160,10 +152,12 @@ static int start_registry(void)
         return -1;
     char *argv[] = {"/usr/bin/docker-registry", "serve", conf, NULL};
     reg_pid = spawn(NULL, argv, log);
-    for (int i = 0; i < 100 && sh("curl -sf http://%s/v2/ >/dev/null", reg); i++)
+    for (int i = 0; i < 100 && util_system("curl -sf http://%s/v2/ >/dev/null", reg); i++)
         usleep(50000);
-    return sh("'%s/tests/make-test-image' %s cohort/cohort:bookworm >/dev/null", COHORT_SOURCE_DIR,
-              reg) ? -1 : 0;
+    return util_system("'%s/tests/make-test-image' %s cohort/cohort:bookworm >/dev/null",
+                       COHORT_SOURCE_DIR, reg)
+               ? -1
+               : 0;
 }
 
 static void start_cohortd(const char *listen)
@@ -635,7 +629,7 @@ int main(int argc, char **argv)
     failures += reports != 0;
     printf("RESULT op=soak %s\n", failures ? "FAILED" : "passed");
     if (!failures)
-        sh("rm -rf '%s'", dir);
+        util_system("rm -rf '%s'", dir);
     bench_sink_free(&out);
     return failures ? 1 : 0;
 }
