@@ -296,6 +296,31 @@ static void end_cgroup(const char *path, char *text, size_t n)
              (long long)u.oom_kills);
 }
 
+/* The shim's last act: the worker's status file, which holds line (how it
+ * ended) and what its cgroup (cg, or "") used, the cgroup removed. */
+static _Noreturn void finish(int dfd, const char *cg, const char *line)
+{
+    char status[1024], usage[256] = "";
+    if (cg[0])
+        end_cgroup(cg, usage, sizeof usage);
+    snprintf(status, sizeof status, "%.760s%s", line, usage);
+    put_file(dfd, "status", status);
+    _exit(0);
+}
+
+/* Blocks SIGCHLD at its default action before a fork, so that the child's
+ * end waits to be collected by sigtimedwait or waitpid here: the set holding
+ * SIGCHLD alone. */
+static sigset_t block_sigchld(void)
+{
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    signal(SIGCHLD, SIG_DFL);
+    return chld;
+}
+
 static void outer_container(int dfd, int logfd, int lockfd, const shim_spec *sp, const char *cg,
                             int cgfd) __attribute__((noreturn));
 
@@ -324,11 +349,7 @@ static void __attribute__((noreturn)) outer(int dfd, int logfd, int lockfd, cons
         give_up(dfd, "pipe: %s", strerror(errno));
     /* SIGCHLD stays blocked here so wait_init can wait for it; the
      * namespace's init restores its own mask. */
-    sigset_t chld;
-    sigemptyset(&chld);
-    sigaddset(&chld, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &chld, NULL);
-    signal(SIGCHLD, SIG_DFL);
+    sigset_t chld = block_sigchld();
     pid_t init = fork();
     if (init < 0)
         give_up(dfd, "fork: %s", strerror(errno));
@@ -368,12 +389,7 @@ static void __attribute__((noreturn)) outer(int dfd, int logfd, int lockfd, cons
         snprintf(line, sizeof line, "error the worker's init ended without a word (%d)\n",
                  WEXITSTATUS(st));
     }
-    char status[640], usage[256] = "";
-    if (cg[0])
-        end_cgroup(cg, usage, sizeof usage);
-    snprintf(status, sizeof status, "%s%s", line, usage);
-    put_file(dfd, "status", status);
-    _exit(0);
+    finish(dfd, cg, line);
 }
 
 /* ---- containers ---- */
@@ -812,11 +828,7 @@ static int crun_run(const shim_spec *sp, const struct launch *ln, char *line, si
     int rp[2];
     if (pipe2(rp, O_CLOEXEC) != 0)
         give_up(ln->dfd, "pipe: %s", strerror(errno));
-    sigset_t chld;
-    sigemptyset(&chld);
-    sigaddset(&chld, SIGCHLD);
-    sigprocmask(SIG_BLOCK, &chld, NULL);
-    signal(SIGCHLD, SIG_DFL);
+    sigset_t chld = block_sigchld();
     pid_t crun = fork();
     if (crun < 0)
         give_up(ln->dfd, "fork: %s", strerror(errno));
@@ -1032,12 +1044,7 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
     unlink(crun_log);
     rmdir(bundle);
     img_release(&use);
-    char status[1100], usage[256] = "";
-    if (cg[0])
-        end_cgroup(cg, usage, sizeof usage);
-    snprintf(status, sizeof status, "%s%s", line, usage);
-    put_file(dfd, "status", status);
-    _exit(0);
+    finish(dfd, cg, line);
 }
 
 /* Keeps only the descriptors the shim needs, at 3, 4 and 5: nothing of the

@@ -615,8 +615,7 @@ void api_credit_add(api_ctx *ctx, const api_req *rq, api_resp *rs)
         goto out;
     }
     sched_wake(ctx->sched); /* jobs waiting on the budget may fit now */
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "id", (double)c.id);
+    cJSON *o = api_object(c.id, NULL);
     cJSON_AddStringToObject(o, "tenant", t.name);
     cJSON_AddNumberToObject(o, "amount", (double)c.amount);
     cJSON_AddStringToObject(o, "note", c.note);

@@ -99,15 +99,11 @@ void api_spec_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
     if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, spec_keys, rs) ||
         api_name(in, "name", 1, &name, rs) < 0 || spec_fields(in, 1, &sp, rs) < 0)
         goto out;
-    snprintf(sp.name, sizeof sp.name, "%s", name);
-    int rc = store_write(ctx->st, spec_insert_write, &sp);
-    if (rc != STORE_OK) {
-        api_store_error(rs, rc, "worker spec");
-        goto out;
-    }
     sp.updated_at = util_now_ms();
-    snprintf(rs->location, sizeof rs->location, "/v1/worker-specs/%s", sp.name);
-    api_json(rs, 201, spec_json(&sp));
+    snprintf(sp.name, sizeof sp.name, "%s", name);
+    if (api_write(ctx, rs, spec_insert_write, &sp, "worker spec"))
+        goto out;
+    api_created(rs, spec_json(&sp), "/v1/worker-specs/%s", sp.name);
 out:
     cJSON_Delete(in);
 }
@@ -134,12 +130,9 @@ void api_spec_update(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_error(rs, 422, "invalid_value", "name", "a worker spec cannot be renamed");
         goto out;
     }
-    rc = store_write(ctx->st, spec_update_write, &sp);
-    if (rc != STORE_OK) {
-        api_store_error(rs, rc, "worker spec");
-        goto out;
-    }
     sp.updated_at = util_now_ms();
+    if (api_write(ctx, rs, spec_update_write, &sp, "worker spec"))
+        goto out;
     api_json(rs, 200, spec_json(&sp));
 out:
     cJSON_Delete(in);
@@ -257,14 +250,10 @@ void api_image_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
         snprintf(im.username, sizeof im.username, "%s", user);
         snprintf(im.password, sizeof im.password, "%s", pass);
     }
-    int rc = store_write(ctx->st, image_write, &im);
-    if (rc != STORE_OK) {
-        api_store_error(rs, rc, "image");
-        goto out;
-    }
     im.created_at = util_now_ms();
-    snprintf(rs->location, sizeof rs->location, "/v1/images/%s", im.name);
-    api_json(rs, 201, image_json(&im));
+    if (api_write(ctx, rs, image_write, &im, "image"))
+        goto out;
+    api_created(rs, image_json(&im), "/v1/images/%s", im.name);
 out:
     memset(im.password, 0, sizeof im.password);
     if (pass)

@@ -64,6 +64,9 @@ void api_list_add(api_list *pg, cJSON *item, int64_t id);
 void api_list_done(api_resp *rs, api_list *pg, int limit, int rc, const char *what);
 
 void api_add_time(cJSON *o, const char *key, int64_t ms); /* RFC 3339, or null when 0 */
+/* A new object holding "id" and, unless name is NULL, "name": the start of
+ * every resource's JSON.  NULL when memory runs out. */
+cJSON *api_object(int64_t id, const char *name);
 /* A worker's or a node's resources: cpus, memory_mb, gpus and gpu_type (null when ""). */
 void api_add_resources(cJSON *o, int64_t cpus, int64_t memory_mb, int64_t gpus,
                        const char *gpu_type);
@@ -94,6 +97,12 @@ void api_defer(api_resp *rs, store_write_fn fn, void *wctx,
                void (*fin)(api_ctx *ctx, api_resp *rs, void *wctx, int rc));
 /* Maps a store error to a response; returns -1. */
 int api_store_error(api_resp *rs, int rc, const char *what);
+/* Runs fn as a durable write now: 0, or -1 with the store's error answered
+ * for what. */
+int api_write(api_ctx *ctx, api_resp *rs, store_write_fn fn, void *arg, const char *what);
+/* Answers 201 with body (taken) and the Location the format gives. */
+void api_created(api_resp *rs, cJSON *body, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* A worker's output line of len bytes (no newline): when it is
  * "COHORT_METRIC " and one JSON object, that object re-printed compactly

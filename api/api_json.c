@@ -304,6 +304,15 @@ void api_add_int(cJSON *o, const char *key, int64_t v)
     cJSON_AddRawToObject(o, key, p);
 }
 
+cJSON *api_object(int64_t id, const char *name)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)id);
+    if (name)
+        cJSON_AddStringToObject(o, "name", name);
+    return o;
+}
+
 void api_add_resources(cJSON *o, int64_t cpus, int64_t memory_mb, int64_t gpus,
                        const char *gpu_type)
 {
@@ -359,6 +368,21 @@ int api_store_error(api_resp *rs, int rc, const char *what)
         break;
     }
     return -1;
+}
+
+int api_write(api_ctx *ctx, api_resp *rs, store_write_fn fn, void *arg, const char *what)
+{
+    int rc = store_write(ctx->st, fn, arg);
+    return rc == STORE_OK ? 0 : api_store_error(rs, rc, what);
+}
+
+void api_created(api_resp *rs, cJSON *body, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rs->location, sizeof rs->location, fmt, ap);
+    va_end(ap);
+    api_json(rs, 201, body);
 }
 
 void api_list_add(api_list *pg, cJSON *item, int64_t id)

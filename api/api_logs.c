@@ -495,8 +495,7 @@ void api_job_logs(api_ctx *ctx, const api_req *rq, api_resp *rs)
 
 static void metric_row(void *arg, const store_metric *m)
 {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "id", (double)m->id);
+    cJSON *o = api_object(m->id, NULL);
     cJSON_AddNumberToObject(o, "attempt", (double)m->attempt);
     cJSON_AddNumberToObject(o, "rank", (double)m->rank);
     api_add_time(o, "at", m->at);

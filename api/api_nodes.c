@@ -21,9 +21,7 @@
 
 static cJSON *node_json(const store_node *n)
 {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "id", (double)n->id);
-    cJSON_AddStringToObject(o, "name", n->name);
+    cJSON *o = api_object(n->id, n->name);
     cJSON_AddStringToObject(o, "address", n->address);
     cJSON_AddStringToObject(o, "state", n->state);
     cJSON_AddBoolToObject(o, "drained", n->drained);
@@ -77,13 +75,9 @@ void api_join_token_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
     }
     util_sha256(secret, strlen(secret), j.hash);
     j.expires_at = ttl > 0 ? util_now_ms() + ttl * 1000 : 0;
-    int rc = store_write(ctx->st, join_write, &j);
-    if (rc != STORE_OK) {
-        api_store_error(rs, rc, "join token");
+    if (api_write(ctx, rs, join_write, &j, "join token"))
         goto out;
-    }
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "id", (double)j.id);
+    cJSON *o = api_object(j.id, NULL);
     cJSON_AddStringToObject(o, "token", secret);
     api_add_time(o, "expires_at", j.expires_at);
     api_json(rs, 201, o);
@@ -122,15 +116,11 @@ void api_node_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_json(rs, 200, node_json(&n));
 }
 
-struct drain {
-    int64_t id;
-    int on;
-};
-
+/* Writes the drained flag of the node given. */
 static store_rc drain_write(store_tx *tx, void *arg)
 {
-    struct drain *d = arg;
-    return store_node_set_drained(tx, d->id, d->on);
+    const store_node *n = arg;
+    return store_node_set_drained(tx, n->id, n->drained);
 }
 
 static void node_set_drained(api_ctx *ctx, const api_req *rq, api_resp *rs, int on)
@@ -138,13 +128,9 @@ static void node_set_drained(api_ctx *ctx, const api_req *rq, api_resp *rs, int 
     store_node n;
     if (node_find(ctx, rq, &n, rs))
         return;
-    struct drain d = {n.id, on};
-    int rc = store_write(ctx->st, drain_write, &d);
-    if (rc != STORE_OK) {
-        api_store_error(rs, rc, "node");
-        return;
-    }
     n.drained = on;
+    if (api_write(ctx, rs, drain_write, &n, "node"))
+        return;
     sched_wake(ctx->sched);
     api_json(rs, 200, node_json(&n));
 }
@@ -222,11 +208,8 @@ void api_quota_put(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_int(in, "max_gpus", 0, 0, 100000000, &q.max_gpus, rs) < 0)
         goto out;
     q.tenant_id = t.id;
-    int rc = store_write(ctx->st, quota_write, &q);
-    if (rc != STORE_OK) {
-        api_store_error(rs, rc, "quota");
+    if (api_write(ctx, rs, quota_write, &q, "quota"))
         goto out;
-    }
     sched_wake(ctx->sched);
     api_json(rs, 200, quota_json(&q));
 out:
@@ -534,8 +517,7 @@ static cJSON *launch_spec(api_ctx *ctx, const store_worker *w, const store_job *
 {
     char path[4400], buf[64];
     store_volume ws;
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "id", (double)w->id);
+    cJSON *o = api_object(w->id, NULL);
     cJSON_AddNumberToObject(o, "job_id", (double)j->id);
     cJSON_AddNumberToObject(o, "attempt", (double)w->attempt);
     cJSON_AddNumberToObject(o, "rank", (double)w->rank);

@@ -13,18 +13,14 @@
 
 static cJSON *tenant_json(const store_tenant *t)
 {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "id", (double)t->id);
-    cJSON_AddStringToObject(o, "name", t->name);
+    cJSON *o = api_object(t->id, t->name);
     api_add_time(o, "created_at", t->created_at);
     return o;
 }
 
 static cJSON *user_json(const store_user *u)
 {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "id", (double)u->id);
-    cJSON_AddStringToObject(o, "name", u->name);
+    cJSON *o = api_object(u->id, u->name);
     cJSON_AddStringToObject(o, "tenant", u->tenant);
     cJSON_AddStringToObject(o, "role", u->role);
     api_add_time(o, "created_at", u->created_at);
@@ -33,8 +29,7 @@ static cJSON *user_json(const store_user *u)
 
 static cJSON *token_json(const store_token *t)
 {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "id", (double)t->id);
+    cJSON *o = api_object(t->id, NULL);
     cJSON_AddNumberToObject(o, "user_id", (double)t->user_id);
     cJSON_AddStringToObject(o, "name", t->name);
     api_add_time(o, "created_at", t->created_at);
@@ -86,15 +81,11 @@ void api_tenant_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
     if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs) ||
         api_name(in, "name", 1, &t.name, rs) < 0)
         goto out;
-    int rc = store_write(ctx->st, tenant_write, &t);
-    if (rc != STORE_OK) {
-        api_store_error(rs, rc, "tenant");
+    if (api_write(ctx, rs, tenant_write, &t, "tenant"))
         goto out;
-    }
     store_tenant row = {.id = t.id, .created_at = util_now_ms()};
     snprintf(row.name, sizeof row.name, "%s", t.name);
-    snprintf(rs->location, sizeof rs->location, "/v1/tenants/%s", t.name);
-    api_json(rs, 201, tenant_json(&row));
+    api_created(rs, tenant_json(&row), "/v1/tenants/%s", t.name);
 out:
     cJSON_Delete(in);
 }
@@ -162,17 +153,13 @@ void api_user_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
         goto out;
     }
     u.tenant_id = t.id;
-    int rc = store_write(ctx->st, user_write, &u);
-    if (rc != STORE_OK) {
-        api_store_error(rs, rc, "user");
+    if (api_write(ctx, rs, user_write, &u, "user"))
         goto out;
-    }
     store_user row = {.id = u.id, .tenant_id = t.id, .created_at = util_now_ms()};
     snprintf(row.tenant, sizeof row.tenant, "%s", t.name);
     snprintf(row.name, sizeof row.name, "%s", u.name);
     snprintf(row.role, sizeof row.role, "%s", u.role);
-    snprintf(rs->location, sizeof rs->location, "/v1/users/%lld", (long long)u.id);
-    api_json(rs, 201, user_json(&row));
+    api_created(rs, user_json(&row), "/v1/users/%lld", (long long)u.id);
 out:
     cJSON_Delete(in);
 }
@@ -241,11 +228,8 @@ void api_token_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
     util_sha256(secret, strlen(secret), t.hash);
     t.user_id = u.id;
     t.expires_at = ttl > 0 ? util_now_ms() + ttl * 1000 : 0;
-    int rc = store_write(ctx->st, token_write, &t);
-    if (rc != STORE_OK) {
-        api_store_error(rs, rc, "token");
+    if (api_write(ctx, rs, token_write, &t, "token"))
         goto out;
-    }
     store_token row = {.id = t.id, .user_id = u.id, .created_at = util_now_ms(),
                        .expires_at = t.expires_at};
     snprintf(row.name, sizeof row.name, "%s", t.name);
@@ -299,11 +283,8 @@ void api_token_delete(api_ctx *ctx, const api_req *rq, api_resp *rs)
         return;
     }
     struct token_del d = {id};
-    rc = store_write(ctx->st, token_revoke_write, &d);
-    if (rc != STORE_OK) {
-        api_store_error(rs, rc, "token");
+    if (api_write(ctx, rs, token_revoke_write, &d, "token"))
         return;
-    }
     api_auth_revoked(ctx, id);
     rs->status = 204;
 }

@@ -82,9 +82,7 @@ int api_volume_find(api_ctx *ctx, const store_principal *who, store_vol_kind k,
 
 static cJSON *volume_json(store_vol_kind k, const store_volume *v)
 {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "id", (double)v->id);
-    cJSON_AddStringToObject(o, "name", v->name);
+    cJSON *o = api_object(v->id, v->name);
     cJSON_AddStringToObject(o, "tenant", v->tenant);
     if (k == STORE_DATASET) {
         cJSON_AddBoolToObject(o, "public", v->is_public);
@@ -130,13 +128,10 @@ static void volume_create(api_ctx *ctx, const api_req *rq, api_resp *rs, store_v
     if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs) ||
         api_name(in, "name", 1, &nv.name, rs) < 0)
         goto out;
-    int rc = store_write(ctx->st, vol_insert_write, &nv);
-    if (rc != STORE_OK) {
-        api_store_error(rs, rc, kind_what[k]);
+    if (api_write(ctx, rs, vol_insert_write, &nv, kind_what[k]))
         goto out;
-    }
     store_volume v;
-    rc = store_volume_get(ctx->st, k, nv.tenant_id, nv.name, 0, &v);
+    int rc = store_volume_get(ctx->st, k, nv.tenant_id, nv.name, 0, &v);
     if (rc != STORE_OK) {
         api_store_error(rs, rc, kind_what[k]);
         goto out;
@@ -158,8 +153,7 @@ static void volume_create(api_ctx *ctx, const api_req *rq, api_resp *rs, store_v
         goto out;
     }
     close(fd);
-    snprintf(rs->location, sizeof rs->location, "/v1/%s/%s", kind_dir[k], v.name);
-    api_json(rs, 201, volume_json(k, &v));
+    api_created(rs, volume_json(k, &v), "/v1/%s/%s", kind_dir[k], v.name);
 out:
     cJSON_Delete(in);
 }

@@ -62,7 +62,7 @@ int store_spec_insert(store_tx *tx, const store_spec *sp, int64_t *id)
     store_st *st = store_stmt(c, sql);
     if (!st)
         return STORE_EIO;
-    spec_bind(st, sp, util_now_ms());
+    spec_bind(st, sp, sp->updated_at);
     return store_step_change(c, st, id);
 }
 
@@ -75,7 +75,7 @@ int store_spec_update(store_tx *tx, const store_spec *sp)
     store_st *st = store_stmt(c, sql);
     if (!st)
         return STORE_EIO;
-    spec_bind(st, sp, util_now_ms());
+    spec_bind(st, sp, sp->updated_at);
     return store_step_change(c, st, NULL);
 }
 
@@ -135,6 +135,6 @@ int store_image_insert(store_tx *tx, const store_image *im, int64_t *id)
     store_bind_text(st, 4, im->framework);
     store_bind_text(st, 5, im->username[0] ? im->username : NULL);
     store_bind_text(st, 6, im->username[0] ? im->password : NULL);
-    store_bind_int64(st, 7, util_now_ms());
+    store_bind_int64(st, 7, im->created_at);
     return store_step_change(c, st, id);
 }

@@ -266,6 +266,20 @@ Test(api_flow, idempotent_submit)
     th_free(&l);
 }
 
+/* What a write answered holds the time it stored: key of r (which it frees)
+ * is the same in a fresh GET of path. */
+static void expect_same_time(th_resp *r, const char *key, const char *path)
+{
+    char answered[40];
+    snprintf(answered, sizeof answered, "%s", th_str(r, key));
+    th_free(r);
+    th_resp g = th_get(&d, path, TH_ADMIN);
+    cr_expect(answered[0], "no %s in the answer", key);
+    cr_expect_str_eq(th_str(&g, key), answered, "%s of %s: stored %s, answered %s", key, path,
+                     th_str(&g, key), answered);
+    th_free(&g);
+}
+
 Test(api_flow, job_list_pagination)
 {
     char tok[80];
@@ -333,13 +347,13 @@ Test(api_flow, catalog_and_health)
     cr_expect_eq(r.status, 200, "%s", r.body);
     cr_expect_eq(th_num(&r, "price_per_hour"), 290);
     cr_expect_eq(th_num(&r, "cpus"), 12);
-    th_free(&r);
+    expect_same_time(&r, "updated_at", "/v1/worker-specs/a100");
     r = th_create(&d, "/v1/images", TH_ADMIN,
                   "{\"name\":\"jax\",\"reference\":\"registry.example.com:5000/ml/jax:0.4\","
                   "\"framework\":\"native\"}");
     cr_expect_str_eq(th_str(&r, "visibility"), "public");
     cr_expect_str_eq(th_str(&r, "reference"), "registry.example.com:5000/ml/jax:0.4");
-    th_free(&r);
+    expect_same_time(&r, "created_at", "/v1/images/jax");
     r = th_get(&d, "/metrics", NULL);
     cr_expect_eq(r.status, 200);
     cr_expect(strstr(r.body, "cohort_http_requests_total{route=\"/v1/images\",status=\"201\"} 1"),

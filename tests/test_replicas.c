@@ -287,29 +287,44 @@ Test(replicas, an_idle_leader_killed_is_replaced_within_the_bound)
     cr_log_info("idle takeover in %lld ms", (long long)(mono_ms() - killed));
 }
 
+/* Starts the pair and one agent (two CPUs, the host runtime, ports in
+ * ports) named name that talks to replica 1 only, or to both (0 first);
+ * uploads run.sh, which sleeps 30 s. */
+static void pair_and_agent(int both, const char *name, const char *ports)
+{
+    char servers[96];
+    pair();
+    if (!th_can_sandbox())
+        cr_skip_test("needs root for the agent");
+    th_put_text(&rep[1], tok, "ws", "run.sh", "#!/bin/sh\nsleep 30\n", "755");
+    snprintf(servers, sizeof servers, "%s%s%shttp://%s", both ? "http://" : "",
+             both ? listen_at[0] : "", both ? "," : "", listen_at[1]);
+    const char *extra[] = {"--runtime", "host", "--cpus", "2", "--port-range", ports, NULL};
+    th_agent_start_on(&ag[0], &rep[1], servers, name, extra);
+}
+
+/* Submits run.sh as workers one-CPU ranks through replica i: the job's id. */
+static long submit_run(int i, int workers)
+{
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"name\":\"w\",\"image\":\"native\",\"workspace\":\"ws\",\"code_path\":\"run.sh\","
+             "\"epochs\":1,\"lr\":0.1,\"batch_size\":8,\"worker_spec\":\"cpu-small\","
+             "\"worker_count\":%d}",
+             workers);
+    return th_submit(&rep[i], tok, body);
+}
+
 /*
  * An agent long-polling the follower only: the leader's placement wakes it
  * through the database's notification, long before its 30 s poll ends.
  */
 Test(replicas, a_placement_by_the_leader_wakes_an_agent_waiting_on_the_other)
 {
-    pair();
-    if (!th_can_sandbox())
-        cr_skip_test("needs root for the agent");
-    th_put_text(&rep[1], tok, "ws", "run.sh", "#!/bin/sh\nsleep 30\n", "755");
-    char only_b[64];
-    snprintf(only_b, sizeof only_b, "http://%s", listen_at[1]);
-    const char *extra[] = {"--runtime", "host", "--cpus", "2", "--port-range", "33200-33299", NULL};
-    th_agent_start_on(&ag[0], &rep[1], only_b, "only-b", extra);
+    pair_and_agent(0, "only-b", "33200-33299");
     usleep(1500000); /* its poll is parked on replica 1 */
     int64_t t0 = mono_ms();
-    th_resp r = th_post(&rep[0], "/v1/jobs", tok,
-                        "{\"name\":\"w\",\"image\":\"native\",\"workspace\":\"ws\","
-                        "\"code_path\":\"run.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
-                        "\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
-    cr_assert_eq(r.status, 201, "%s", r.body);
-    long id = (long)th_num(&r, "id");
-    th_free(&r);
+    long id = submit_run(0, 1);
     char seen[16];
     cr_assert(th_wait_state(&rep[1], tok, id, "RUNNING", 10000, seen), "job is %s", seen);
     int64_t ms = mono_ms() - t0;
@@ -334,25 +349,11 @@ static long position_on(int i, long id)
  * have the same queue positions through either replica. */
 Test(replicas, a_follower_gives_pending_jobs_the_leaders_queue_positions)
 {
-    pair();
-    if (!th_can_sandbox())
-        cr_skip_test("needs root for the agent");
-    th_put_text(&rep[1], tok, "ws", "run.sh", "#!/bin/sh\nsleep 30\n", "755");
-    char both[96];
-    snprintf(both, sizeof both, "http://%s,http://%s", listen_at[0], listen_at[1]);
-    const char *extra[] = {"--runtime", "host", "--cpus", "2", "--port-range", "33300-33399", NULL};
-    th_agent_start_on(&ag[0], &rep[0], both, "n1", extra);
+    pair_and_agent(1, "n1", "33300-33399");
     long id[3];
-    for (int k = 0; k < 3; k++) {
-        /* Two one-CPU workers each: the node's two CPUs hold one job at a time. */
-        th_resp r = th_post(&rep[k % 2], "/v1/jobs", tok,
-                            "{\"name\":\"w\",\"image\":\"native\",\"workspace\":\"ws\","
-                            "\"code_path\":\"run.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
-                            "\"worker_spec\":\"cpu-small\",\"worker_count\":2}");
-        cr_assert_eq(r.status, 201, "%s", r.body);
-        id[k] = (long)th_num(&r, "id");
-        th_free(&r);
-    }
+    for (int k = 0; k < 3;
+         k++) /* two one-CPU workers: the node's two CPUs hold one job at a time */
+        id[k] = submit_run(k % 2, 2);
     char seen[16];
     cr_assert(th_wait_state(&rep[0], tok, id[0], "RUNNING", 15000, seen), "job is %s", seen);
     long pos[2][2] = {{0}};
