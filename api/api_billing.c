@@ -500,10 +500,7 @@ static int64_t storage_bytes(api_ctx *ctx, int64_t tenant)
 static void limit_json(cJSON *o, const char *key, int64_t limit, int64_t used)
 {
     cJSON *l = cJSON_AddObjectToObject(o, key);
-    if (limit >= 0)
-        cJSON_AddNumberToObject(l, "limit", (double)limit);
-    else
-        cJSON_AddNullToObject(l, "limit");
+    api_add_int_if(l, "limit", limit, limit >= 0);
     cJSON_AddNumberToObject(l, "used", (double)used);
 }
 
@@ -512,10 +509,7 @@ static void account_json(cJSON *o, const store_account *a)
     cJSON_AddStringToObject(o, "currency", a->currency);
     cJSON_AddNumberToObject(o, "balance", (double)a->balance);
     cJSON_AddBoolToObject(o, "enforce", a->enforce);
-    if (a->monthly_cap >= 0)
-        cJSON_AddNumberToObject(o, "monthly_cap", (double)a->monthly_cap);
-    else
-        cJSON_AddNullToObject(o, "monthly_cap");
+    api_add_int_if(o, "monthly_cap", a->monthly_cap, a->monthly_cap >= 0);
 }
 
 void api_my_quota(api_ctx *ctx, const api_req *rq, api_resp *rs)

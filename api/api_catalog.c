@@ -142,10 +142,7 @@ static cJSON *image_json(const store_image *im)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", im->name);
-    if (im->reference[0])
-        cJSON_AddStringToObject(o, "reference", im->reference);
-    else
-        cJSON_AddNullToObject(o, "reference");
+    api_add_text(o, "reference", im->reference);
     cJSON_AddStringToObject(o, "framework", im->framework);
     cJSON_AddStringToObject(o, "visibility", im->tenant_id ? "private" : "public");
     /* Credentials are write-only: whether there are some, never what. */

@@ -67,6 +67,10 @@ void api_add_time(cJSON *o, const char *key, int64_t ms); /* RFC 3339, or null w
 /* A new object holding "id" and, unless name is NULL, "name": the start of
  * every resource's JSON.  NULL when memory runs out. */
 cJSON *api_object(int64_t id, const char *name);
+/* key: the string s, or null when s is NULL or "". */
+void api_add_text(cJSON *o, const char *key, const char *s);
+/* key: the integer v when present, null otherwise. */
+void api_add_int_if(cJSON *o, const char *key, int64_t v, int present);
 /* A worker's or a node's resources: cpus, memory_mb, gpus and gpu_type (null when ""). */
 void api_add_resources(cJSON *o, int64_t cpus, int64_t memory_mb, int64_t gpus,
                        const char *gpu_type);

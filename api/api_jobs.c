@@ -72,16 +72,10 @@ static cJSON *job_json(const store_job *j, int64_t position, const char *wait)
         cJSON_AddStringToObject(o, "reason", j->reason);
     else
         cJSON_AddNullToObject(o, "reason");
-    if (position > 0)
-        api_add_int(o, "position", position);
-    else
-        cJSON_AddNullToObject(o, "position");
+    api_add_int_if(o, "position", position, position > 0);
     api_add_int(o, "attempt", j->attempt);
     cJSON_AddStringToObject(o, "image", j->image);
-    if (j->image_digest[0])
-        cJSON_AddStringToObject(o, "image_digest", j->image_digest);
-    else
-        cJSON_AddNullToObject(o, "image_digest");
+    api_add_text(o, "image_digest", j->image_digest);
     cJSON_AddStringToObject(o, "framework", j->framework);
     cJSON_AddItemToObject(o, "datasets", raw_or(j->datasets_json, "[]"));
     cJSON_AddStringToObject(o, "workspace", j->workspace);
@@ -93,15 +87,9 @@ static cJSON *job_json(const store_job *j, int64_t position, const char *wait)
     api_add_int(o, "batch_size", j->batch_size);
     cJSON_AddStringToObject(o, "worker_spec", j->worker_spec);
     api_add_int(o, "worker_count", j->worker_count);
-    if (j->workers_per_node > 0)
-        api_add_int(o, "workers_per_node", j->workers_per_node);
-    else
-        cJSON_AddNullToObject(o, "workers_per_node");
+    api_add_int_if(o, "workers_per_node", j->workers_per_node, j->workers_per_node > 0);
     api_add_int(o, "priority", j->priority);
-    if (j->max_runtime_seconds > 0)
-        api_add_int(o, "max_runtime_seconds", j->max_runtime_seconds);
-    else
-        cJSON_AddNullToObject(o, "max_runtime_seconds");
+    api_add_int_if(o, "max_runtime_seconds", j->max_runtime_seconds, j->max_runtime_seconds > 0);
     api_add_int(o, "max_retries", j->max_retries);
     cJSON *r = cJSON_AddObjectToObject(o, "resources");
     api_add_int(r, "cpus", j->cpus);
@@ -111,10 +99,7 @@ static cJSON *job_json(const store_job *j, int64_t position, const char *wait)
     cJSON_AddStringToObject(p, "currency", j->currency);
     api_add_int(p, "per_worker_hour", j->price_per_hour);
     api_add_int(p, "per_hour", (j->price_per_hour * j->worker_count));
-    if (j->estimated_max >= 0)
-        api_add_int(p, "estimated_max", j->estimated_max);
-    else
-        cJSON_AddNullToObject(p, "estimated_max");
+    api_add_int_if(p, "estimated_max", j->estimated_max, j->estimated_max >= 0);
     api_add_time(o, "created_at", j->created_at);
     api_add_time(o, "updated_at", j->updated_at);
     api_add_time(o, "started_at", j->started_at);
@@ -476,10 +461,7 @@ static cJSON *with_cost(api_ctx *ctx, cJSON *o, const store_job *j)
 {
     cJSON *p = cJSON_GetObjectItem(o, "price");
     int64_t cost = j->state == JOB_PENDING && j->attempt == 1 ? 0 : api_job_cost_total(ctx, j->id);
-    if (cost >= 0)
-        api_add_int(p, "cost_so_far", cost);
-    else
-        cJSON_AddNullToObject(p, "cost_so_far");
+    api_add_int_if(p, "cost_so_far", cost, cost >= 0);
     return o;
 }
 
@@ -539,15 +521,9 @@ static cJSON *event_json(const store_event *e)
     api_add_int(o, "id", e->id);
     api_add_time(o, "at", e->at);
     api_add_int(o, "attempt", e->attempt);
-    if (e->from_state[0])
-        cJSON_AddStringToObject(o, "from", e->from_state);
-    else
-        cJSON_AddNullToObject(o, "from");
+    api_add_text(o, "from", e->from_state);
     cJSON_AddStringToObject(o, "to", e->to_state);
-    if (e->reason[0])
-        cJSON_AddStringToObject(o, "reason", e->reason);
-    else
-        cJSON_AddNullToObject(o, "reason");
+    api_add_text(o, "reason", e->reason);
     return o;
 }
 
@@ -721,34 +697,17 @@ static void worker_row(void *arg, const store_worker *w)
     api_add_int(o, "node_id", w->node_id);
     cJSON_AddStringToObject(o, "state", w->state);
     cJSON_AddStringToObject(o, "desired", w->desired);
-    if (w->exit_code >= 0)
-        api_add_int(o, "exit_code", w->exit_code);
-    else
-        cJSON_AddNullToObject(o, "exit_code");
-    if (w->signal > 0)
-        api_add_int(o, "signal", w->signal);
-    else
-        cJSON_AddNullToObject(o, "signal");
-    if (w->message[0])
-        cJSON_AddStringToObject(o, "message", w->message);
-    else
-        cJSON_AddNullToObject(o, "message");
+    api_add_int_if(o, "exit_code", w->exit_code, w->exit_code >= 0);
+    api_add_int_if(o, "signal", w->signal, w->signal > 0);
+    api_add_text(o, "message", w->message);
     api_add_time(o, "created_at", w->created_at);
     api_add_time(o, "started_at", w->started_at);
     api_add_time(o, "finished_at", w->finished_at);
     /* What its cgroup counted, once it has ended (null where not counted). */
-    if (w->cpu_us >= 0)
-        cJSON_AddNumberToObject(o, "cpu_seconds", (double)w->cpu_us / 1e6);
-    else
-        cJSON_AddNullToObject(o, "cpu_seconds");
-    if (w->memory_peak >= 0)
-        api_add_int(o, "memory_peak_mb", (w->memory_peak + (1 << 20) - 1) >> 20);
-    else
-        cJSON_AddNullToObject(o, "memory_peak_mb");
-    if (w->image_digest[0])
-        cJSON_AddStringToObject(o, "image_digest", w->image_digest);
-    else
-        cJSON_AddNullToObject(o, "image_digest");
+    api_add_int_if(o, "cpu_seconds", w->cpu_us / 1e6, w->cpu_us >= 0);
+    api_add_int_if(o, "memory_peak_mb", (w->memory_peak + (1 << 20) - 1) >> 20,
+                   w->memory_peak >= 0);
+    api_add_text(o, "image_digest", w->image_digest);
     api_list_add(arg, o, w->id);
 }
 

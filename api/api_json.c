@@ -304,6 +304,22 @@ void api_add_int(cJSON *o, const char *key, int64_t v)
     cJSON_AddRawToObject(o, key, p);
 }
 
+void api_add_text(cJSON *o, const char *key, const char *s)
+{
+    if (s && s[0])
+        cJSON_AddStringToObject(o, key, s);
+    else
+        cJSON_AddNullToObject(o, key);
+}
+
+void api_add_int_if(cJSON *o, const char *key, int64_t v, int present)
+{
+    if (present)
+        api_add_int(o, key, v);
+    else
+        cJSON_AddNullToObject(o, key);
+}
+
 cJSON *api_object(int64_t id, const char *name)
 {
     cJSON *o = cJSON_CreateObject();
