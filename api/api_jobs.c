@@ -704,7 +704,10 @@ static void worker_row(void *arg, const store_worker *w)
     api_add_time(o, "started_at", w->started_at);
     api_add_time(o, "finished_at", w->finished_at);
     /* What its cgroup counted, once it has ended (null where not counted). */
-    api_add_int_if(o, "cpu_seconds", w->cpu_us / 1e6, w->cpu_us >= 0);
+    if (w->cpu_us >= 0) /* a fraction: not api_add_int */
+        cJSON_AddNumberToObject(o, "cpu_seconds", (double)w->cpu_us / 1e6);
+    else
+        cJSON_AddNullToObject(o, "cpu_seconds");
     api_add_int_if(o, "memory_peak_mb", (w->memory_peak + (1 << 20) - 1) >> 20,
                    w->memory_peak >= 0);
     api_add_text(o, "image_digest", w->image_digest);
