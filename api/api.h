@@ -112,9 +112,10 @@ struct api_resp {
     api_upload *upload;        /* set by an upload route's handler: owned by the server */
     api_stream *stream;        /* a streamed body: owned by the server once set */
     /* A long poll: the server parks the request until the desired-state
-     * version passes wait_version or wait_ms pass, then calls the handler
+     * version of node wait_node passes wait_version or wait_ms pass, then calls the handler
      * again with rq->waited set. */
     uint64_t wait_version;
+    int64_t wait_node; /* whose version (sched_version) */
     int64_t wait_ms;
     char tenant[UTIL_NAME_MAX + 1]; /* for the access log */
 };
@@ -166,6 +167,10 @@ int api_authenticate_node(api_ctx *ctx, const char *authorization, store_node *n
  * lost) does both for everything.
  */
 void api_on_signal(void *arg, const char *what);
+/* store_on_nodes's callback (arg is the api_ctx): commits here or in another
+ * cohortd changed these nodes; their cached lookups are dropped and the
+ * scheduler wakes their agents' long polls. */
+void api_on_nodes(void *arg, const int64_t *ids, size_t n);
 
 int api_bootstrap_admin(api_ctx *ctx, const char *token, char out[UTIL_TOKEN_LEN + 1],
                         int *created, char *err, size_t errlen);

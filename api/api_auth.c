@@ -14,73 +14,24 @@
 #include <string.h>
 #include <strings.h>
 
+#include "api/api_cache.h"
 #include "api/api_int.h"
 
 #define TOKEN_MIN 16
 #define TOKEN_MAX 256
 #define CACHE_SLOTS 1024
-#define CACHE_STRIPES 32
 #define CACHE_TTL_MS 10000
 
-struct cache_entry {
-    uint8_t hash[UTIL_SHA256_LEN];
-    int64_t until; /* 0: empty */
-    store_principal who;
-};
+API_CACHE(tokens, CACHE_SLOTS, store_principal);
 
-static struct cache_entry cache[CACHE_SLOTS];
-static pthread_mutex_t cache_lock[CACHE_STRIPES] = {[0 ... CACHE_STRIPES - 1] =
-                                                         PTHREAD_MUTEX_INITIALIZER};
-
-static unsigned slot_of(const uint8_t *h)
+static int same_token(const void *value, void *arg)
 {
-    return ((unsigned)h[0] | (unsigned)h[1] << 8) % CACHE_SLOTS;
-}
-
-static int cache_get(const uint8_t *h, int64_t now, store_principal *who)
-{
-    unsigned i = slot_of(h);
-    int hit = 0;
-    pthread_mutex_lock(&cache_lock[i % CACHE_STRIPES]);
-    struct cache_entry *e = &cache[i];
-    if (e->until > now && util_ct_equal(e->hash, h, UTIL_SHA256_LEN)) {
-        *who = e->who;
-        hit = 1;
-    }
-    pthread_mutex_unlock(&cache_lock[i % CACHE_STRIPES]);
-    return hit;
-}
-
-static void cache_put(const uint8_t *h, int64_t now, const store_principal *who)
-{
-    unsigned i = slot_of(h);
-    int64_t until = now + CACHE_TTL_MS;
-    if (who->token_expires_at > 0 && who->token_expires_at < until)
-        until = who->token_expires_at;
-    pthread_mutex_lock(&cache_lock[i % CACHE_STRIPES]);
-    memcpy(cache[i].hash, h, UTIL_SHA256_LEN);
-    cache[i].who = *who;
-    cache[i].until = until;
-    pthread_mutex_unlock(&cache_lock[i % CACHE_STRIPES]);
+    return ((const store_principal *)value)->token_id == *(const int64_t *)arg;
 }
 
 void api_auth_forget(int64_t token_id)
 {
-    for (unsigned i = 0; i < CACHE_SLOTS; i++) {
-        pthread_mutex_lock(&cache_lock[i % CACHE_STRIPES]);
-        if (cache[i].until && cache[i].who.token_id == token_id)
-            cache[i].until = 0;
-        pthread_mutex_unlock(&cache_lock[i % CACHE_STRIPES]);
-    }
-}
-
-static void forget_all(void)
-{
-    for (unsigned i = 0; i < CACHE_SLOTS; i++) {
-        pthread_mutex_lock(&cache_lock[i % CACHE_STRIPES]);
-        cache[i].until = 0;
-        pthread_mutex_unlock(&cache_lock[i % CACHE_STRIPES]);
-    }
+    api_cache_forget(&tokens, same_token, &token_id);
 }
 
 void api_auth_revoked(api_ctx *ctx, int64_t token_id)
@@ -98,8 +49,10 @@ void api_on_signal(void *arg, const char *what)
         api_auth_forget(strtoll(what + 7, NULL, 10));
         return;
     }
-    if (!what)
-        forget_all(); /* a revocation may be among what was lost */
+    if (!what) { /* a revocation or a drain may be among what was lost */
+        api_cache_forget(&tokens, NULL, NULL);
+        api_nodes_forget(NULL, 0);
+    }
     sched_signal(ctx->sched, what);
 }
 
@@ -122,7 +75,7 @@ int api_authenticate(api_ctx *ctx, const char *authorization, store_principal *w
     uint8_t h[UTIL_SHA256_LEN];
     util_sha256(tok, n, h);
     int64_t now = util_now_ms();
-    if (!cache_get(h, now, who)) {
+    if (!api_cache_get(&tokens, h, now, who)) {
         int rc = store_token_lookup(ctx->st, h, now, who);
         if (rc == STORE_NOTFOUND) {
             api_error(rs, 401, "unauthorized", NULL, "the token is not valid, expired or revoked");
@@ -130,7 +83,10 @@ int api_authenticate(api_ctx *ctx, const char *authorization, store_principal *w
         }
         if (rc != STORE_OK)
             return api_store_error(rs, rc, "token");
-        cache_put(h, now, who);
+        int64_t until = now + CACHE_TTL_MS;
+        if (who->token_expires_at > 0 && who->token_expires_at < until)
+            until = who->token_expires_at;
+        api_cache_put(&tokens, h, until, who);
     }
     snprintf(rs->tenant, sizeof rs->tenant, "%s", who->user.tenant);
     return 0;

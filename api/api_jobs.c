@@ -589,10 +589,8 @@ static void job_change_done(api_ctx *ctx, api_resp *rs, void *arg, int rc)
         api_json(rs, 200, job_json(&c->after, 0, NULL));
     else
         rs->status = 204;
-    if (rc == STORE_OK) {
-        sched_bump(ctx->sched); /* its workers are to stop */
-        sched_wake(ctx->sched);
-    }
+    if (rc == STORE_OK)
+        sched_wake(ctx->sched); /* the store tells the agents of its workers */
     store_job_clear(&c->after);
     free(c);
 }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/api_cache.h"
 #include "api/api_int.h"
 #include "scheduler/sched_life.h"
 #include "storage/store_catalog.h"
@@ -218,6 +219,46 @@ out:
 
 /* ---- agents ---- */
 
+/*
+ * Node tokens to nodes, cached: a node is never removed and its token
+ * never changes, and what an entry says of its state and drain is dropped
+ * by api_on_nodes whenever a commit (here or in another cohortd) changes
+ * them: a drain, a node marked down.  An entry also lives at most
+ * NODE_TTL_MS.  Its capacities in use are as of its lookup.
+ */
+#define NODE_SLOTS 4096
+#define NODE_TTL_MS 5000
+#define NODE_FORGET_MAX 64 /* more nodes at once: forget them all */
+
+API_CACHE(nodes, NODE_SLOTS, store_node);
+
+struct id_set {
+    const int64_t *ids;
+    size_t n;
+};
+
+static int node_among(const void *value, void *arg)
+{
+    const struct id_set *set = arg;
+    for (size_t i = 0; i < set->n; i++)
+        if (set->ids[i] == ((const store_node *)value)->id)
+            return 1;
+    return 0;
+}
+
+void api_nodes_forget(const int64_t *ids, size_t n)
+{
+    struct id_set set = {ids, n};
+    api_cache_forget(&nodes, ids && n <= NODE_FORGET_MAX ? node_among : NULL, &set);
+}
+
+void api_on_nodes(void *arg, const int64_t *ids, size_t n)
+{
+    api_ctx *ctx = arg;
+    api_nodes_forget(ids, n);
+    sched_nodes_changed(ctx->sched, ids, n);
+}
+
 int api_authenticate_node(api_ctx *ctx, const char *authorization, store_node *node,
                           api_resp *rs)
 {
@@ -228,12 +269,18 @@ int api_authenticate_node(api_ctx *ctx, const char *authorization, store_node *n
     }
     uint8_t h[UTIL_SHA256_LEN];
     util_sha256(authorization + 7, UTIL_TOKEN_LEN, h);
+    int64_t now = util_now_ms();
+    if (api_cache_get(&nodes, h, now, node))
+        return 0;
     int rc = store_node_by_token(ctx->st, h, node);
     if (rc == STORE_NOTFOUND) {
         api_error(rs, 401, "unauthorized", NULL, "unknown node token");
         return -1;
     }
-    return rc == STORE_OK ? 0 : api_store_error(rs, rc, "node");
+    if (rc != STORE_OK)
+        return api_store_error(rs, rc, "node");
+    api_cache_put(&nodes, h, now + NODE_TTL_MS, node);
+    return 0;
 }
 
 struct node_new {
@@ -423,18 +470,18 @@ void api_agent_heartbeat(api_ctx *ctx, const api_req *rq, api_resp *rs)
         r->n++;
     }
     /* Only alive, and known up: written with the others within half a second. */
-    int rc = r->n == 0 && !strcmp(rq->node->state, "up") &&
-                     api_beats_note(ctx, r->node_id, util_now_ms()) == 0
+    int up = !strcmp(rq->node->state, "up");
+    int rc = r->n == 0 && up && api_beats_note(ctx, r->node_id, util_now_ms()) == 0
                  ? STORE_OK
                  : store_write(ctx->st, heartbeat_write, r);
     if (rc != STORE_OK) {
         api_store_error(rs, rc, "heartbeat");
         goto out;
     }
-    if (r->changed) {
-        sched_bump(ctx->sched); /* a failed rank may have stopped its gang */
-        sched_wake(ctx->sched);
-    }
+    if (!up)
+        api_nodes_forget(&r->node_id, 1); /* it is up again */
+    if (r->changed)
+        sched_wake(ctx->sched); /* a failed rank may have stopped its gang */
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "heartbeat_seconds", (double)ctx->heartbeat_s);
     cJSON_AddNumberToObject(o, "lease_seconds", (double)ctx->lease_s);
@@ -654,18 +701,24 @@ void api_agent_desired(api_ctx *ctx, const api_req *rq, api_resp *rs)
      * commits after it bumps past it and wakes the next poll.  The request's
      * snapshot (opened to authenticate the node) may be older: end it. */
     store_read_end(ctx->st);
-    uint64_t version = sched_version(ctx->sched);
+    uint64_t version = sched_version(ctx->sched, rq->node->id);
     store_read_begin(ctx->st);
     /* Another version than the one known, even a lower one (the agent's
      * last answer came from another cohortd, whose versions are its own):
      * answer at once. */
     if (!rq->waited && wait > 0 && v && version == known) {
         rs->wait_version = known;
+        rs->wait_node = rq->node->id;
         rs->wait_ms = (wait > DESIRED_WAIT_MAX ? DESIRED_WAIT_MAX : wait) * 1000;
         return;
     }
+    /* A poll that waited was authenticated before its wait: its node's
+     * drain is read again. */
+    store_node now = *rq->node;
+    int rc = rq->waited ? store_node_get(ctx->st, now.id, &now) : STORE_OK;
     struct desired d = {ctx, rq->node, cJSON_CreateArray(), 0};
-    int rc = store_worker_desired(ctx->st, rq->node->id, desired_row, &d);
+    if (rc == STORE_OK)
+        rc = store_worker_desired(ctx->st, rq->node->id, desired_row, &d);
     if (rc != STORE_OK || d.failed) {
         cJSON_Delete(d.items);
         api_store_error(rs, rc != STORE_OK ? rc : STORE_EIO, "desired state");
@@ -676,7 +729,7 @@ void api_agent_desired(api_ctx *ctx, const api_req *rq, api_resp *rs)
     char vb[24];
     snprintf(vb, sizeof vb, "%llu", (unsigned long long)version);
     cJSON_AddStringToObject(o, "version", vb);
-    cJSON_AddBoolToObject(o, "drained", rq->node->drained);
+    cJSON_AddBoolToObject(o, "drained", now.drained);
     cJSON_AddItemToObject(o, "workers", d.items);
     api_json(rs, 200, o);
 }

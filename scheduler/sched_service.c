@@ -21,6 +21,10 @@
 /* Bounds on the rest between passes (see sched_main). */
 #define SCHED_REST_MAX_US 50000
 #define SCHED_REST_MIN_US 2000
+/* Nodes 1 .. VER_PAGES * VER_PAGE - 1 have versions of their own; a bump
+ * of any other wakes every node. */
+#define VER_PAGE 4096
+#define VER_PAGES 256
 
 struct sched_service {
     store *st;
@@ -36,7 +40,12 @@ struct sched_service {
     size_t npos;
     int no_nodes;         /* no node is up and undrained: nothing was planned */
     int64_t last_tick;    /* monotonic ms of the last tick write */
-    uint64_t version;
+    /* Desired-state versions: each node's is the later of the epoch (the
+     * last bump of every node) and its own slot; both take the next value
+     * of counter.  Pages of slots are allocated on a node's first bump. */
+    uint64_t counter, epoch;  /* atomic */
+    uint64_t *ver[VER_PAGES]; /* pointers atomic; allocated under ver_lock */
+    pthread_mutex_t ver_lock;
     void (*notify)(void *arg);
     void *notify_arg;
     int leads;            /* this cohortd ran the last pass (store_lead); atomic */
@@ -55,7 +64,6 @@ struct sched_service {
 struct pass {
     sched_service *svc;
     int64_t now;
-    int placed;
     sched_node *nodes;
     size_t nnodes, capn;
     sched_active *act;
@@ -311,16 +319,13 @@ static int commit_placement(store_tx *tx, const sched_placement *pl)
 static store_rc commit_all(store_tx *tx, void *arg)
 {
     struct pass *p = arg;
-    p->placed = 0;
     for (size_t i = 0; i < p->dec.nplaced; i++) {
         if (store_tx_mark(tx) != STORE_OK)
             return STORE_EIO;
-        if (commit_placement(tx, &p->dec.placed[i]) == STORE_OK) {
+        if (commit_placement(tx, &p->dec.placed[i]) == STORE_OK)
             store_tx_keep(tx);
-            p->placed++;
-        } else {
+        else
             store_tx_undo(tx); /* the next pass looks again */
-        }
     }
     return STORE_OK;
 }
@@ -356,7 +361,6 @@ struct tick {
     int64_t now, node_timeout_ms;
     const sched_config *cfg;
     store_tx *tx;
-    int changed; /* workers lost or jobs stopped */
 };
 
 static void job_lost(void *arg, int64_t job_id)
@@ -368,7 +372,6 @@ static void job_lost(void *arg, int64_t job_id)
 static void node_down(void *arg, int64_t node_id)
 {
     struct tick *t = arg;
-    t->changed = 1;
     store_worker_lose_node(t->tx, node_id, t->now, job_lost, t);
 }
 
@@ -433,7 +436,6 @@ static int stop_exhausted(struct tick *t)
             int r = sched_job_end(t->tx, 0, u.ids.v[k], JOB_FAILED, why);
             if (r != STORE_OK && r != STORE_JOB_FINAL)
                 rc = r;
-            t->changed = 1;
         }
         free(u.ids.v);
     }
@@ -464,7 +466,6 @@ static store_rc tick(store_tx *tx, void *arg)
         int r = sched_job_end(tx, 0, s.ids.v[i], JOB_FAILED, why);
         if (r != STORE_OK && r != STORE_JOB_FINAL)
             rc = r;
-        t->changed = 1;
     }
     free(s.ids.v);
     free(s.limits.v);
@@ -495,12 +496,10 @@ static void run_pass(sched_service *s)
     int rc = STORE_OK;
     int64_t mono = util_mono_us() / 1000;
     if (lead && mono - s->last_tick >= s->cfg.tick_ms) {
-        struct tick t = {util_now_ms(), s->cfg.node_timeout_ms, &s->cfg, NULL, 0};
+        struct tick t = {util_now_ms(), s->cfg.node_timeout_ms, &s->cfg, NULL};
         rc = store_write(s->st, tick, &t);
         if (rc != STORE_OK && rc != STORE_BUSY)
             fprintf(stderr, "scheduler: tick failed (%s)\n", store_rc_name(rc));
-        if (rc == STORE_OK && t.changed)
-            sched_bump(s);
         s->last_tick = mono;
     }
     struct pass p = {.svc = s, .now = util_now_ms()};
@@ -519,10 +518,9 @@ static void run_pass(sched_service *s)
     s->no_nodes = rc == STORE_OK && !usable;
     pthread_mutex_unlock(&s->lock);
     if (lead && rc == STORE_OK && p.dec.nplaced > 0) {
+        /* A placement that no longer held is planned again at the next
+         * pass; the nodes of those that did are told by the store. */
         rc = store_write(s->st, commit_all, &p);
-        /* A placement that no longer held is planned again at the next pass. */
-        if (rc == STORE_OK && p.placed)
-            sched_bump(s);
     }
     if (rc != STORE_OK && rc != STORE_BUSY)
         fprintf(stderr, "scheduler: pass failed (%s)\n", store_rc_name(rc));
@@ -608,13 +606,15 @@ sched_service *sched_start(store *st, const sched_config *cfg, char *err, size_t
         s->cfg.budget_grace_s = SCHED_BUDGET_GRACE_S;
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->fit_lock, NULL);
+    pthread_mutex_init(&s->ver_lock, NULL);
     pthread_cond_init(&s->wake, NULL);
     s->woken = 1; /* a first pass at once */
-    s->version = (uint64_t)util_now_ms(); /* never below what a previous run handed out */
+    s->counter = s->epoch = (uint64_t)util_now_ms(); /* never below a previous run's */
     if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
         snprintf(err, errlen, "cannot start the scheduler thread");
         pthread_mutex_destroy(&s->lock);
         pthread_mutex_destroy(&s->fit_lock);
+        pthread_mutex_destroy(&s->ver_lock);
         pthread_cond_destroy(&s->wake);
         free(s);
         return NULL;
@@ -637,7 +637,10 @@ void sched_stop(sched_service *s)
     util_thread_stop(&s->lock, &s->wake, &s->stopping, s->thread);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->fit_lock);
+    pthread_mutex_destroy(&s->ver_lock);
     pthread_cond_destroy(&s->wake);
+    for (int i = 0; i < VER_PAGES; i++)
+        free(s->ver[i]);
     free(s->fit_nodes);
     free(s->pos);
     free(s);
@@ -650,14 +653,50 @@ void sched_stats_get(sched_service *s, sched_stats *out)
     pthread_mutex_unlock(&s->lock);
 }
 
-uint64_t sched_version(sched_service *s)
+uint64_t sched_version(sched_service *s, int64_t node_id)
 {
-    return s ? __atomic_load_n(&s->version, __ATOMIC_ACQUIRE) : 0;
+    if (!s)
+        return 0;
+    uint64_t v = __atomic_load_n(&s->epoch, __ATOMIC_ACQUIRE);
+    if (node_id > 0 && node_id < (int64_t)VER_PAGES * VER_PAGE) {
+        uint64_t *page = __atomic_load_n(&s->ver[node_id / VER_PAGE], __ATOMIC_ACQUIRE);
+        uint64_t own = page ? __atomic_load_n(&page[node_id % VER_PAGE], __ATOMIC_ACQUIRE) : 0;
+        if (own > v)
+            v = own;
+    }
+    return v;
 }
 
-static void bump_local(sched_service *s)
+/* Gives node_id a version of its own; 0 when it cannot (out of range, or
+ * memory ran out), and the caller bumps every node instead. */
+static int bump_one(sched_service *s, int64_t node_id)
 {
-    __atomic_add_fetch(&s->version, 1, __ATOMIC_RELEASE);
+    if (node_id <= 0 || node_id >= (int64_t)VER_PAGES * VER_PAGE)
+        return 0;
+    uint64_t **pp = &s->ver[node_id / VER_PAGE];
+    uint64_t *page = __atomic_load_n(pp, __ATOMIC_ACQUIRE);
+    if (!page) {
+        pthread_mutex_lock(&s->ver_lock);
+        if (!(page = *pp) && (page = calloc(VER_PAGE, sizeof *page)))
+            __atomic_store_n(pp, page, __ATOMIC_RELEASE);
+        pthread_mutex_unlock(&s->ver_lock);
+        if (!page)
+            return 0;
+    }
+    uint64_t v = __atomic_add_fetch(&s->counter, 1, __ATOMIC_ACQ_REL);
+    __atomic_store_n(&page[node_id % VER_PAGE], v, __ATOMIC_RELEASE);
+    return 1;
+}
+
+/* Bumps the nodes named (ids NULL: every node) and wakes their long polls. */
+static void bump_local(sched_service *s, const int64_t *ids, size_t n)
+{
+    int all = !ids;
+    for (size_t i = 0; !all && i < n; i++)
+        all = !bump_one(s, ids[i]);
+    if (all)
+        __atomic_store_n(&s->epoch, __atomic_add_fetch(&s->counter, 1, __ATOMIC_ACQ_REL),
+                         __ATOMIC_RELEASE);
     /* Under the lock: once sched_on_bump(NULL) returns, no call is running. */
     pthread_mutex_lock(&s->lock);
     if (s->notify)
@@ -665,14 +704,10 @@ static void bump_local(sched_service *s)
     pthread_mutex_unlock(&s->lock);
 }
 
-void sched_bump(sched_service *s)
+void sched_nodes_changed(sched_service *s, const int64_t *ids, size_t n)
 {
-    if (!s)
-        return;
-    bump_local(s);
-    /* Agents long-polling another cohortd wake too. */
-    if (store_shared(s->st))
-        store_signal(s->st, "bump");
+    if (s)
+        bump_local(s, ids, n);
 }
 
 void sched_wake(sched_service *s)
@@ -690,7 +725,7 @@ void sched_signal(sched_service *s, const char *what)
     if (!s)
         return;
     if (!what || !strcmp(what, "bump"))
-        bump_local(s);
+        bump_local(s, NULL, 0);
     if (!what || !strcmp(what, "wake"))
         wake_local(s);
 }

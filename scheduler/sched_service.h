@@ -34,18 +34,23 @@ sched_service *sched_start(store *st, const sched_config *cfg, char *err, size_t
 void sched_wake(sched_service *s);
 void sched_stop(sched_service *s);
 /*
- * The desired-state version: bumped after every commit that places or
- * stops workers, so agents waiting on it (long poll) fetch their new state.
- * notify(arg) is called after each bump (from whichever thread bumped).
+ * Each node's desired-state version: it moves after every commit that
+ * changes what the node is to run (sched_nodes_changed), so its agent,
+ * waiting on it in a long poll, fetches its new state; a change on one
+ * node wakes no other.  node_id 0 or unknown: the version every node
+ * shares.  notify(arg) is called after each bump (from the thread that
+ * bumped).
  */
-uint64_t sched_version(sched_service *s);
-void sched_bump(sched_service *s);
+uint64_t sched_version(sched_service *s, int64_t node_id);
+/* Moves the versions of nodes ids (NULL: of every node) and wakes their
+ * long polls: what store_on_nodes says, passed on. */
+void sched_nodes_changed(sched_service *s, const int64_t *ids, size_t n);
 void sched_on_bump(sched_service *s, void (*notify)(void *arg), void *arg);
 /*
- * What another cohortd on the database signalled (store_on_signal): "bump"
- * (its commit changed desired state: wake the agents waiting here),
- * "wake" (a pass is wanted, run here if this one leads), NULL (signals may
- * have been lost: both).  sched_bump and sched_wake send them.
+ * What another cohortd on the database signalled (store_on_signal): "wake"
+ * (a pass is wanted, run here if this one leads), "bump" (every node's
+ * desired state may have changed), NULL (signals may have been lost:
+ * both).  sched_wake sends "wake".
  */
 void sched_signal(sched_service *s, const char *what);
 

@@ -89,7 +89,8 @@ struct req_state {
     int status;
     size_t bytes;
     char method[8];
-    uint64_t wait_version;      /* parked: until the version is another */
+    uint64_t wait_version;      /* parked: until wait_node's version is another */
+    int64_t wait_node;
     int64_t wait_until;         /* parked: or until this (monotonic ms) */
     struct req_state *wnext;
     int streaming;              /* parked inside a streamed body */
@@ -249,16 +250,22 @@ static void write_done(void *arg, store_rc rc)
     MHD_resume_connection(st->conn);
 }
 
-/* Resumes every parked request whose version moved (to any other value:
- * an agent may bring one from another cohortd) or whose time is up.
- * Called with wlock held. */
+/* Whether a parked request is due: its node's version moved (to any other
+ * value: an agent may bring one from another cohortd), its time is up, or
+ * it streams (a stream looks again at every chance). */
+static int due(http_server *srv, const struct req_state *st, int64_t now)
+{
+    return st->streaming || now >= st->wait_until ||
+           sched_version(srv->ctx->sched, st->wait_node) != st->wait_version;
+}
+
+/* Resumes every parked request that is due.  Called with wlock held. */
 static void wake_due(http_server *srv, int64_t now)
 {
-    uint64_t v = sched_version(srv->ctx->sched);
     struct req_state **pp = &srv->waiting;
     while (*pp) {
         struct req_state *st = *pp;
-        if (v != st->wait_version || now >= st->wait_until) {
+        if (due(srv, st, now)) {
             *pp = st->wnext;
             if (!st->streaming)
                 st->phase = P_RESUMED;
@@ -325,15 +332,20 @@ static void park(struct req_state *st)
 {
     http_server *srv = st->srv;
     st->wait_version = st->rs.wait_version;
+    st->wait_node = st->rs.wait_node;
     st->wait_until = util_mono_ms() + st->rs.wait_ms;
     st->rs.wait_ms = 0;
     st->ready = 0;
     st->phase = P_PARKED;
     MHD_suspend_connection(st->conn);
     pthread_mutex_lock(&srv->wlock);
-    st->wnext = srv->waiting;
-    srv->waiting = st;
-    wake_due(srv, util_mono_ms());
+    if (due(srv, st, util_mono_ms())) {
+        st->phase = P_RESUMED;
+        MHD_resume_connection(st->conn);
+    } else {
+        st->wnext = srv->waiting;
+        srv->waiting = st;
+    }
     pthread_mutex_unlock(&srv->wlock);
 }
 

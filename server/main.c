@@ -425,8 +425,10 @@ static void ctx_close(api_ctx *ctx)
     if (!ctx)
         return;
     api_beats_close(ctx);
-    if (ctx->st)
+    if (ctx->st) {
         store_on_signal(ctx->st, NULL, NULL);
+        store_on_nodes(ctx->st, NULL, NULL);
+    }
     sched_stop(ctx->sched);
     store_close(ctx->st);
     api_web_close(ctx);
@@ -501,6 +503,7 @@ static api_ctx *ctx_open(const struct config *cfg)
     }
     /* Other cohortd on the same database (PostgreSQL): their commits wake
      * the agents waiting here, and their revocations reach the token cache. */
+    store_on_nodes(ctx->st, api_on_nodes, ctx);
     if (store_on_signal(ctx->st, api_on_signal, ctx) != STORE_OK) {
         fprintf(stderr, "cohortd: cannot listen for the other cohortd's signals\n");
         goto fail;

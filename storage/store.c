@@ -20,6 +20,7 @@
 #define BATCH_MAX 1024
 #define SLOW_BATCH_US 100000 /* a batch slower than this is reported */
 #define WRITER_NICE -5
+#define SIGNAL_MAX 1000 /* bytes of one signal, under PostgreSQL's 8,000 */
 
 struct op {
     store_write_fn fn;
@@ -31,6 +32,9 @@ struct op {
 
 struct store_tx {
     store_conn *conn;
+    int writing;       /* a write batch's, not a read snapshot's */
+    int touched_all;   /* too many nodes, or memory ran out: any node */
+    util_i64s touched; /* nodes whose desired state changed (store_on_nodes) */
 };
 
 struct store {
@@ -55,6 +59,9 @@ struct store {
     pthread_mutex_t sig_lock; /* held while on_signal runs and when it is set */
     void (*on_signal)(void *arg, const char *what);
     void *on_signal_arg;
+    pthread_mutex_t nodes_lock; /* held while on_nodes runs and when it is set */
+    void (*on_nodes)(void *arg, const int64_t *ids, size_t n);
+    void *on_nodes_arg;
 };
 
 static unsigned store_gen_next = 1;
@@ -63,6 +70,7 @@ static __thread struct {
     store *s;
     unsigned gen;
     store_conn *c;
+    int want; /* a snapshot was asked for: it begins at the first statement */
 } tl_reader;
 
 store_st *store_read_stmt(store *s, const char *sql)
@@ -216,7 +224,10 @@ void store_col_copy(store_st *st, int i, char *out, size_t n)
     snprintf(out, n, "%s", t ? t : "");
 }
 
-store_conn *store_reader(store *s)
+static int run_cached(store_conn *c, const char *sql);
+
+/* The calling thread's read connection, opened on first use. */
+static store_conn *reader_conn(store *s)
 {
     if (tl_reader.s == s && tl_reader.gen == s->gen)
         return tl_reader.c;
@@ -243,6 +254,15 @@ store_conn *store_reader(store *s)
     tl_reader.s = s;
     tl_reader.gen = s->gen;
     tl_reader.c = c;
+    tl_reader.want = 0;
+    return c;
+}
+
+store_conn *store_reader(store *s)
+{
+    store_conn *c = reader_conn(s);
+    if (c && tl_reader.want && !c->be->in_tx(c) && run_cached(c, c->be->begin_read) != STORE_OK)
+        fprintf(stderr, "store: cannot begin a read snapshot\n");
     return c;
 }
 
@@ -276,20 +296,22 @@ static int run_cached(store_conn *c, const char *sql)
 
 static const char sql_commit[] = "COMMIT";
 
+/* The snapshot begins with the first statement read through it: a request
+ * that reads nothing (a cached token, a heartbeat) costs the database
+ * nothing, and on PostgreSQL saves BEGIN's and COMMIT's round trips. */
 int store_read_begin(store *s)
 {
-    store_conn *c = store_reader(s);
-    if (!c)
+    if (!reader_conn(s))
         return STORE_EIO;
-    if (c->be->in_tx(c))
-        return STORE_OK;
-    return run_cached(c, c->be->begin_read);
+    tl_reader.want = 1;
+    return STORE_OK;
 }
 
 void store_read_end(store *s)
 {
     if (tl_reader.s != s || tl_reader.gen != s->gen || !tl_reader.c)
         return;
+    tl_reader.want = 0;
     store_conn *c = tl_reader.c;
     if (!c->be->in_tx(c))
         return;
@@ -307,6 +329,16 @@ store_tx *store_read_tx(store *s)
 store_conn *store_tx_conn(store_tx *tx)
 {
     return tx->conn;
+}
+
+#define TOUCHED_MAX 4096 /* past it a batch says "any node" */
+
+void store_tx_touch(store_tx *tx, int64_t node_id)
+{
+    if (!tx->writing || tx->touched_all)
+        return;
+    if (tx->touched.n >= TOUCHED_MAX || util_i64s_push(&tx->touched, node_id) != 0)
+        tx->touched_all = 1;
 }
 
 /* ---- migrations ---- */
@@ -387,6 +419,35 @@ static int migrate(store_conn *c, int *version, char *err, size_t errlen)
 
 /* ---- the writer ---- */
 
+static void tell_nodes(store *s, const int64_t *ids, size_t n)
+{
+    pthread_mutex_lock(&s->nodes_lock);
+    if (s->on_nodes)
+        s->on_nodes(s->on_nodes_arg, ids, n);
+    pthread_mutex_unlock(&s->nodes_lock);
+}
+
+/* Sends the batch's nodes to the other cohortd as "ID nodes N N ...",
+ * within SIGNAL_MAX bytes a signal; "ID nodes" alone means any node. */
+static void notify_nodes(store *s, const struct store_tx *tx)
+{
+    char payload[SIGNAL_MAX];
+    size_t i = 0;
+    do {
+        int len = snprintf(payload, sizeof payload, "%s nodes", s->id);
+        for (; !tx->touched_all && i < tx->touched.n; i++) {
+            char one[24];
+            int k = snprintf(one, sizeof one, " %lld", (long long)tx->touched.v[i]);
+            if ((size_t)(len + k) >= sizeof payload)
+                break;
+            memcpy(payload + len, one, (size_t)k + 1);
+            len += k;
+        }
+        if (s->be->notify(tx->conn, payload) != STORE_OK)
+            fprintf(stderr, "store: cannot signal the other cohortd (nodes)\n");
+    } while (!tx->touched_all && i < tx->touched.n);
+}
+
 /*
  * One transaction for a batch of writes, each inside savepoint w so that a
  * failing one is undone alone.  The savepoint statements ride with their
@@ -398,7 +459,7 @@ static void run_batch(store *s, struct op *batch)
 {
     store_conn *c = s->writer;
     const store_be *be = c->be;
-    struct store_tx tx = {c};
+    struct store_tx tx = {.conn = c, .writing = 1};
     int n = 0;
     char msg[400] = "", begin[200];
     int64_t t0 = util_mono_us();
@@ -429,13 +490,20 @@ static void run_batch(store *s, struct op *batch)
         }
     }
     int64_t t1 = util_mono_us();
+    int touched = tx.touched_all || tx.touched.n > 0;
+    if (ok && touched && be->notify)
+        notify_nodes(s, &tx); /* delivered with the commit, or not at all */
     if (ok && (crc = be->exec(c, sql_commit, msg, sizeof msg)) != STORE_OK) {
         fprintf(stderr, "store: commit failed: %s\n", msg);
         be->exec(c, "ROLLBACK", NULL, 0);
         /* A full disk stays a full disk to the caller (507), not "storage error". */
         for (int i = 0; i < n; i++)
             rcs[i] = crc;
+        ok = 0;
     }
+    if (ok && touched)
+        tell_nodes(s, tx.touched_all ? NULL : tx.touched.v, tx.touched.n);
+    free(tx.touched.v);
     int64_t t2 = util_mono_us();
     if (t2 - t0 > SLOW_BATCH_US)
         fprintf(stderr, "store: slow commit: %d writes, %lld ms applying, %lld ms committing\n",
@@ -575,6 +643,7 @@ store *store_open(const char *target, char *err, size_t errlen)
     }
     pthread_mutex_init(&s->lock, NULL);
     pthread_mutex_init(&s->sig_lock, NULL);
+    pthread_mutex_init(&s->nodes_lock, NULL);
     pthread_cond_init(&s->wake, NULL);
     s->gen = __atomic_fetch_add(&store_gen_next, 1, __ATOMIC_RELAXED);
     snprintf(s->id, sizeof s->id, "%llx",
@@ -598,6 +667,7 @@ fail:
         s->be->close(s->writer);
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->sig_lock);
+    pthread_mutex_destroy(&s->nodes_lock);
     pthread_cond_destroy(&s->wake);
     free(s);
     return NULL;
@@ -621,6 +691,7 @@ void store_close(store *s)
         tl_reader.s = NULL;
     pthread_mutex_destroy(&s->lock);
     pthread_mutex_destroy(&s->sig_lock);
+    pthread_mutex_destroy(&s->nodes_lock);
     pthread_cond_destroy(&s->wake);
     free(s);
 }
@@ -668,6 +739,26 @@ static void tell(store *s, const char *what)
     pthread_mutex_unlock(&s->sig_lock);
 }
 
+/* A signal from another cohortd: its nodes (notify_nodes) or a word. */
+static void heard(store *s, const char *what)
+{
+    if (strncmp(what, "nodes", 5) || (what[5] && what[5] != ' ')) {
+        tell(s, what);
+        return;
+    }
+    int64_t ids[SIGNAL_MAX / 2];
+    size_t n = 0;
+    for (const char *p = what + 5; *p == ' ' && n < sizeof ids / sizeof *ids;) {
+        char *end;
+        long long v = strtoll(p + 1, &end, 10);
+        if (end == p + 1 || v <= 0)
+            break;
+        ids[n++] = v;
+        p = end;
+    }
+    tell_nodes(s, n ? ids : NULL, n);
+}
+
 /* The listener: one connection LISTENing, re-established when it breaks
  * (the callback then hears NULL: what was sent meanwhile is lost). */
 static void *listener_main(void *arg)
@@ -675,7 +766,7 @@ static void *listener_main(void *arg)
     store *s = arg;
     store_conn *c = NULL;
     int lost = 0;
-    char buf[128], err[256];
+    char buf[SIGNAL_MAX + 1], err[256];
     while (!stopping(s)) {
         if (!c) {
             c = s->be->open(s->target, 0, err, sizeof err);
@@ -702,7 +793,7 @@ static void *listener_main(void *arg)
         }
         size_t idlen = strlen(s->id);
         if (rc == 1 && !(strncmp(buf, s->id, idlen) == 0 && buf[idlen] == ' '))
-            tell(s, strchr(buf, ' ') ? strchr(buf, ' ') + 1 : buf);
+            heard(s, strchr(buf, ' ') ? strchr(buf, ' ') + 1 : buf);
     }
     if (c)
         s->be->close(c);
@@ -723,6 +814,14 @@ int store_on_signal(store *s, void (*fn)(void *arg, const char *what), void *arg
         return STORE_EIO;
     s->listening = 1;
     return STORE_OK;
+}
+
+void store_on_nodes(store *s, void (*fn)(void *arg, const int64_t *ids, size_t n), void *arg)
+{
+    pthread_mutex_lock(&s->nodes_lock);
+    s->on_nodes = fn;
+    s->on_nodes_arg = arg;
+    pthread_mutex_unlock(&s->nodes_lock);
 }
 
 int store_lead(store *s)

@@ -88,9 +88,9 @@ store_rc store_submit(store *s, store_write_fn fn, void *ctx, store_done_fn done
 /*
  * A read snapshot on the calling thread's connection: every read until
  * store_read_end sees the same committed state and takes SQLite's locks
- * once.  store_write and store_submit end the caller's snapshot, so what
- * the caller reads after a write includes it.  Never keep one open across
- * a wait.
+ * once.  It begins at the first read, not at store_read_begin.  store_write and store_submit end
+ * the caller's snapshot, so what the caller reads after a write includes it.  Never keep one open
+ * across a wait.
  */
 int store_read_begin(store *s);
 void store_read_end(store *s);
@@ -133,5 +133,18 @@ int store_on_signal(store *s, void (*fn)(void *arg, const char *what), void *arg
 int store_lead(store *s);
 /* What the last store_lead found, from any thread (1 on SQLite). */
 int store_leads(store *s);
+
+/*
+ * Nodes whose desired state (the workers they are to run, the node's
+ * drain) a commit changed.  fn(arg, ids, n) runs once a write batch that
+ * changed any is durable, here or, on a shared store, in another cohortd
+ * (whose commit sends the ids along, inside its own transaction).  ids may
+ * repeat one; ids NULL means any node (too many to name, or memory ran
+ * out).  fn runs on the writer or the listener thread and must be quick.
+ * store_on_nodes(s, NULL, NULL) stops the calls: once it returns none is
+ * running.  Signals lost with a broken connection reach store_on_signal's
+ * fn as NULL, not this one.
+ */
+void store_on_nodes(store *s, void (*fn)(void *arg, const int64_t *ids, size_t n), void *arg);
 
 #endif

@@ -12,6 +12,9 @@
 store_conn *store_reader(store *s);
 /* The writer's connection for the transaction in progress. */
 store_conn *store_tx_conn(store_tx *tx);
+/* Marks node_id's desired state as changed by this write (store_on_nodes);
+ * on a read transaction it does nothing. */
+void store_tx_touch(store_tx *tx, int64_t node_id);
 
 /* A prepared statement for sql (a string literal: cached by address), with
  * no bindings.  The caller resets it when done. */

@@ -165,6 +165,7 @@ int store_node_set_drained(store_tx *tx, int64_t id, int drained)
 {
     static const char *const sql[2] = {"UPDATE nodes SET drained = 0 WHERE id = ?1",
                                        "UPDATE nodes SET drained = 1 WHERE id = ?1"};
+    store_tx_touch(tx, id); /* its agent is told */
     return store_tx_exec_id(tx, sql[drained != 0], id);
 }
 
@@ -178,8 +179,10 @@ int store_node_mark_down(store_tx *tx, int64_t cutoff_ms, void (*row)(void *arg,
         return STORE_EIO;
     util_i64s ids = {0};
     int nomem = 0, rc;
-    while ((rc = store_step(st)) == STORE_ROW)
+    while ((rc = store_step(st)) == STORE_ROW) {
+        store_tx_touch(tx, store_col_int64(st, 0)); /* its cached state is dropped */
         nomem |= util_i64s_push(&ids, store_col_int64(st, 0)) != 0;
+    }
     store_reset(st);
     if (rc == STORE_DONE)
         rc = nomem ? STORE_NOMEM : STORE_OK; /* an error rolls the marks back */
@@ -245,6 +248,7 @@ int store_worker_insert(store_tx *tx, store_worker *w)
     store_bind_int64(st, 5, w->local_rank);
     store_bind_int64(st, 6, w->node_id);
     store_bind_int64(st, 7, w->created_at);
+    store_tx_touch(tx, w->node_id);
     return store_step_change(c, st, &w->id);
 }
 
@@ -357,6 +361,8 @@ int store_worker_report(store_tx *tx, int64_t id, int64_t node_id, const char *s
     if (!st)
         return STORE_EIO;
     int rc = store_step_change(c, st, NULL);
+    if (rc == STORE_OK)
+        store_tx_touch(tx, node_id);
     /* The rank's charge goes into the ledger in the same transaction as its end. */
     if (rc == STORE_OK && strcmp(state, "assigned") && strcmp(state, "running"))
         rc = store_charge_worker(tx, id);
@@ -381,14 +387,17 @@ int store_worker_usage(store_tx *tx, int64_t id, int64_t node_id, int64_t cpu_us
 
 int store_worker_stop_attempt(store_tx *tx, int64_t job_id, int64_t attempt)
 {
-    static const char sql[] =
-        "UPDATE workers SET desired = 'stop' WHERE job_id = ?1 AND attempt = ?2";
-    store_conn *c = store_tx_conn(tx);
-    store_st *st = store_prep(c, sql, STORE_ARGS(STORE_I(job_id), STORE_I(attempt)));
+    static const char sql[] = "UPDATE workers SET desired = 'stop'"
+                              " WHERE job_id = ?1 AND attempt = ?2 RETURNING node_id";
+    store_st *st =
+        store_prep(store_tx_conn(tx), sql, STORE_ARGS(STORE_I(job_id), STORE_I(attempt)));
     if (!st)
         return STORE_EIO;
-    int rc = store_step_change(c, st, NULL);
-    return rc == STORE_NOTFOUND ? STORE_OK : rc;
+    int rc;
+    while ((rc = store_step(st)) == STORE_ROW)
+        store_tx_touch(tx, store_col_int64(st, 0));
+    store_reset(st);
+    return rc == STORE_DONE ? STORE_OK : rc;
 }
 
 int store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms,
@@ -424,6 +433,8 @@ int store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms,
     }
     store_reset(st);
     rc = rc == STORE_DONE ? STORE_OK : rc;
+    if (n)
+        store_tx_touch(tx, node_id);
     for (size_t i = 0; rc == STORE_OK && i < n; i++) {
         rc = store_charge_worker(tx, ids[2 * i + 1]);
         if (rc == STORE_OK)

@@ -5,9 +5,11 @@
  * token revocation and expiry; pagination.
  */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/harness.h"
@@ -495,8 +497,9 @@ Test(api_flow, console_served_outside_the_api)
     th_expect(th_get(&d, "/healthz", NULL), 200);
 }
 
-/* Registers a node of cpus CPUs by the agents' API (no agent runs). */
-static void register_node(const char *name, int cpus)
+/* Registers a node of cpus CPUs by the agents' API (no agent runs); its
+ * node token into tok[80] unless tok is NULL. */
+static void register_node(const char *name, int cpus, char *tok)
 {
     th_resp r = th_create(&d, "/v1/nodes/join-tokens", TH_ADMIN, NULL);
     char body[512];
@@ -505,7 +508,10 @@ static void register_node(const char *name, int cpus)
              "\"memory_mb\":65536,\"port_lo\":40000,\"port_hi\":40099}",
              th_str(&r, "token"), name, cpus);
     th_free(&r);
-    th_must(th_post(&d, "/v1/agent/register", NULL, body), 201);
+    r = th_create(&d, "/v1/agent/register", NULL, body);
+    if (tok)
+        snprintf(tok, 80, "%s", th_str(&r, "node_token"));
+    th_free(&r);
 }
 
 /*
@@ -522,11 +528,116 @@ Test(api_flow, never_fits_is_refused_and_a_new_node_counts_at_once)
     const char big[] = "{\"name\":\"big\",\"image\":\"native\",\"workspace\":\"ws\","
                        "\"code_path\":\"bin/train\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
                        "\"worker_spec\":\"cpu-large\",\"worker_count\":1}";
-    register_node("small", 2);
+    register_node("small", 2, NULL);
     th_resp r = th_post(&d, "/v1/jobs", tok, big);
     cr_assert_eq(r.status, 422, "%s", r.body);
     cr_expect(strstr(r.body, "never_fits") && strstr(r.body, "can never fit"), "%s", r.body);
     th_free(&r);
-    register_node("large", 16);
+    register_node("large", 16, NULL);
     th_must(th_post(&d, "/v1/jobs", tok, big), 201);
+}
+
+static long long mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One long poll of the desired state, as an agent sends it. */
+struct poll {
+    const char *tok;
+    char path[128];
+    long long ms; /* how long it took */
+    th_resp r;
+};
+
+static void *poll_run(void *arg)
+{
+    struct poll *p = arg;
+    long long t0 = mono_ms();
+    p->r = th_get(&d, p->path, p->tok);
+    p->ms = mono_ms() - t0;
+    return NULL;
+}
+
+static void poll_start(struct poll *p, pthread_t *t, const char *tok, int wait)
+{
+    p->tok = tok;
+    th_resp now = th_get(&d, "/v1/agent/desired", tok);
+    cr_assert_eq(now.status, 200, "%s", now.body);
+    snprintf(p->path, sizeof p->path, "/v1/agent/desired?version=%s&wait=%d",
+             th_str(&now, "version"), wait);
+    th_free(&now);
+    cr_assert_eq(pthread_create(t, NULL, poll_run, p), 0);
+}
+
+/*
+ * A long poll wakes when its own node's desired state changes, and a
+ * change on another node leaves it waiting: placing a job on one node of
+ * two answers that node's agent at once and the other's only at its
+ * deadline, with its version as it was.
+ */
+Test(api_flow, a_placement_wakes_the_long_poll_of_its_node_only)
+{
+    char tok[80], small[80], large[80];
+    th_user(&d, "acme", "alice", "member", tok);
+    make_volumes(tok);
+    register_node("small", 2, small);
+    register_node("large", 16, large);
+    struct poll ps = {0}, pl = {0};
+    pthread_t ts, tl;
+    poll_start(&ps, &ts, small, 2);
+    poll_start(&pl, &tl, large, 20);
+    usleep(300 * 1000); /* both parked */
+    th_submit(&d, tok,
+              "{\"name\":\"big\",\"image\":\"native\",\"workspace\":\"ws\","
+              "\"code_path\":\"bin/train\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+              "\"worker_spec\":\"cpu-large\",\"worker_count\":1}");
+    pthread_join(tl, NULL);
+    cr_expect_eq(pl.r.status, 200, "%s", pl.r.body);
+    cr_expect_lt(pl.ms, 10000, "the large node's poll waited %lld ms", pl.ms);
+    cr_expect(strstr(pl.r.body, "\"rank\"") != NULL, "no worker: %s", pl.r.body);
+    pthread_join(ts, NULL);
+    cr_expect_eq(ps.r.status, 200, "%s", ps.r.body);
+    cr_expect_geq(ps.ms, 1900, "the small node's poll was woken after %lld ms", ps.ms);
+    char want[64];
+    snprintf(want, sizeof want, "version=%s&", th_str(&ps.r, "version"));
+    cr_expect(strstr(ps.path, want) != NULL, "version moved: %s after %s", ps.r.body, ps.path);
+    cr_expect(strstr(ps.r.body, "\"workers\":[]") != NULL, "%s", ps.r.body);
+    th_free(&ps.r);
+    th_free(&pl.r);
+}
+
+/* Whether the desired state answered to node token tok says drained. */
+static int desired_drained(const char *tok)
+{
+    cJSON *j = th_get_json(&d, "/v1/agent/desired", tok);
+    int on = cJSON_IsTrue(cJSON_GetObjectItem(j, "drained"));
+    cJSON_Delete(j);
+    return on;
+}
+
+/*
+ * An agent's requests find their node through a cache of node tokens; a
+ * drain or undrain is seen by the node's very next request all the same,
+ * and its long poll is woken by it.
+ */
+Test(api_flow, a_drain_reaches_the_nodes_agent_at_once)
+{
+    char tok[80];
+    register_node("n1", 4, tok);
+    cr_assert_eq(desired_drained(tok), 0); /* looked up, and cached */
+    struct poll p = {0};
+    pthread_t t;
+    poll_start(&p, &t, tok, 20);
+    usleep(300 * 1000);
+    th_must(th_post(&d, "/v1/nodes/1/drain", TH_ADMIN, NULL), 200);
+    pthread_join(t, NULL);
+    cr_expect_lt(p.ms, 10000, "the poll was not woken by the drain (%lld ms)", p.ms);
+    cr_expect(strstr(p.r.body, "\"drained\":true") != NULL, "%s", p.r.body);
+    th_free(&p.r);
+    cr_expect_eq(desired_drained(tok), 1);
+    th_must(th_post(&d, "/v1/nodes/1/undrain", TH_ADMIN, NULL), 200);
+    cr_expect_eq(desired_drained(tok), 0);
 }
