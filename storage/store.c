@@ -261,7 +261,9 @@ static store_conn *reader_conn(store *s)
 store_conn *store_reader(store *s)
 {
     store_conn *c = reader_conn(s);
-    if (c && tl_reader.want && !c->be->in_tx(c) && run_cached(c, c->be->begin_read) != STORE_OK)
+    if (c && tl_reader.want && !c->be->in_tx(c) &&
+        (c->be->defer ? c->be->defer(c, c->be->begin_read) : run_cached(c, c->be->begin_read)) !=
+            STORE_OK)
         fprintf(stderr, "store: cannot begin a read snapshot\n");
     return c;
 }
@@ -427,6 +429,15 @@ static void tell_nodes(store *s, const int64_t *ids, size_t n)
     pthread_mutex_unlock(&s->nodes_lock);
 }
 
+/* Between two writes of a batch: the last one kept, the next one's undo
+ * point set; deferred, where the engine can, to ride with the next
+ * write's first statement. */
+static int next_savepoint(store_conn *c, char *msg, size_t n)
+{
+    static const char sql[] = "RELEASE w; SAVEPOINT w";
+    return c->be->defer ? c->be->defer(c, sql) : c->be->exec(c, sql, msg, n);
+}
+
 /* Sends the batch's nodes to the other cohortd as "ID nodes N N ...",
  * within SIGNAL_MAX bytes a signal; "ID nodes" alone means any node. */
 static void notify_nodes(store *s, const struct store_tx *tx)
@@ -479,7 +490,7 @@ static void run_batch(store *s, struct op *batch)
         rcs[n] = o->fn(&tx, o->ctx);
         if (rcs[n] != 0)
             be->exec(c, "ROLLBACK TO w", NULL, 0);
-        if (o->next && (sp = be->exec(c, "RELEASE w; SAVEPOINT w", msg, sizeof msg)) != STORE_OK) {
+        if (o->next && (sp = next_savepoint(c, msg, sizeof msg)) != STORE_OK) {
             /* Not expected: nothing after this write could be undone alone. */
             fprintf(stderr, "store: savepoint failed: %s\n", msg);
             begun = sp;

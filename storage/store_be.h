@@ -72,6 +72,11 @@ struct store_be {
     const void *(*col_blob)(store_st *st, int i, int *len);
     /* Whether c is inside a transaction. */
     int (*in_tx)(store_conn *c);
+    /* Optional: runs sql (statements separated by "; ", no quoted ';')
+     * ahead of the connection's next statement, in the same round trip;
+     * an error in it is that statement's.  in_tx counts it as begun.
+     * NULL: the caller runs it with exec. */
+    int (*defer)(store_conn *c, const char *sql);
     /*
      * Several cohortd on one database; NULL where the engine has one
      * process only (SQLite).  notify: sends payload to every connection

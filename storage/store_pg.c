@@ -5,7 +5,10 @@
  * modules' SQL numbers its parameters ?1, ?2, ...; this file rewrites
  * them as $1, $2, ... once per statement and prepares it on first use
  * (PQprepare), then runs it with PQexecPrepared: one round trip per
- * statement, results whole (list pages are bounded by LIMIT).  Values go
+ * statement, results whole (list pages are bounded by LIMIT).  Commands
+ * whose answer nothing waits for (a snapshot's BEGIN, the writer's
+ * savepoints between writes) are deferred and sent in one pipeline with
+ * the next statement (PQenterPipelineMode), or ahead of the next exec.  Values go
  * as text except blobs (binary); results come back as text and are parsed
  * here (bytea from its hex form).
  *
@@ -24,6 +27,8 @@
 
 #define STMT_CACHE 96
 #define MAX_PARAMS 64
+#define LATER_MAX 8 /* deferred commands; past it they are run at once */
+#define LATER_LEN 512
 #define OID_BYTEA 17
 #define OID_INT8 20
 #define OID_TEXT 25
@@ -61,6 +66,8 @@ struct pg_conn {
     store_conn base;
     PGconn *pg;
     unsigned next_name;
+    int nlater;
+    char later[LATER_MAX][LATER_LEN]; /* deferred commands, in order */
     int nstmt;
     struct {
         const char *sql;
@@ -107,7 +114,24 @@ static void report(const struct pg_conn *c, const PGresult *res, const char *sql
 static int pg_exec(store_conn *sc, const char *sql, char *err, size_t errlen)
 {
     struct pg_conn *c = (struct pg_conn *)sc;
-    PGresult *res = PQexec(c->pg, sql);
+    char *all = NULL;
+    if (c->nlater) { /* the deferred commands first, in the same round trip */
+        size_t n = strlen(sql) + 1;
+        for (int i = 0; i < c->nlater; i++)
+            n += strlen(c->later[i]) + 2;
+        if (!(all = malloc(n))) {
+            if (err)
+                snprintf(err, errlen, "out of memory");
+            return STORE_NOMEM;
+        }
+        size_t off = 0;
+        for (int i = 0; i < c->nlater; i++)
+            off += (size_t)snprintf(all + off, n - off, "%s; ", c->later[i]);
+        snprintf(all + off, n - off, "%s", sql);
+        c->nlater = 0;
+    }
+    PGresult *res = PQexec(c->pg, all ? all : sql);
+    free(all);
     ExecStatusType s = PQresultStatus(res);
     int rc = s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK ? STORE_OK : pg_rc(res);
     if (rc != STORE_OK && err) {
@@ -347,6 +371,58 @@ static int prepare(struct pg_st *st)
     return rc;
 }
 
+/*
+ * Sends the deferred commands and st in one pipeline and reads every
+ * answer: st's into st->res.  A failed deferred command is reported and
+ * returned (what follows it was aborted).  On a broken connection the
+ * commands stay deferred, for the session a reconnect opens.
+ */
+static int run_piped(struct pg_st *st, const char *const *vals, const int *lens, const int *fmts)
+{
+    struct pg_conn *c = st->c;
+    PGconn *pg = c->pg;
+    int n = c->nlater, rc = STORE_OK, cmd = 0;
+    if (!PQenterPipelineMode(pg))
+        return STORE_EIO;
+    int sent = 1;
+    for (int i = 0; sent && i < n; i++)
+        sent = PQsendQueryParams(pg, c->later[i], 0, NULL, NULL, NULL, NULL, 0);
+    sent = sent && PQsendQueryPrepared(pg, st->name, st->nparams, vals, lens, fmts, 0) &&
+           PQpipelineSync(pg);
+    /* Each command's results end with a NULL; the sync's result ends it all. */
+    for (int guard = 0; guard < 4 * (n + 2); guard++) {
+        PGresult *res = PQgetResult(pg);
+        if (!res) {
+            if (++cmd > n + 1 || PQstatus(pg) == CONNECTION_BAD)
+                break;
+            continue;
+        }
+        ExecStatusType s = PQresultStatus(res);
+        if (s == PGRES_PIPELINE_SYNC) {
+            PQclear(res);
+            break;
+        }
+        if (cmd < n && s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK && rc == STORE_OK) {
+            rc = pg_rc(res);
+            report(c, res, c->later[cmd]);
+        }
+        if (cmd == n && !st->res)
+            st->res = res;
+        else
+            PQclear(res);
+    }
+    PQexitPipelineMode(pg);
+    if (PQstatus(pg) != CONNECTION_BAD)
+        c->nlater = 0;
+    if (!sent && rc == STORE_OK)
+        rc = STORE_EIO;
+    if (rc != STORE_OK) {
+        PQclear(st->res);
+        st->res = NULL;
+    }
+    return rc;
+}
+
 static int run(struct pg_st *st)
 {
     const char *vals[MAX_PARAMS];
@@ -359,7 +435,12 @@ static int run(struct pg_st *st)
     int rc = st->prepared ? STORE_OK : prepare(st);
     if (rc != STORE_OK)
         return rc;
-    st->res = PQexecPrepared(st->c->pg, st->name, st->nparams, vals, lens, fmts, 0);
+    if (st->c->nlater) {
+        if ((rc = run_piped(st, vals, lens, fmts)) != STORE_OK)
+            return rc;
+    } else {
+        st->res = PQexecPrepared(st->c->pg, st->name, st->nparams, vals, lens, fmts, 0);
+    }
     ExecStatusType s = PQresultStatus(st->res);
     if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
         rc = pg_rc(st->res);
@@ -524,9 +605,29 @@ static int pg_try_lead(store_conn *sc, int held)
     return v == 1;
 }
 
-static int pg_in_tx(store_conn *c)
+static int pg_in_tx(store_conn *sc)
 {
-    return PQtransactionStatus(((struct pg_conn *)c)->pg) != PQTRANS_IDLE;
+    struct pg_conn *c = (struct pg_conn *)sc;
+    return c->nlater > 0 || PQtransactionStatus(c->pg) != PQTRANS_IDLE;
+}
+
+static int pg_defer(store_conn *sc, const char *sql)
+{
+    struct pg_conn *c = (struct pg_conn *)sc;
+    for (const char *p = sql; *p;) {
+        size_t n = strcspn(p, ";");
+        if (c->nlater == LATER_MAX || n >= LATER_LEN) {
+            int rc = pg_exec(sc, p, NULL, 0); /* the rest, now */
+            if (rc != STORE_OK)
+                return rc;
+            break;
+        }
+        memcpy(c->later[c->nlater], p, n);
+        c->later[c->nlater++][n] = '\0';
+        p += n;
+        p += strspn(p, "; ");
+    }
+    return STORE_OK;
 }
 
 const store_be store_be_pg = {
@@ -546,6 +647,7 @@ const store_be store_be_pg = {
     .col_text = pg_col_text,
     .col_blob = pg_col_blob,
     .in_tx = pg_in_tx,
+    .defer = pg_defer,
     .notify = pg_notify,
     .listen = pg_listen,
     .wait_note = pg_wait_note,

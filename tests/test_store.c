@@ -177,6 +177,53 @@ Test(store, group_commit_batches_concurrent_writes)
     cr_expect_str_eq(out, "3200\n");
 }
 
+static void queued_done(void *arg, store_rc rc)
+{
+    *(int *)arg = rc;
+}
+
+/*
+ * Writes queued together share a batch; one that fails in the middle
+ * (here every third, a duplicate name) is undone alone and answered
+ * CONFLICT, and every write around it is committed.  On PostgreSQL the
+ * savepoints between writes ride with the next write's first statement.
+ */
+Test(store, a_failing_write_inside_a_batch_is_undone_alone)
+{
+    char err[256];
+    store *s = store_open(db, err, sizeof err);
+    cr_assert(s, "%s", err);
+    cr_assert_eq(store_write(s, tenant_write, "dup"), STORE_OK);
+    static char names[60][16];
+    static int rc[60];
+    for (int i = 0; i < 60; i++) {
+        rc[i] = 1; /* not answered yet */
+        if (i % 3 == 1)
+            snprintf(names[i], sizeof names[i], "dup");
+        else
+            snprintf(names[i], sizeof names[i], "q%d", i);
+        cr_assert_eq(store_submit(s, tenant_write, names[i], queued_done, &rc[i]), 0);
+    }
+    /* Answered after every write queued before it. */
+    cr_assert_eq(store_write(s, tenant_write, "last"), STORE_OK);
+    uint64_t batches, writes;
+    store_writer_stats(s, &batches, &writes);
+    cr_expect_lt(batches, writes, "no two writes shared a batch");
+    store_close(s);
+    int conflicts = 0, ok = 0;
+    for (int i = 0; i < 60; i++) {
+        if (i % 3 == 1)
+            conflicts += rc[i] == STORE_CONFLICT;
+        else
+            ok += rc[i] == STORE_OK;
+    }
+    cr_expect_eq(conflicts, 20);
+    cr_expect_eq(ok, 40);
+    char out[64];
+    sql("SELECT count(*) FROM tenants WHERE is_platform = 0", out, sizeof out);
+    cr_expect_str_eq(out, "42\n");
+}
+
 /* One name table for job states: every state's name reads back as it, and
  * nothing else (the API's spelling, case included) names a state. */
 Test(store, job_state_names_read_back_and_nothing_else_names_one)
