@@ -371,6 +371,16 @@ static int prepare(struct pg_st *st)
     return rc;
 }
 
+/* Closes the connection's session and opens another, on which every
+ * statement is prepared again. */
+static void new_session(struct pg_conn *c)
+{
+    PQreset(c->pg);
+    PQsetNoticeReceiver(c->pg, quiet, NULL);
+    for (int i = 0; i < c->nstmt; i++)
+        c->stmt[i].st->prepared = 0;
+}
+
 /*
  * Sends the deferred commands and st in one pipeline and reads every
  * answer: st's into st->res.  A failed deferred command is reported and
@@ -411,7 +421,16 @@ static int run_piped(struct pg_st *st, const char *const *vals, const int *lens,
         else
             PQclear(res);
     }
-    PQexitPipelineMode(pg);
+    if (!PQexitPipelineMode(pg)) {
+        /* Answers left unread: only a connection that broke mid-way.  A
+         * new session, or the next call finds it still in pipeline mode. */
+        if (rc == STORE_OK)
+            rc = STORE_EIO;
+        new_session(c);
+        PQclear(st->res);
+        st->res = NULL;
+        return rc;
+    }
     if (PQstatus(pg) != CONNECTION_BAD)
         c->nlater = 0;
     if (!sent && rc == STORE_OK)
@@ -459,12 +478,9 @@ static int reconnect(struct pg_conn *c)
 {
     if (PQstatus(c->pg) != CONNECTION_BAD)
         return 0;
-    PQreset(c->pg);
+    new_session(c);
     if (PQstatus(c->pg) != CONNECTION_OK)
         return 0;
-    PQsetNoticeReceiver(c->pg, quiet, NULL);
-    for (int i = 0; i < c->nstmt; i++)
-        c->stmt[i].st->prepared = 0;
     fprintf(stderr, "store: postgresql: connection re-established\n");
     return 1;
 }
