@@ -379,6 +379,12 @@ int api_store_error(api_resp *rs, int rc, const char *what)
         api_error(rs, 507, "no_space", NULL,
                   "the server's disk is full: %s was not stored (nothing changed)", what);
         break;
+    case STORE_DOWN:
+        api_error(rs, 503, "database_unavailable", NULL,
+                  "the database cannot be reached (while handling %s): try again shortly", what);
+        rs->xname = "Retry-After";
+        snprintf(rs->xvalue, sizeof rs->xvalue, "1");
+        break;
     default:
         api_error(rs, 500, "internal", NULL, "storage error while handling %s", what);
         break;

@@ -240,7 +240,7 @@ static store_conn *reader_conn(store *s)
     pthread_mutex_unlock(&s->lock);
     if (!c) {
         char err[256];
-        c = s->be->open(s->target, 0, err, sizeof err);
+        c = s->be->open(s->target, STORE_OPEN_READER, err, sizeof err);
         if (!c) {
             fprintf(stderr, "store: %s\n", err);
             return NULL;
@@ -567,7 +567,8 @@ const char *store_rc_name(int rc)
     static const char *const names[] = {
         "STORE_OK",        "STORE_NOTFOUND",  "STORE_CONFLICT",          "STORE_EIO",
         "STORE_INVALID",   "STORE_NOMEM",     "STORE_BUSY",              "STORE_FULL",
-        "STORE_JOB_FINAL", "STORE_JOB_ACTIVE", "STORE_JOB_NOT_RETRYABLE", "STORE_JOB_STOPPING"};
+        "STORE_JOB_FINAL", "STORE_JOB_ACTIVE", "STORE_JOB_NOT_RETRYABLE", "STORE_JOB_STOPPING",
+        "STORE_DOWN"};
     return rc <= 0 && -rc < (int)(sizeof names / sizeof names[0]) ? names[-rc] : "STORE_?";
 }
 
@@ -660,7 +661,7 @@ store *store_open(const char *target, char *err, size_t errlen)
     snprintf(s->id, sizeof s->id, "%llx",
              (unsigned long long)((uint64_t)util_now_ms() ^ (uint64_t)getpid() << 40 ^
                                   (uint64_t)(uintptr_t)s));
-    s->writer = s->be->open(s->target, 1, err, errlen);
+    s->writer = s->be->open(s->target, STORE_OPEN_WRITER, err, errlen);
     if (!s->writer)
         goto fail;
     s->writer->owner = pthread_self();
@@ -780,7 +781,7 @@ static void *listener_main(void *arg)
     char buf[SIGNAL_MAX + 1], err[256];
     while (!stopping(s)) {
         if (!c) {
-            c = s->be->open(s->target, 0, err, sizeof err);
+            c = s->be->open(s->target, STORE_OPEN_OTHER, err, sizeof err);
             if (c && s->be->listen(c) != STORE_OK) {
                 s->be->close(c);
                 c = NULL;
@@ -840,7 +841,7 @@ int store_lead(store *s)
     if (!s->be->try_lead)
         return 1;
     char err[256];
-    if (!s->leader && !(s->leader = s->be->open(s->target, 0, err, sizeof err))) {
+    if (!s->leader && !(s->leader = s->be->open(s->target, STORE_OPEN_OTHER, err, sizeof err))) {
         if (s->leading)
             fprintf(stderr, "store: lost the lead: %s\n", err);
         __atomic_store_n(&s->leading, 0, __ATOMIC_RELEASE);

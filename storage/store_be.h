@@ -26,6 +26,8 @@ typedef struct store_st store_st;
 typedef struct store_be store_be;
 typedef struct store_arg store_arg;
 
+/* store_be.open's modes. */
+enum { STORE_OPEN_OTHER = 0, STORE_OPEN_WRITER = 1, STORE_OPEN_READER = 2 };
 /* What store_be.step returns besides an error (a negative STORE_*). */
 enum { STORE_ROW = 1, STORE_DONE = 2 };
 
@@ -43,10 +45,13 @@ struct store_be {
     const char *name; /* "sqlite", "postgresql" */
     /*
      * Opens a connection to target (a file path, a libpq connection
-     * string).  writer: the one connection that writes and may create the
-     * database.  NULL with a message in err on failure.
+     * string).  mode: STORE_OPEN_WRITER, the one connection that writes
+     * and may create the database; STORE_OPEN_READER, a request thread's,
+     * which where a server cannot be reached now may come back unconnected
+     * (its statements fail with STORE_DOWN until a later one reaches it);
+     * STORE_OPEN_OTHER.  NULL with a message in err on failure.
      */
-    store_conn *(*open)(const char *target, int writer, char *err, size_t errlen);
+    store_conn *(*open)(const char *target, int mode, char *err, size_t errlen);
     /* Called on the writer once migrations are applied (may be NULL). */
     int (*ready)(store_conn *c, char *err, size_t errlen);
     void (*close)(store_conn *c);

@@ -12,10 +12,13 @@
  * as text except blobs (binary); results come back as text and are parsed
  * here (bytea from its hex form).
  *
- * A connection that breaks outside a transaction is reset once and its
- * statements prepared again; inside one, the error ends the transaction
- * and the writer reports it.
+ * A connection found broken gets a new session, on which its statements
+ * are prepared again, where the next command begins a transaction or runs
+ * outside one (a server restarted, a failover): never inside one, whose
+ * earlier writes the break undid, so the error ends it and the writer
+ * reports it.  While the server stays away, once a second at most.
  */
+#include "storage/clock.h"
 #include "storage/store_int.h"
 
 #include <errno.h>
@@ -29,6 +32,7 @@
 #define MAX_PARAMS 64
 #define LATER_MAX 8 /* deferred commands; past it they are run at once */
 #define LATER_LEN 512
+#define REVIVE_US 1000000 /* between two tries at a new session */
 #define OID_BYTEA 17
 #define OID_INT8 20
 #define OID_TEXT 25
@@ -53,6 +57,7 @@ struct pg_st {
     char *sql;      /* with $N placeholders; owned */
     char name[16];
     int prepared;   /* on the connection's current session */
+    int tx;         /* what it does to a transaction: TX_BEGIN, TX_END or 0 */
     int nparams;
     uint64_t used;  /* bit i-1: $i appears in sql */
     struct pg_param p[MAX_PARAMS];
@@ -66,6 +71,9 @@ struct pg_conn {
     store_conn base;
     PGconn *pg;
     unsigned next_name;
+    int open;          /* a transaction begun here (sent or deferred) and not ended */
+    int down;          /* the last try at a new session failed (said once) */
+    int64_t revive_at; /* monotonic: no new session tried before it */
     int nlater;
     char later[LATER_MAX][LATER_LEN]; /* deferred commands, in order */
     int nstmt;
@@ -74,6 +82,32 @@ struct pg_conn {
         struct pg_st *st;
     } stmt[STMT_CACHE];
 };
+
+enum { TX_BEGIN = 1, TX_END = 2 };
+
+/* What a command (the first of sql's) does to a transaction. */
+static int tx_word(const char *sql)
+{
+    sql += strspn(sql, " \t\n");
+    if (!strncmp(sql, "BEGIN", 5))
+        return TX_BEGIN;
+    if (!strncmp(sql, "COMMIT", 6) ||
+        (!strncmp(sql, "ROLLBACK", 8) && strncmp(sql, "ROLLBACK TO", 11) != 0))
+        return TX_END;
+    return 0;
+}
+
+/* Records what a command sent did to c's transaction.  The deferred
+ * commands went with an end, or belonged to the transaction it ended. */
+static void track(struct pg_conn *c, int word)
+{
+    if (word == TX_BEGIN) {
+        c->open = 1;
+    } else if (word == TX_END) {
+        c->open = 0;
+        c->nlater = 0;
+    }
+}
 
 /* Drops the server's notices (CREATE TABLE IF NOT EXISTS and the like). */
 static void quiet(void *arg, const PGresult *res)
@@ -111,10 +145,82 @@ static void report(const struct pg_conn *c, const PGresult *res, const char *sql
             sql ? "  in: " : "", sql ? sql : "");
 }
 
+/*
+ * What every session runs first.  A 201 only after the commit is on disk,
+ * whatever the server's default.  No parallel workers: cohortd's queries
+ * are short, and starting the workers cost more than they saved (the
+ * scheduler's usage read at a million jobs: 50 - 127 ms with them, 5 - 18
+ * without; bench/history).
+ */
+static int session_setup(struct pg_conn *c, char *err, size_t errlen)
+{
+    static const char sql[] =
+        "SET synchronous_commit = on; SET max_parallel_workers_per_gather = 0";
+    PQsetNoticeReceiver(c->pg, quiet, NULL);
+    PGresult *res = PQexec(c->pg, sql);
+    int rc = PQresultStatus(res) == PGRES_COMMAND_OK ? STORE_OK : pg_rc(res);
+    if (rc != STORE_OK && err) {
+        const char *msg = res ? PQresultErrorMessage(res) : PQerrorMessage(c->pg);
+        snprintf(err, errlen, "%.*s", (int)strcspn(msg, "\n"), msg);
+    }
+    PQclear(res);
+    return rc;
+}
+
+/* Closes the connection's session and opens another, on which every
+ * statement is prepared again.  0 when the new one is not usable. */
+static int new_session(struct pg_conn *c)
+{
+    PQreset(c->pg);
+    for (int i = 0; i < c->nstmt; i++)
+        c->stmt[i].st->prepared = 0;
+    return PQstatus(c->pg) == CONNECTION_OK && session_setup(c, NULL, 0) == STORE_OK;
+}
+
+/* Whether nothing of c's transaction has reached the server yet: none is
+ * open, or its BEGIN still waits among the deferred commands.  Only then
+ * may a broken connection be replaced under the next command. */
+static int fresh(const struct pg_conn *c)
+{
+    return !c->open || (c->nlater > 0 && tx_word(c->later[0]) == TX_BEGIN);
+}
+
+/*
+ * Whether c can carry a command: a broken connection gets a new session
+ * when the command is fresh (above), at most once per REVIVE_US while the
+ * server stays away; the loss and the return are logged once each.  What
+ * c->open says holds on the new session too: nothing had been sent.
+ */
+static int revive(struct pg_conn *c)
+{
+    if (PQstatus(c->pg) != CONNECTION_BAD)
+        return 1;
+    int64_t now = util_mono_us();
+    if (!fresh(c) || now < c->revive_at)
+        return 0;
+    if (!new_session(c)) {
+        c->revive_at = now + REVIVE_US;
+        if (!c->down) {
+            const char *msg = PQerrorMessage(c->pg);
+            fprintf(stderr, "store: postgresql: connection lost (%.*s); trying again each second\n",
+                    (int)strcspn(msg, "\n"), msg);
+        }
+        c->down = 1;
+        return 0;
+    }
+    fprintf(stderr, "store: postgresql: connection re-established\n");
+    c->down = 0;
+    return 1;
+}
+
+/* Runs sql (after the deferred commands, in the same round trip): on a
+ * connection that broke under a fresh command, once more on a new one. */
 static int pg_exec(store_conn *sc, const char *sql, char *err, size_t errlen)
 {
     struct pg_conn *c = (struct pg_conn *)sc;
     char *all = NULL;
+    int again = fresh(c), rc = STORE_EIO;
+    PGresult *res = NULL;
     if (c->nlater) { /* the deferred commands first, in the same round trip */
         size_t n = strlen(sql) + 1;
         for (int i = 0; i < c->nlater; i++)
@@ -128,23 +234,35 @@ static int pg_exec(store_conn *sc, const char *sql, char *err, size_t errlen)
         for (int i = 0; i < c->nlater; i++)
             off += (size_t)snprintf(all + off, n - off, "%s; ", c->later[i]);
         snprintf(all + off, n - off, "%s", sql);
-        c->nlater = 0;
     }
-    PGresult *res = PQexec(c->pg, all ? all : sql);
-    free(all);
-    ExecStatusType s = PQresultStatus(res);
-    int rc = s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK ? STORE_OK : pg_rc(res);
+    for (int tries = 0; tries < 2; tries++) {
+        if (!revive(c))
+            break;
+        PQclear(res);
+        res = PQexec(c->pg, all ? all : sql);
+        ExecStatusType s = PQresultStatus(res);
+        rc = s == PGRES_COMMAND_OK || s == PGRES_TUPLES_OK ? STORE_OK : pg_rc(res);
+        if (rc == STORE_OK || !again || PQstatus(c->pg) != CONNECTION_BAD)
+            break;
+    }
+    if (PQstatus(c->pg) != CONNECTION_BAD)
+        c->nlater = 0; /* sent: on a broken connection they wait for the next session */
+    else if (rc == STORE_EIO)
+        rc = STORE_DOWN;
+    track(c, tx_word(sql));
     if (rc != STORE_OK && err) {
-        const char *msg = res ? PQresultErrorMessage(res) : PQerrorMessage(c->pg);
+        const char *msg = res ? PQresultErrorMessage(res) : "";
+        if (!*msg)
+            msg = PQerrorMessage(c->pg);
         snprintf(err, errlen, "%.*s", (int)strcspn(msg, "\n"), msg);
     }
     PQclear(res);
+    free(all);
     return rc;
 }
 
-static store_conn *pg_open(const char *target, int writer, char *err, size_t errlen)
+static store_conn *pg_open(const char *target, int mode, char *err, size_t errlen)
 {
-    (void)writer;
     struct pg_conn *c = calloc(1, sizeof *c);
     if (!c) {
         snprintf(err, errlen, "out of memory");
@@ -152,15 +270,19 @@ static store_conn *pg_open(const char *target, int writer, char *err, size_t err
     }
     c->base.be = &store_be_pg;
     c->pg = PQconnectdb(target);
+    if (c->pg && PQstatus(c->pg) == CONNECTION_BAD && mode == STORE_OPEN_READER) {
+        /* Down now: revive() tries again when the thread next reads. */
+        c->revive_at = util_mono_us() + REVIVE_US;
+        c->down = 1;
+        return &c->base;
+    }
     if (PQstatus(c->pg) != CONNECTION_OK) {
         const char *msg = PQerrorMessage(c->pg);
         snprintf(err, errlen, "cannot connect to PostgreSQL: %.*s", (int)strcspn(msg, "\n"),
                  msg);
         goto fail;
     }
-    PQsetNoticeReceiver(c->pg, quiet, NULL);
-    /* A 201 only after the commit is on disk, whatever the server's default. */
-    if (pg_exec(&c->base, "SET synchronous_commit = on", err, errlen) != STORE_OK)
+    if (session_setup(c, err, errlen) != STORE_OK)
         goto fail;
     return &c->base;
 fail:
@@ -280,6 +402,7 @@ static store_st *pg_stmt(store_conn *sc, const char *sql)
         return NULL;
     }
     snprintf(st->name, sizeof st->name, "c%u", c->next_name++);
+    st->tx = tx_word(sql);
     if (c->nstmt == STMT_CACHE) {
         /* Not expected: evict the oldest; the server keeps its plan until
          * the session ends, which bounds it to the statements' count. */
@@ -371,16 +494,6 @@ static int prepare(struct pg_st *st)
     return rc;
 }
 
-/* Closes the connection's session and opens another, on which every
- * statement is prepared again. */
-static void new_session(struct pg_conn *c)
-{
-    PQreset(c->pg);
-    PQsetNoticeReceiver(c->pg, quiet, NULL);
-    for (int i = 0; i < c->nstmt; i++)
-        c->stmt[i].st->prepared = 0;
-}
-
 /*
  * Sends the deferred commands and st in one pipeline and reads every
  * answer: st's into st->res.  A failed deferred command is reported and
@@ -426,7 +539,8 @@ static int run_piped(struct pg_st *st, const char *const *vals, const int *lens,
          * new session, or the next call finds it still in pipeline mode. */
         if (rc == STORE_OK)
             rc = STORE_EIO;
-        new_session(c);
+        if (!new_session(c))
+            c->revive_at = util_mono_us() + REVIVE_US;
         PQclear(st->res);
         st->res = NULL;
         return rc;
@@ -472,31 +586,25 @@ static int run(struct pg_st *st)
     return STORE_OK;
 }
 
-/* After a broken connection outside a transaction: a new session, on which
- * every statement is prepared again. */
-static int reconnect(struct pg_conn *c)
-{
-    if (PQstatus(c->pg) != CONNECTION_BAD)
-        return 0;
-    new_session(c);
-    if (PQstatus(c->pg) != CONNECTION_OK)
-        return 0;
-    fprintf(stderr, "store: postgresql: connection re-established\n");
-    return 1;
-}
-
 static int pg_step(store_st *s)
 {
     struct pg_st *st = (struct pg_st *)s;
     if (!st->executed) {
-        int in_tx = PQtransactionStatus(st->c->pg) != PQTRANS_IDLE;
+        struct pg_conn *c = st->c;
+        int again = fresh(c), rc = STORE_EIO;
         st->executed = 1;
-        int rc = run(st);
-        if (rc == STORE_EIO && !in_tx && reconnect(st->c)) {
+        for (int tries = 0; tries < 2; tries++) {
+            if (!revive(c))
+                break;
             PQclear(st->res);
             st->res = NULL;
             rc = run(st);
+            if (rc != STORE_EIO || !again || PQstatus(c->pg) != CONNECTION_BAD)
+                break;
         }
+        track(c, st->tx);
+        if (rc == STORE_EIO && PQstatus(c->pg) == CONNECTION_BAD)
+            rc = STORE_DOWN;
         if (rc != STORE_OK)
             return rc;
     } else {
@@ -624,7 +732,7 @@ static int pg_try_lead(store_conn *sc, int held)
 static int pg_in_tx(store_conn *sc)
 {
     struct pg_conn *c = (struct pg_conn *)sc;
-    return c->nlater > 0 || PQtransactionStatus(c->pg) != PQTRANS_IDLE;
+    return c->open || c->nlater > 0;
 }
 
 static int pg_defer(store_conn *sc, const char *sql)
@@ -640,6 +748,8 @@ static int pg_defer(store_conn *sc, const char *sql)
         }
         memcpy(c->later[c->nlater], p, n);
         c->later[c->nlater++][n] = '\0';
+        if (tx_word(p) == TX_BEGIN)
+            c->open = 1;
         p += n;
         p += strspn(p, "; ");
     }

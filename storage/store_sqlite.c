@@ -93,8 +93,9 @@ static int lite_exec(store_conn *c, const char *sql, char *err, size_t errlen)
     return lite_exec_db(((struct lite_conn *)c)->db, sql, err, errlen);
 }
 
-static store_conn *lite_open(const char *path, int writer, char *err, size_t errlen)
+static store_conn *lite_open(const char *path, int mode, char *err, size_t errlen)
 {
+    int writer = mode == STORE_OPEN_WRITER;
     pthread_once(&lite_once, lite_setup);
     struct lite_conn *c = calloc(1, sizeof *c);
     if (!c) {

@@ -3,18 +3,19 @@
  */
 #include "tests/harness.h"
 
-#include <criterion/criterion.h>
 #include <arpa/inet.h>
+#include <criterion/criterion.h>
 #include <curl/curl.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/file.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -105,7 +106,7 @@ static void launch(th_daemon *d, const char *const *extra)
     char addr[300];
     snprintf(addr, sizeof addr, "%s/cohortd.addr", d->dir);
     unlink(addr);
-    pid_t pid = fork();
+    pid_t parent = getpid(), pid = fork();
     cr_assert(pid >= 0, "fork: %s", strerror(errno));
     if (pid == 0) {
         const char *argv[32] = {COHORTD_BIN, "--listen", "127.0.0.1:0", "--data-dir", d->dir,
@@ -128,6 +129,12 @@ static void launch(th_daemon *d, const char *const *extra)
         (void)f;
         dup2(1, 2);
         close_range(3, ~0U, 0); /* none of the test's sockets or files */
+        /* Gone with the test's process, however it ends: a test that
+         * crashes, times out or is skipped (Criterion then runs no .fini)
+         * leaves no cohortd behind. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
         execv(COHORTD_BIN, (char *const *)argv);
         _exit(127);
     }

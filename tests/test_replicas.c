@@ -402,3 +402,104 @@ Test(replicas, a_token_revoked_on_one_is_refused_by_the_other_at_once)
     cr_expect_eq(status, 401, "replica 1 still takes the revoked token");
     cr_log_info("revoked on one, refused by the other after %lld ms", (long long)(mono_ms() - t0));
 }
+
+/* Once the database takes connections again, every replica writes within
+ * this: a broken connection is tried again each second (store_pg.c),
+ * with room for a loaded machine. */
+#define RECOVERY_BOUND_MS 5000
+
+/* Runs sql on the server's maintenance database, as the superuser. */
+static void on_server(const char *sql, char *out, size_t n)
+{
+    char target[300];
+    snprintf(target, sizeof target, "postgresql:///postgres?host=%s&user=cohort",
+             getenv("COHORT_TEST_PG"));
+    th_store_query(target, sql, out, n);
+}
+
+/* Submits a job named name through replica i: the answer's status, and
+ * its error code into code (64 bytes) when it has one. */
+static long submit_named(int i, const char *name, char *code)
+{
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"name\":\"%s\",\"image\":\"native\",\"workspace\":\"ws\",\"code_path\":\"run.sh\","
+             "\"epochs\":1,\"lr\":0.1,\"batch_size\":8,\"worker_spec\":\"cpu-small\","
+             "\"worker_count\":1}",
+             name);
+    th_resp r = th_post(&rep[i], "/v1/jobs", tok, body);
+    long st = r.status;
+    snprintf(code, 64, "%s", th_err_code(&r) ? th_err_code(&r) : "");
+    th_free(&r);
+    return st;
+}
+
+/*
+ * The database goes away under both replicas (every session of theirs
+ * ended, new ones refused for 2 s: a server restart or a failover as the
+ * replicas see it).  Meanwhile requests get 503 database_unavailable and
+ * change nothing.  Once it is back, each replica's writer, readers and
+ * scheduler lock come back by themselves, within the bound, and nothing
+ * acknowledged before is lost.
+ */
+Test(replicas, a_database_outage_answers_503_and_every_connection_comes_back)
+{
+    pair();
+    th_put_text(&rep[1], tok, "ws", "run.sh", "#!/bin/sh\nsleep 30\n", "755");
+    long before = submit_run(0, 1);
+    char db[64], sql[256], out[256], code[64];
+    const char *name = strstr(rep[0].store, ":///");
+    cr_assert(name, "not a PostgreSQL store: %s", rep[0].store);
+    snprintf(db, sizeof db, "%.*s", (int)strcspn(name + 4, "?"), name + 4);
+
+    snprintf(sql, sizeof sql,
+             "ALTER DATABASE %s ALLOW_CONNECTIONS false; SELECT count(pg_terminate_backend(pid))"
+             " > 0 FROM pg_stat_activity WHERE datname = '%s'",
+             db, db);
+    on_server(sql, out, sizeof out);
+    cr_assert_str_eq(out, "t\n", "no session of the replicas ended: %s", out);
+    for (int k = 0; k < 3; k++) { /* at once, and past a failed try at a new session */
+        for (int i = 0; i < 2; i++) {
+            long st = submit_named(i, "during", code);
+            cr_expect_eq(st, 503, "replica %d took a create with its database away: %ld", i, st);
+            cr_expect_str_eq(code, "database_unavailable");
+            th_resp r = th_get(&rep[i], "/v1/jobs", tok);
+            cr_expect_eq(r.status, 503, "replica %d listed jobs with its database away", i);
+            th_free(&r);
+        }
+        usleep(700000);
+    }
+    snprintf(sql, sizeof sql, "ALTER DATABASE %s ALLOW_CONNECTIONS true", db);
+    on_server(sql, out, sizeof out);
+    int64_t back = mono_ms();
+    for (int i = 0; i < 2; i++) {
+        long st = 0;
+        while (st != 201 && mono_ms() - back < RECOVERY_BOUND_MS) {
+            if ((st = submit_named(i, "after", code)) != 201)
+                usleep(50000);
+        }
+        cr_assert_eq(st, 201, "replica %d writes nothing %d ms after the database came back", i,
+                     RECOVERY_BOUND_MS);
+        cr_log_info("replica %d writes again %lld ms after the database came back", i,
+                    (long long)(mono_ms() - back));
+    }
+    /* Every request thread's reader, on both. */
+    char path[64];
+    snprintf(path, sizeof path, "/v1/jobs/%ld", before);
+    for (int k = 0; k < 20; k++)
+        th_must(th_get(&rep[k % 2], path, tok), 200);
+    th_resp r = th_get(&rep[1], "/v1/jobs?name=after", tok);
+    cr_expect_eq(th_items(&r), 2, "%s", r.body);
+    th_free(&r);
+    r = th_get(&rep[0], "/v1/jobs?name=during", tok);
+    cr_expect_eq(th_items(&r), 0, "a create answered 503 was stored: %s", r.body);
+    th_free(&r);
+    /* The scheduler's lock: one of them leads again. */
+    int leaders = -1;
+    for (int64_t end = mono_ms() + TAKEOVER_BOUND_MS; mono_ms() < end; usleep(100000)) {
+        int a = leader(&rep[0]), b = leader(&rep[1]);
+        if ((leaders = a < 0 || b < 0 ? -1 : a + b) == 1)
+            break;
+    }
+    cr_expect_eq(leaders, 1, "after the outage %d replicas lead", leaders);
+}

@@ -248,7 +248,8 @@ Test(store, every_result_code_has_a_name_of_its_own)
     const int codes[] = {STORE_OK,        STORE_NOTFOUND,   STORE_CONFLICT,
                          STORE_EIO,       STORE_INVALID,    STORE_NOMEM,
                          STORE_BUSY,      STORE_FULL,       STORE_JOB_FINAL,
-                         STORE_JOB_ACTIVE, STORE_JOB_NOT_RETRYABLE, STORE_JOB_STOPPING};
+                         STORE_JOB_ACTIVE, STORE_JOB_NOT_RETRYABLE, STORE_JOB_STOPPING,
+                         STORE_DOWN};
     size_t n = sizeof codes / sizeof codes[0];
     for (size_t i = 0; i < n; i++) {
         cr_expect_str_neq(store_rc_name(codes[i]), "STORE_?", "code %d", codes[i]);
