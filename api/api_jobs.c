@@ -383,6 +383,9 @@ void api_job_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
                   (long long)j->worker_count, (long long)j->workers_per_node);
         goto fail;
     }
+    /* The references and each dataset stand alone: no snapshot shared
+     * between them (a create's reads cost one round trip each). */
+    store_read_each(ctx->st);
     int found = 0;
     int rc = store_job_refs(ctx->st, api_tenant_of(rq->who), image, spec_name, ws_name, &im, &sp,
                             &ws, &found);

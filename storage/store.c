@@ -321,6 +321,12 @@ void store_read_end(store *s)
         c->be->exec(c, "ROLLBACK", NULL, 0);
 }
 
+void store_read_each(store *s)
+{
+    if (tl_reader.s == s && tl_reader.gen == s->gen)
+        tl_reader.want = 0;
+}
+
 store_tx *store_read_tx(store *s)
 {
     static __thread struct store_tx rtx;

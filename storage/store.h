@@ -95,6 +95,11 @@ store_rc store_submit(store *s, store_write_fn fn, void *ctx, store_done_fn done
  */
 int store_read_begin(store *s);
 void store_read_end(store *s);
+/* For a caller whose reads need not agree with each other (each stands
+ * alone, or a write checks again): the rest of them run without a shared
+ * snapshot, where none has begun yet.  On PostgreSQL a single read then
+ * costs one round trip, not two (BEGIN with it, then COMMIT). */
+void store_read_each(store *s);
 
 /* The calling thread's read connection as a store_tx, for the *_tx read
  * functions outside a write (inside store_read_begin/end for one snapshot).

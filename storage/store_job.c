@@ -194,14 +194,14 @@ int store_job_insert(store_tx *tx, store_job *j)
         store_bind_blob(st, 28, j->request_hash, UTIL_SHA256_LEN);
     }
     store_bind_int64(st, 29, now);
+    /* Its first event (submitted) comes with it: the jobs_submitted trigger. */
     int rc = store_step_change(c, st, &j->id);
     if (rc != STORE_OK)
         return rc;
     j->state = JOB_PENDING;
     j->attempt = 1;
     j->created_at = j->updated_at = now;
-    return event_insert(c, j->id, now, 1, NULL, store_job_state_name(JOB_PENDING),
-                        j->reason[0] ? j->reason : "submitted");
+    return STORE_OK;
 }
 
 int store_job_refs(store *s, int64_t tenant_id, const char *image, const char *spec,
