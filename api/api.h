@@ -107,6 +107,7 @@ struct api_resp {
     /* A durable write: the server runs write_fn through store_submit and
      * then finish with its result; finish owns and frees write_ctx. */
     store_write_fn write_fn;
+    store_write_many_fn write_many; /* NULL, or what applies several such writes at once */
     void *write_ctx;
     void (*finish)(api_ctx *ctx, api_resp *rs, void *write_ctx, int rc);
     api_upload *upload;        /* set by an upload route's handler: owned by the server */

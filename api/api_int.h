@@ -101,6 +101,10 @@ int api_forbid(api_resp *rs, const char *need);
 /* Runs fn as a durable write and finishes the response with fin. */
 void api_defer(api_resp *rs, store_write_fn fn, void *wctx,
                void (*fin)(api_ctx *ctx, api_resp *rs, void *wctx, int rc));
+/* api_defer for a write that many can apply together with others of its
+ * kind (store_submit_many). */
+void api_defer_many(api_resp *rs, store_write_fn fn, store_write_many_fn many, void *wctx,
+                    void (*fin)(api_ctx *ctx, api_resp *rs, void *wctx, int rc));
 /* Maps a store error to a response; returns -1. */
 int api_store_error(api_resp *rs, int rc, const char *what);
 /* Runs fn as a durable write now: 0, or -1 with the store's error answered

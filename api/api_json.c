@@ -41,6 +41,7 @@ void api_error(api_resp *rs, int status, const char *code, const char *field, co
     if (field)
         cJSON_AddStringToObject(e, "field", field);
     rs->write_fn = NULL;
+    rs->write_many = NULL;
     api_json(rs, status, o);
 }
 
@@ -355,7 +356,14 @@ void api_add_time(cJSON *o, const char *key, int64_t ms)
 void api_defer(api_resp *rs, store_write_fn fn, void *wctx,
                void (*fin)(api_ctx *ctx, api_resp *rs, void *wctx, int rc))
 {
+    api_defer_many(rs, fn, NULL, wctx, fin);
+}
+
+void api_defer_many(api_resp *rs, store_write_fn fn, store_write_many_fn many, void *wctx,
+                    void (*fin)(api_ctx *ctx, api_resp *rs, void *wctx, int rc))
+{
     rs->write_fn = fn;
+    rs->write_many = many;
     rs->write_ctx = wctx;
     rs->finish = fin;
 }

@@ -379,7 +379,8 @@ static enum MHD_Result complete(struct req_state *st)
         st->rs.write_fn = NULL;
         st->phase = P_WAIT;
         MHD_suspend_connection(st->conn);
-        int rc = store_submit(st->srv->ctx->st, fn, st->rs.write_ctx, write_done, st);
+        int rc = store_submit_many(st->srv->ctx->st, fn, st->rs.write_many, st->rs.write_ctx,
+                                   write_done, st);
         if (rc != 0) {
             MHD_resume_connection(st->conn);
             st->write_rc = rc;

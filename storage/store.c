@@ -18,12 +18,14 @@
 #include "storage/util.h"
 
 #define BATCH_MAX 1024
+#define GROUP_MAX 256        /* writes handed to one store_write_many_fn */
 #define SLOW_BATCH_US 100000 /* a batch slower than this is reported */
 #define WRITER_NICE -5
 #define SIGNAL_MAX 1000 /* bytes of one signal, under PostgreSQL's 8,000 */
 
 struct op {
     store_write_fn fn;
+    store_write_many_fn many; /* NULL: fn alone */
     void *ctx;
     store_done_fn done;
     void *arg;
@@ -465,9 +467,54 @@ static void notify_nodes(store *s, const struct store_tx *tx)
     } while (!tx->touched_all && i < tx->touched.n);
 }
 
+/* How many writes from o on can go to o's many together: 1 for a write
+ * that has none. */
+static int group_len(const struct op *o)
+{
+    int k = 1;
+    if (o->many)
+        for (const struct op *p = o->next; p && p->many == o->many && k < GROUP_MAX; p = p->next)
+            k++;
+    return k;
+}
+
+/*
+ * Applies the k writes from o under savepoint w, already set: through their
+ * many when there is one and it succeeds, else one at a time, each undone
+ * alone when it fails and the next given its own savepoint.  rcs gets their
+ * codes.  Returns 0, or the code of a savepoint that failed between two of
+ * them (nothing after it could be undone alone).
+ */
+static int apply(store_conn *c, struct store_tx *tx, struct op *o, int k, int *rcs, char *msg,
+                 size_t msglen)
+{
+    int sp;
+    if (k > 1) {
+        void *ctxs[GROUP_MAX];
+        struct op *p = o;
+        for (int i = 0; i < k; i++, p = p->next)
+            ctxs[i] = p->ctx;
+        if (o->many(tx, ctxs, k) == STORE_OK) {
+            memset(rcs, 0, sizeof *rcs * (size_t)k);
+            return 0;
+        }
+        /* One of them is refused, or the engine failed: each alone says which. */
+        c->be->exec(c, "ROLLBACK TO w", NULL, 0);
+    }
+    for (int i = 0; i < k; i++, o = o->next) {
+        if (i > 0 && (sp = next_savepoint(c, msg, msglen)) != STORE_OK)
+            return sp;
+        rcs[i] = o->fn(tx, o->ctx);
+        if (rcs[i] != 0)
+            c->be->exec(c, "ROLLBACK TO w", NULL, 0);
+    }
+    return 0;
+}
+
 /*
  * One transaction for a batch of writes, each inside savepoint w so that a
- * failing one is undone alone.  The savepoint statements ride with their
+ * failing one is undone alone (consecutive writes with one many share it:
+ * apply).  The savepoint statements ride with their
  * neighbours ("BEGIN ...; SAVEPOINT w", "RELEASE w; SAVEPOINT w" between
  * writes, none after the last: COMMIT ends it): on PostgreSQL each exec is
  * a round trip, and a write of two statements then costs three, not four.
@@ -487,24 +534,25 @@ static void run_batch(store *s, struct op *batch)
         fprintf(stderr, "store: cannot begin a write: %s\n", msg);
         be->exec(c, "ROLLBACK", NULL, 0);
     }
-    for (struct op *o = batch; o; o = o->next, n++) {
-        int sp;
+    for (struct op *o = batch, *next; o; o = next) {
+        int k = group_len(o), sp = 0;
+        next = o;
+        for (int i = 0; i < k; i++)
+            next = next->next;
         if (!ok) {
-            rcs[n] = begun;
-            continue;
-        }
-        rcs[n] = o->fn(&tx, o->ctx);
-        if (rcs[n] != 0)
-            be->exec(c, "ROLLBACK TO w", NULL, 0);
-        if (o->next && (sp = next_savepoint(c, msg, sizeof msg)) != STORE_OK) {
+            for (int i = 0; i < k; i++)
+                rcs[n + i] = begun;
+        } else if ((sp = apply(c, &tx, o, k, rcs + n, msg, sizeof msg)) != 0 ||
+                   (next && (sp = next_savepoint(c, msg, sizeof msg)) != STORE_OK)) {
             /* Not expected: nothing after this write could be undone alone. */
             fprintf(stderr, "store: savepoint failed: %s\n", msg);
             begun = sp;
             ok = 0;
-            for (int i = 0; i <= n; i++)
+            for (int i = 0; i < n + k; i++)
                 rcs[i] = sp;
             be->exec(c, "ROLLBACK", NULL, 0);
         }
+        n += k;
     }
     int64_t t1 = util_mono_us();
     int touched = tx.touched_all || tx.touched.n > 0;
@@ -580,12 +628,18 @@ const char *store_rc_name(int rc)
 
 store_rc store_submit(store *s, store_write_fn fn, void *ctx, store_done_fn done, void *arg)
 {
+    return store_submit_many(s, fn, NULL, ctx, done, arg);
+}
+
+store_rc store_submit_many(store *s, store_write_fn fn, store_write_many_fn many, void *ctx,
+                           store_done_fn done, void *arg)
+{
     /* Reads after this write must see it: end the caller's snapshot. */
     store_read_end(s);
     struct op *o = malloc(sizeof *o);
     if (!o)
         return STORE_NOMEM;
-    *o = (struct op){fn, ctx, done, arg, NULL};
+    *o = (struct op){fn, many, ctx, done, arg, NULL};
     pthread_mutex_lock(&s->lock);
     if (s->stopping) {
         pthread_mutex_unlock(&s->lock);

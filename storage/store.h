@@ -54,6 +54,13 @@ typedef struct store_tx store_tx; /* a write in progress, valid inside a store_w
 /* A write run by the writer thread inside a transaction.  A return other
  * than STORE_OK rolls back this write only. */
 typedef store_rc (*store_write_fn)(store_tx *tx, void *ctx);
+/* Several writes of one kind applied at once, in order: ctxs[0..n-1] are
+ * the ctx of n writes queued one after the other with this function
+ * (store_submit_many).  All or none: on any failure it returns that code,
+ * the writer undoes what it did and runs each write's own store_write_fn
+ * alone, so each gets its own result.  The fewer statements are what it is
+ * for (on PostgreSQL, one round trip for many rows). */
+typedef store_rc (*store_write_many_fn)(store_tx *tx, void *const *ctxs, int n);
 /* Told when a submitted write is durable (STORE_OK) or failed. */
 typedef void (*store_done_fn)(void *arg, store_rc rc);
 
@@ -85,6 +92,10 @@ void store_tx_undo(store_tx *tx);
 /* Queues fn and returns at once; done(arg, rc) is called from the writer
  * thread after the commit.  Returns 0, or STORE_BUSY when shutting down. */
 store_rc store_submit(store *s, store_write_fn fn, void *ctx, store_done_fn done, void *arg);
+/* store_submit for a write that many can apply together with its
+ * neighbours of the same kind (many NULL: store_submit). */
+store_rc store_submit_many(store *s, store_write_fn fn, store_write_many_fn many, void *ctx,
+                           store_done_fn done, void *arg);
 
 /*
  * A read snapshot on the calling thread's connection: every read until

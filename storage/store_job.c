@@ -3,6 +3,7 @@
  */
 #include "storage/store_job.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,64 +145,161 @@ int store_job_note(store_tx *tx, int64_t job_id, int64_t attempt, const char *re
     return event_insert(c, job_id, util_now_ms(), attempt, state, state, reason);
 }
 
-int store_job_insert(store_tx *tx, store_job *j)
+#define JOB_INSERT                                                                                 \
+    "INSERT INTO jobs(tenant_id, user_id, name, image, framework, workspace, code_path,"           \
+    " datasets_json, args_json, env_json, epochs, lr, batch_size, worker_spec, cpus,"              \
+    " memory_mb, gpus, worker_count, workers_per_node, priority, max_runtime_seconds,"             \
+    " max_retries, currency, price_per_hour, estimated_max, state, reason, attempt,"               \
+    " idempotency_key, request_hash, created_at, updated_at) VALUES "
+#define JOB_INSERT_PARAMS 29 /* the ?N of one row */
+/* One row's values, parameters from ?(base+1): "'PENDING'" and attempt 1
+ * written in, created_at twice. */
+#define JOB_INSERT_ROW                                                                             \
+    "(?%d, ?%d, ?%d, ?%d, ?%d, ?%d, ?%d, ?%d, ?%d, ?%d, ?%d, ?%d, ?%d, ?%d, ?%d, ?%d, ?%d,"        \
+    " ?%d, ?%d, ?%d, ?%d, ?%d, ?%d, ?%d, ?%d, 'PENDING', ?%d, 1, ?%d, ?%d, ?%d, ?%d)"
+#define ROW_ARGS(b)                                                                                \
+    b + 1, b + 2, b + 3, b + 4, b + 5, b + 6, b + 7, b + 8, b + 9, b + 10, b + 11, b + 12, b + 13, \
+        b + 14, b + 15, b + 16, b + 17, b + 18, b + 19, b + 20, b + 21, b + 22, b + 23, b + 24,    \
+        b + 25, b + 26, b + 27, b + 28, b + 29, b + 29
+
+#define INSERT_SIZES 5 /* statements of 1, 2, 4, 8 and 16 rows */
+#define INSERT_ROWS_MAX (1 << (INSERT_SIZES - 1))
+/* Room for INSERT_ROWS_MAX rows of 3-digit parameters. */
+#define INSERT_SQL_MAX (sizeof JOB_INSERT + INSERT_ROWS_MAX * (sizeof JOB_INSERT_ROW + 72) + 16)
+
+static char insert_text[INSERT_SIZES][INSERT_SQL_MAX];
+static pthread_once_t insert_once = PTHREAD_ONCE_INIT;
+
+static void insert_init(void)
 {
-    static const char sql[] =
-        "INSERT INTO jobs(tenant_id, user_id, name, image, framework, workspace, code_path,"
-        " datasets_json, args_json, env_json, epochs, lr, batch_size, worker_spec, cpus,"
-        " memory_mb, gpus, worker_count, workers_per_node, priority, max_runtime_seconds,"
-        " max_retries, currency, price_per_hour, estimated_max, state, reason, attempt,"
-        " idempotency_key, request_hash, created_at, updated_at)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,"
-        " ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, 'PENDING', ?26, 1, ?27, ?28, ?29, ?29)"
-        " RETURNING id";
-    store_conn *c = store_tx_conn(tx);
-    store_st *st = store_stmt(c, sql);
-    if (!st)
-        return STORE_EIO;
-    int64_t now = util_now_ms();
-    store_bind_int64(st, 1, j->tenant_id);
-    store_bind_int64(st, 2, j->user_id);
-    store_bind_text(st, 3, j->name);
-    store_bind_text(st, 4, j->image);
-    store_bind_text(st, 5, j->framework);
-    store_bind_text(st, 6, j->workspace);
-    store_bind_text(st, 7, j->code_path);
-    store_bind_text(st, 8, j->datasets_json);
-    store_bind_text(st, 9, j->args_json);
-    store_bind_text(st, 10, j->env_json);
-    store_bind_int64(st, 11, j->epochs);
-    store_bind_double(st, 12, j->lr);
-    store_bind_int64(st, 13, j->batch_size);
-    store_bind_text(st, 14, j->worker_spec);
-    store_bind_int64(st, 15, j->cpus);
-    store_bind_int64(st, 16, j->memory_mb);
-    store_bind_int64(st, 17, j->gpus);
-    store_bind_int64(st, 18, j->worker_count);
-    if (j->workers_per_node > 0)
-        store_bind_int64(st, 19, j->workers_per_node);
-    store_bind_int64(st, 20, j->priority);
-    if (j->max_runtime_seconds > 0)
-        store_bind_int64(st, 21, j->max_runtime_seconds);
-    store_bind_int64(st, 22, j->max_retries);
-    store_bind_text(st, 23, j->currency);
-    store_bind_int64(st, 24, j->price_per_hour);
-    if (j->estimated_max >= 0)
-        store_bind_int64(st, 25, j->estimated_max);
-    store_bind_text(st, 26, j->reason[0] ? j->reason : NULL);
-    if (j->idem_key[0]) {
-        store_bind_text(st, 27, j->idem_key);
-        store_bind_blob(st, 28, j->request_hash, UTIL_SHA256_LEN);
+    for (int i = 0; i < INSERT_SIZES; i++) {
+        char *o = insert_text[i], *end = o + INSERT_SQL_MAX;
+        o += snprintf(o, (size_t)(end - o), "%s", JOB_INSERT);
+        for (int r = 0; r < 1 << i; r++) {
+            int b = r * JOB_INSERT_PARAMS;
+            o += snprintf(o, (size_t)(end - o), "%s" JOB_INSERT_ROW, r ? ", " : "", ROW_ARGS(b));
+        }
+        snprintf(o, (size_t)(end - o), " RETURNING id");
     }
-    store_bind_int64(st, 29, now);
-    /* Its first event (submitted) comes with it: the jobs_submitted trigger. */
-    int rc = store_step_change(c, st, &j->id);
-    if (rc != STORE_OK)
-        return rc;
+}
+
+/* The insert of 1 << i rows: one text per size, for the statement caches,
+ * which know a statement by its address. */
+static const char *insert_sql(int i)
+{
+    pthread_once(&insert_once, insert_init);
+    return insert_text[i];
+}
+
+/* Binds j as the row whose parameters start after base. */
+static void bind_job(store_st *st, int base, const store_job *j, int64_t now)
+{
+    store_bind_int64(st, base + 1, j->tenant_id);
+    store_bind_int64(st, base + 2, j->user_id);
+    store_bind_text(st, base + 3, j->name);
+    store_bind_text(st, base + 4, j->image);
+    store_bind_text(st, base + 5, j->framework);
+    store_bind_text(st, base + 6, j->workspace);
+    store_bind_text(st, base + 7, j->code_path);
+    store_bind_text(st, base + 8, j->datasets_json);
+    store_bind_text(st, base + 9, j->args_json);
+    store_bind_text(st, base + 10, j->env_json);
+    store_bind_int64(st, base + 11, j->epochs);
+    store_bind_double(st, base + 12, j->lr);
+    store_bind_int64(st, base + 13, j->batch_size);
+    store_bind_text(st, base + 14, j->worker_spec);
+    store_bind_int64(st, base + 15, j->cpus);
+    store_bind_int64(st, base + 16, j->memory_mb);
+    store_bind_int64(st, base + 17, j->gpus);
+    store_bind_int64(st, base + 18, j->worker_count);
+    if (j->workers_per_node > 0)
+        store_bind_int64(st, base + 19, j->workers_per_node);
+    store_bind_int64(st, base + 20, j->priority);
+    if (j->max_runtime_seconds > 0)
+        store_bind_int64(st, base + 21, j->max_runtime_seconds);
+    store_bind_int64(st, base + 22, j->max_retries);
+    store_bind_text(st, base + 23, j->currency);
+    store_bind_int64(st, base + 24, j->price_per_hour);
+    if (j->estimated_max >= 0)
+        store_bind_int64(st, base + 25, j->estimated_max);
+    store_bind_text(st, base + 26, j->reason[0] ? j->reason : NULL);
+    if (j->idem_key[0]) {
+        store_bind_text(st, base + 27, j->idem_key);
+        store_bind_blob(st, base + 28, j->request_hash, UTIL_SHA256_LEN);
+    }
+    store_bind_int64(st, base + 29, now);
+}
+
+/* What the insert set on a job that had no id. */
+static void job_inserted(store_job *j, int64_t id, int64_t now)
+{
+    j->id = id;
     j->state = JOB_PENDING;
     j->attempt = 1;
     j->created_at = j->updated_at = now;
+}
+
+int store_job_insert(store_tx *tx, store_job *j)
+{
+    store_conn *c = store_tx_conn(tx);
+    store_st *st = store_stmt(c, insert_sql(0));
+    if (!st)
+        return STORE_EIO;
+    int64_t now = util_now_ms(), id = 0;
+    bind_job(st, 0, j, now);
+    /* Its first event (submitted) comes with it: the jobs_submitted trigger. */
+    int rc = store_step_change(c, st, &id);
+    if (rc == STORE_OK)
+        job_inserted(j, id, now);
+    return rc;
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Inserts the 1 << i jobs of js in one statement. */
+static int insert_rows(store_conn *c, store_job *const *js, int i)
+{
+    int n = 1 << i, got = 0, rc;
+    int64_t now = util_now_ms(), ids[INSERT_ROWS_MAX];
+    store_st *st = store_stmt(c, insert_sql(i));
+    if (!st)
+        return STORE_EIO;
+    for (int r = 0; r < n; r++)
+        bind_job(st, r * JOB_INSERT_PARAMS, js[r], now);
+    while ((rc = store_step(st)) == STORE_ROW)
+        if (got < n)
+            ids[got++] = store_col_int64(st, 0);
+    store_reset(st);
+    if (rc != STORE_DONE)
+        return rc;
+    if (got != n)
+        return STORE_EIO;
+    /* Ids come from the table's sequence (SQLite: one past the largest), row
+     * after row as the VALUES list gives them, so in ascending order; the
+     * order RETURNING lists them in is not promised on either engine. */
+    qsort(ids, (size_t)n, sizeof ids[0], cmp_id);
+    for (int r = 0; r < n; r++)
+        job_inserted(js[r], ids[r], now);
     return STORE_OK;
+}
+
+int store_job_insert_many(store_tx *tx, store_job *const *js, int n)
+{
+    store_conn *c = store_tx_conn(tx);
+    int rc = STORE_OK;
+    while (n > 0 && rc == STORE_OK) {
+        int i = INSERT_SIZES - 1;
+        while (1 << i > n)
+            i--;
+        rc = i ? insert_rows(c, js, i) : store_job_insert(tx, js[0]);
+        js += 1 << i;
+        n -= 1 << i;
+    }
+    return rc;
 }
 
 int store_job_refs(store *s, int64_t tenant_id, const char *image, const char *spec,

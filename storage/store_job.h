@@ -95,6 +95,10 @@ void store_job_clear(store_job *j);
 
 /* Inserts j (state PENDING) and its submit event; sets j->id and times. */
 int store_job_insert(store_tx *tx, store_job *j);
+/* store_job_insert for the n jobs of js, in fewer statements (up to 16
+ * rows each); on any failure returns its code, and the caller undoes
+ * the write (the ids set on the jobs before it then name nothing). */
+int store_job_insert_many(store_tx *tx, store_job *const *js, int n);
 
 /*
  * What a submit names, read at once: the image of that name the tenant may

@@ -29,7 +29,7 @@
 #include <string.h>
 
 #define STMT_CACHE 96
-#define MAX_PARAMS 64
+#define MAX_PARAMS 512 /* a statement's $N: many rows of one insert (store_job_insert_many) */
 #define LATER_MAX 8 /* deferred commands; past it they are run at once */
 #define LATER_LEN 512
 #define REVIVE_US 1000000 /* between two tries at a new session */
@@ -59,12 +59,12 @@ struct pg_st {
     int prepared;   /* on the connection's current session */
     int tx;         /* what it does to a transaction: TX_BEGIN, TX_END or 0 */
     int nparams;
-    uint64_t used;  /* bit i-1: $i appears in sql */
-    struct pg_param p[MAX_PARAMS];
+    uint64_t used[MAX_PARAMS / 64]; /* bit i-1: $i appears in sql */
     PGresult *res;
     int row, nrows, executed;
     int64_t changes;
     unsigned char *blob; /* the last bytea read; PQfreemem */
+    struct pg_param p[]; /* nparams of them */
 };
 
 struct pg_conn {
@@ -310,7 +310,7 @@ static void st_clear(struct pg_st *st)
 static void st_free(struct pg_st *st)
 {
     st_clear(st);
-    for (int i = 0; i < MAX_PARAMS; i++)
+    for (int i = 0; i < st->nparams; i++)
         free(st->p[i].heap);
     free(st->sql);
     free(st);
@@ -335,10 +335,12 @@ static void pg_close(store_conn *sc)
 static char *rewrite(const char *sql, int *nparams, uint64_t *used)
 {
     size_t n = strlen(sql);
-    char *out = malloc(n * 3 + 1), *o = out;
+    /* "$N" is no longer than "?N"; a bare "?" grows to at most "$512". */
+    size_t cap = n * 4 + 1;
+    char *out = malloc(cap), *o = out;
     int next = 1, max = 0;
     char quote = 0;
-    *used = 0;
+    memset(used, 0, sizeof(uint64_t) * (MAX_PARAMS / 64));
     if (!out)
         return NULL;
     for (const char *s = sql; *s; s++) {
@@ -369,9 +371,8 @@ static char *rewrite(const char *sql, int *nparams, uint64_t *used)
         }
         next = (int)k + 1;
         max = k > max ? (int)k : max;
-        *used |= 1ULL << (k - 1);
-        /* "$N" is no longer than "?N", and at most 3 bytes for a bare "?". */
-        o += snprintf(o, 4, "$%ld", k);
+        used[(k - 1) / 64] |= 1ULL << ((k - 1) % 64);
+        o += snprintf(o, cap - (size_t)(o - out), "$%ld", k);
     }
     *o = '\0';
     *nparams = max;
@@ -390,17 +391,23 @@ static store_st *pg_stmt(store_conn *sc, const char *sql)
             return &st->base;
         }
     }
-    struct pg_st *st = calloc(1, sizeof *st);
-    if (!st)
-        return NULL;
-    st->base.be = &store_be_pg;
-    st->c = c;
-    st->sql = rewrite(sql, &st->nparams, &st->used);
-    if (!st->sql) {
-        fprintf(stderr, "store: postgresql: cannot rewrite statement: %s\n", sql);
-        free(st);
+    uint64_t used[MAX_PARAMS / 64];
+    int nparams;
+    char *text = rewrite(sql, &nparams, used);
+    if (!text) {
+        fprintf(stderr, "store: postgresql: cannot rewrite statement: %.200s\n", sql);
         return NULL;
     }
+    struct pg_st *st = calloc(1, sizeof *st + sizeof st->p[0] * (size_t)nparams);
+    if (!st) {
+        free(text);
+        return NULL;
+    }
+    st->base.be = &store_be_pg;
+    st->c = c;
+    st->sql = text;
+    st->nparams = nparams;
+    memcpy(st->used, used, sizeof used);
     snprintf(st->name, sizeof st->name, "c%u", c->next_name++);
     st->tx = tx_word(sql);
     if (c->nstmt == STMT_CACHE) {
@@ -419,7 +426,7 @@ static store_st *pg_stmt(store_conn *sc, const char *sql)
 static void pg_bind(store_st *s, int i, const store_arg *a)
 {
     struct pg_st *st = (struct pg_st *)s;
-    if (i < 1 || i > MAX_PARAMS)
+    if (i < 1 || i > st->nparams)
         return;
     struct pg_param *p = &st->p[i - 1];
     param_clear(p);
@@ -471,7 +478,7 @@ static int prepare(struct pg_st *st)
         return STORE_EIO;
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < st->nparams; i++) {
-            types[i] = (st->used >> i & 1) ? st->p[i].type : OID_INT8;
+            types[i] = (st->used[i / 64] >> (i % 64) & 1) ? st->p[i].type : OID_INT8;
             if (pass == 1 && !types[i])
                 types[i] = OID_TEXT;
         }

@@ -224,6 +224,202 @@ Test(store, a_failing_write_inside_a_batch_is_undone_alone)
     cr_expect_str_eq(out, "42\n");
 }
 
+/* ---- creates queued together: store_submit_many ---- */
+
+#define GROUPED 37 /* rows in statements of 16, 16, 4 and 1 */
+
+struct owner {
+    int64_t tenant, user;
+};
+
+static store_rc owner_write(store_tx *tx, void *arg)
+{
+    struct owner *o = arg;
+    int rc = store_tenant_insert(tx, "grouped", &o->tenant);
+    return rc ? rc : store_user_insert(tx, o->tenant, "u", "member", &o->user);
+}
+
+/* Holds the writer until released: what is queued meanwhile goes in
+ * the next batch together. */
+struct gate {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    int entered, open;
+};
+
+static store_rc gate_write(store_tx *tx, void *arg)
+{
+    (void)tx;
+    struct gate *g = arg;
+    pthread_mutex_lock(&g->m);
+    g->entered = 1;
+    pthread_cond_broadcast(&g->c);
+    while (!g->open)
+        pthread_cond_wait(&g->c, &g->m);
+    pthread_mutex_unlock(&g->m);
+    return STORE_OK;
+}
+
+static void ignore_done(void *arg, store_rc rc)
+{
+    (void)arg;
+    (void)rc;
+}
+
+static store_rc job_one(store_tx *tx, void *arg)
+{
+    return store_job_insert(tx, arg);
+}
+
+static int many_calls, many_rows, many_ok;
+
+static store_rc job_many(store_tx *tx, void *const *ctxs, int n)
+{
+    store_job *js[GROUPED];
+    many_calls++;
+    many_rows += n;
+    for (int i = 0; i < n; i++)
+        js[i] = ctxs[i];
+    int rc = store_job_insert_many(tx, js, n);
+    many_ok += rc == STORE_OK;
+    return rc;
+}
+
+static void event_count(void *arg, const store_event *e)
+{
+    cr_expect_str_eq(e->to_state, "PENDING");
+    (*(int *)arg)++;
+}
+
+/* Queues GROUPED creates behind a held write, dup_at (if >= 0) with the
+ * Idempotency-Key of job 0; returns their answers in rc[]. */
+static store *queue_creates(store_job *js, int *rc, int dup_at, struct owner *who)
+{
+    char err[256];
+    store *s = store_open(db, err, sizeof err);
+    cr_assert(s, "%s", err);
+    cr_assert_eq(store_write(s, owner_write, who), STORE_OK);
+    static struct gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+    cr_assert_eq(store_submit(s, gate_write, &g, ignore_done, NULL), 0);
+    /* The writer holds the gate's batch: nothing queued now joins it. */
+    pthread_mutex_lock(&g.m);
+    while (!g.entered)
+        pthread_cond_wait(&g.c, &g.m);
+    pthread_mutex_unlock(&g.m);
+    many_calls = many_rows = many_ok = 0;
+    for (int i = 0; i < GROUPED; i++) {
+        store_job *j = &js[i];
+        *j = (store_job){.tenant_id = who->tenant,
+                         .user_id = who->user,
+                         .epochs = 1 + i,
+                         .lr = 0.5,
+                         .batch_size = 8,
+                         .cpus = 1,
+                         .memory_mb = 64,
+                         .worker_count = 1 + i % 3,
+                         .max_retries = 0,
+                         .price_per_hour = 10 * i,
+                         .estimated_max = i % 2 ? -1 : 100 + i};
+        snprintf(j->name, sizeof j->name, "g%02d", i);
+        snprintf(j->image, sizeof j->image, "native");
+        snprintf(j->framework, sizeof j->framework, "native");
+        snprintf(j->workspace, sizeof j->workspace, "ws");
+        snprintf(j->code_path, sizeof j->code_path, "train");
+        snprintf(j->worker_spec, sizeof j->worker_spec, "cpu-small");
+        snprintf(j->currency, sizeof j->currency, "USD");
+        if (i == 0 || i == dup_at)
+            snprintf(j->idem_key, sizeof j->idem_key, "key-0");
+        j->datasets_json = strdup("[]");
+        j->args_json = strdup("[]");
+        j->env_json = strdup("{}");
+        rc[i] = 1; /* not answered yet */
+        cr_assert_eq(store_submit_many(s, job_one, job_many, j, queued_done, &rc[i]), 0);
+    }
+    pthread_mutex_lock(&g.m);
+    g.open = 1;
+    pthread_cond_broadcast(&g.c);
+    pthread_mutex_unlock(&g.m);
+    return s;
+}
+
+/* Every job stored is the one its id was given to, with its submit event. */
+static void expect_stored(store *s, store_job *js, const int *rc, const struct owner *who)
+{
+    for (int i = 0; i < GROUPED; i++) {
+        store_job got;
+        if (rc[i] != STORE_OK) {
+            store_job_clear(&js[i]);
+            continue;
+        }
+        cr_assert_eq(store_job_get(s, who->tenant, js[i].id, &got), STORE_OK, "job %d", i);
+        cr_expect_str_eq(got.name, js[i].name, "id %lld", (long long)js[i].id);
+        cr_expect_eq(got.epochs, 1 + i);
+        cr_expect_eq(got.worker_count, 1 + i % 3);
+        cr_expect_eq(got.estimated_max, i % 2 ? -1 : 100 + i);
+        cr_expect_eq(got.state, JOB_PENDING);
+        cr_expect_eq(got.created_at, js[i].created_at);
+        int events = 0;
+        cr_expect_eq(store_job_events(s, js[i].id, 0, 10, event_count, &events), STORE_OK);
+        cr_expect_eq(events, 1, "job %d has %d submit events", i, events);
+        store_job_clear(&got);
+        store_job_clear(&js[i]);
+    }
+}
+
+/*
+ * Creates queued one after another go to their many together: 37 rows in
+ * 4 statements, and each job gets the id of its own row (the rows'
+ * RETURNING order is not relied on), its values and its submit event.
+ */
+Test(store, creates_queued_together_are_inserted_together_each_with_its_own_id)
+{
+    static store_job js[GROUPED];
+    static int rc[GROUPED];
+    struct owner who;
+    store *s = queue_creates(js, rc, -1, &who);
+    /* Answered after every write queued before it. */
+    cr_assert_eq(store_write(s, tenant_write, "after"), STORE_OK);
+    cr_expect_eq(many_calls, 1, "the creates were not handed over together");
+    cr_expect_eq(many_rows, GROUPED);
+    cr_expect_eq(many_ok, 1, "the rows were not inserted together");
+    for (int i = 0; i < GROUPED; i++) {
+        cr_expect_eq(rc[i], STORE_OK, "job %d: %s", i, store_rc_name(rc[i]));
+        for (int k = 0; k < i; k++)
+            cr_expect_neq(js[i].id, js[k].id);
+    }
+    expect_stored(s, js, rc, &who);
+    store_close(s);
+    char out[64];
+    sql("SELECT count(*) FROM jobs", out, sizeof out);
+    cr_expect_str_eq(out, "37\n");
+}
+
+/*
+ * One create of the group refused (its Idempotency-Key is job 0's): the
+ * group is undone and each is run alone, so that one gets its CONFLICT
+ * and the 36 others are stored, each under its own id.
+ */
+Test(store, a_refused_create_in_a_group_fails_alone)
+{
+    static store_job js[GROUPED];
+    static int rc[GROUPED];
+    struct owner who;
+    store *s = queue_creates(js, rc, 21, &who);
+    cr_assert_eq(store_write(s, tenant_write, "after"), STORE_OK);
+    cr_expect_eq(many_calls, 1);
+    cr_expect_eq(many_ok, 0);
+    for (int i = 0; i < GROUPED; i++)
+        cr_expect_eq(rc[i], i == 21 ? STORE_CONFLICT : STORE_OK, "job %d: %s", i,
+                     store_rc_name(rc[i]));
+    expect_stored(s, js, rc, &who);
+    store_close(s);
+    char out[64];
+    sql("SELECT count(*) FROM jobs", out, sizeof out);
+    cr_expect_str_eq(out, "36\n");
+    sql("SELECT count(*) FROM job_events", out, sizeof out);
+    cr_expect_str_eq(out, "36\n");
+}
+
 /* One name table for job states: every state's name reads back as it, and
  * nothing else (the API's spelling, case included) names a state. */
 Test(store, job_state_names_read_back_and_nothing_else_names_one)
