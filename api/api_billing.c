@@ -299,22 +299,24 @@ static void usage_row(void *arg, const store_usage *u)
         csv_text(a->csv, u->currency, 1);
         return;
     }
+    /* Integers as written by api_add_int: an invoice has a line per job, and
+     * cJSON prints each double through printf and reads it back. */
     cJSON *o = cJSON_CreateObject();
     if (!strcmp(a->group, "day")) {
         cJSON_AddStringToObject(o, "day", day);
     } else if (!strcmp(a->group, "job")) {
-        cJSON_AddNumberToObject(o, "job_id", (double)u->key);
+        api_add_int(o, "job_id", u->key);
         cJSON_AddStringToObject(o, "job_name", u->name);
     } else if (!strcmp(a->group, "user")) {
-        cJSON_AddNumberToObject(o, "user_id", (double)u->key);
+        api_add_int(o, "user_id", u->key);
         cJSON_AddStringToObject(o, "user", u->name);
     } else {
         cJSON_AddStringToObject(o, "worker_spec", u->name);
     }
-    cJSON_AddNumberToObject(o, "worker_seconds", (double)u->worker_seconds);
-    cJSON_AddNumberToObject(o, "gpu_seconds", (double)u->gpu_seconds);
-    cJSON_AddNumberToObject(o, "amount", (double)u->amount);
-    cJSON_AddNumberToObject(o, "entries", (double)u->entries);
+    api_add_int(o, "worker_seconds", u->worker_seconds);
+    api_add_int(o, "gpu_seconds", u->gpu_seconds);
+    api_add_int(o, "amount", u->amount);
+    api_add_int(o, "entries", u->entries);
     cJSON_AddItemToArray(a->items, o);
 }
 

@@ -333,8 +333,8 @@ int store_ledger_list(store *s, int64_t tenant_id, int64_t from, int64_t to, con
         " coalesce(user_id, 0), coalesce(worker_spec, ''), coalesce(gpus, 0),"
         " coalesce(started_at, 0), coalesce(finished_at, 0), coalesce(seconds, 0),"
         " coalesce(price_per_hour, 0), coalesce(note, '')"
-        " FROM ledger WHERE tenant_id = ?1 AND at >= ?2 AND at < ?3"
-        " AND (?4 IS NULL OR kind = ?4) ORDER BY at, id";
+        " FROM ledger WHERE tenant_id = ?1 AND kind = ?4 AND at >= ?2 AND at < ?3"
+        " ORDER BY at, id";
     store_st *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(tenant_id),
             STORE_I(from), STORE_I(to), STORE_T(kind)));
     if (!st)

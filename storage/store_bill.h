@@ -92,7 +92,8 @@ typedef struct store_entry {
     char note[STORE_NOTE_MAX + 1];
 } store_entry;
 
-/* Entries of a tenant written in [from, to), oldest first; kind NULL: both. */
+/* Entries of one kind ("credit" or "charge") of a tenant written in
+ * [from, to), oldest first. */
 int store_ledger_list(store *s, int64_t tenant_id, int64_t from, int64_t to, const char *kind,
                       void (*row)(void *arg, const store_entry *e), void *arg);
 

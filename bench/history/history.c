@@ -278,6 +278,7 @@ static int run_sql(const char *dir, const char *target, int pg, const char *sql)
 struct series_ms {
     double *v;
     size_t n;
+    size_t bytes; /* the last answer's body */
 };
 
 /* samples calls of GET path (a fresh %lld from ids[] when it has one). */
@@ -285,6 +286,7 @@ static int measure(CURL *c, const char *token, const char *path, const long long
                    struct series_ms *out)
 {
     bench_sink body = {0};
+    out->bytes = 0;
     char p[512];
     out->v = calloc((size_t)samples, sizeof *out->v);
     out->n = 0;
@@ -301,6 +303,7 @@ static int measure(CURL *c, const char *token, const char *path, const long long
             return -1;
         }
         out->v[out->n++] = dt;
+        out->bytes = body.len;
     }
     bench_sink_free(&body);
     return 0;
@@ -433,8 +436,9 @@ static int phase(const char *build, const char *label, long long fin, long long 
             free(ids);
             goto out;
         }
-        printf("RESULT store=%s %-30s n=%-4zu p50_ms=%8.2f p99_ms=%8.2f\n", label, q[i].what, s.n,
-               bench_pct(s.v, s.n, 50), bench_pct(s.v, s.n, 99));
+        printf("RESULT store=%s %-30s n=%-4zu p50_ms=%8.2f p99_ms=%8.2f body_kb=%.1f\n", label,
+               q[i].what, s.n, bench_pct(s.v, s.n, 50), bench_pct(s.v, s.n, 99),
+               (double)s.bytes / 1024);
         free(s.v);
     }
     free(ids);
