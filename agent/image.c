@@ -616,11 +616,50 @@ static int acquire_known(const img_cache *c, const img_source *src, img_use *out
     return 1;
 }
 
+/*
+ * Pulls and unpacks out->bundle unless another worker does it first.  The
+ * caller holds the image's lock shared, as every worker that uses it does;
+ * pullers take <hex>.pull.lock exclusively.  Taking the use lock exclusively
+ * instead would wait for every shared holder, among them the peers that
+ * pulled a moment ago and now run a gang waiting for this very worker.
+ */
+static int pull_once(const img_cache *c, const img_source *src, const char *authfile,
+                     const char *manifest, img_progress_fn progress, void *arg, img_use *out,
+                     char *err, size_t errlen)
+{
+    char pullp[4300], ready[4300];
+    struct stat sb;
+    int rc = -1;
+    snprintf(pullp, sizeof pullp, "%s.pull.lock", out->bundle);
+    snprintf(ready, sizeof ready, "%s/.ready", out->bundle);
+    int fd = open(pullp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot lock the image cache: %s", strerror(errno));
+        return -1;
+    }
+    while (flock(fd, LOCK_EX) != 0 && errno == EINTR)
+        ;
+    if (stat(ready, &sb) == 0) { /* a peer pulled it while we waited */
+        rc = 0;
+        goto out;
+    }
+    rm_tree(out->bundle); /* a half-made one from a crash */
+    if (pull_unpack(c, src, out->digest, authfile[0] ? authfile : NULL, manifest, progress, arg,
+                    out->bundle, err, errlen) != 0)
+        goto out;
+    out->pulled = 1;
+    rc = 0;
+out:
+    close(fd); /* releases the pull lock */
+    return rc;
+}
+
 int img_acquire(const img_cache *c, const img_source *src, img_progress_fn progress, void *arg,
                 img_use *out, char *err, size_t errlen)
 {
     char authfile[4200] = "", lockp[4300], ready[4300];
     char *manifest = NULL;
+    struct stat sb;
     int rc = -1;
     memset(out, 0, sizeof *out);
     out->lock_fd = -1;
@@ -648,26 +687,12 @@ int img_acquire(const img_cache *c, const img_source *src, img_progress_fn progr
         snprintf(err, errlen, "cannot lock the image cache: %s", strerror(errno));
         goto out;
     }
-    for (;;) {
-        struct stat sb;
-        while (flock(out->lock_fd, LOCK_SH) != 0 && errno == EINTR)
-            ;
-        if (stat(ready, &sb) == 0)
-            break;
-        /* Not there: take it exclusively and pull, unless another worker
-         * did while we waited. */
-        flock(out->lock_fd, LOCK_UN);
-        while (flock(out->lock_fd, LOCK_EX) != 0 && errno == EINTR)
-            ;
-        if (stat(ready, &sb) != 0) {
-            rm_tree(out->bundle); /* a half-made one from a crash */
-            if (pull_unpack(c, src, out->digest, authfile[0] ? authfile : NULL, manifest,
-                            progress, arg, out->bundle, err, errlen) != 0)
-                goto out;
-            out->pulled = 1;
-        }
-        flock(out->lock_fd, LOCK_UN); /* back to shared, checked again */
-    }
+    /* Shared from here on: eviction waits for nobody, and never for us. */
+    while (flock(out->lock_fd, LOCK_SH) != 0 && errno == EINTR)
+        ;
+    if (stat(ready, &sb) != 0 &&
+        pull_once(c, src, authfile, manifest, progress, arg, out, err, errlen) != 0)
+        goto out;
     /* Its last use, for eviction. */
     utimensat(AT_FDCWD, ready, NULL, 0);
     ref_memo_put(c, src, out->digest);

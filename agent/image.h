@@ -8,10 +8,13 @@
  *   rootfs/      the image's root file system (owned as in the image)
  *   image.json   the image's configuration (Env, Entrypoint, WorkingDir...)
  *   .ready       written last: the directory is complete
- * A flock on <cache>/<hex>.lock orders the workers of one node: the first
- * pulls and unpacks (exclusive), the others wait and then share it; a worker
- * keeps a shared lock for as long as its container runs, so eviction (which
- * takes the lock exclusively, without waiting) never removes an image in use.
+ * Every worker that uses an image holds a shared flock on <cache>/<hex>.lock
+ * from before it looks for .ready until its container ends, so eviction
+ * (which takes that lock exclusively, without waiting) never removes an
+ * image in use.  Where .ready is missing, the worker pulls and unpacks
+ * under an exclusive flock on <cache>/<hex>.pull.lock, which the node's other
+ * workers wait for; nobody ever waits for the use lock exclusively, since its
+ * holders may be a gang's first workers, running and waiting for the rest.
  * What a tag resolved to is remembered for resolve_ttl_s seconds under
  * <cache>/refs/, keyed by the reference and the credentials together, so
  * a burst of workers asks the registry once, and nobody skips the registry's

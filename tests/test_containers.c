@@ -10,12 +10,14 @@
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -365,6 +367,40 @@ Test(containers, two_jobs_of_one_image_pull_and_unpack_it_once)
                   "job %ld: image_digest '%s'", ids[i], digest[i]);
     }
     cr_expect_str_eq(digest[0], digest[1]);
+}
+
+/* A gang's first worker on a node pulls its image, then keeps it locked
+ * shared while it runs and waits for its peers.  A peer that found the image
+ * missing a moment before must still get it, not wait for that lock to be
+ * free.  Here the test plays the first worker: it holds the image's lock
+ * shared before the image is there, and a job of that image must run. */
+Test(containers, an_image_held_shared_by_a_peer_is_still_pulled)
+{
+    char seen[16], admin[80], cmd[1024], digest[128] = "", lockp[700];
+    platform(NULL);
+    th_user(&d, "acme", "root", "tenant_admin", admin);
+    snprintf(cmd, sizeof cmd, "'%s/tests/make-test-image' %s acme/held:1 --env WHICH=held",
+             COHORT_SOURCE_DIR, th_registry());
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    while (fgets(digest, sizeof digest, p) && strncmp(digest, "sha256:", 7))
+        ;
+    cr_assert_eq(pclose(p), 0, "pushing acme/held:1");
+    digest[strcspn(digest, "\n")] = '\0';
+    cr_assert_eq(strlen(digest), 71, "make-test-image printed '%s'", digest);
+    th_must(th_post(&d, "/v1/images", admin,
+                    "{\"name\":\"held\",\"reference\":\"acme/held:1\",\"framework\":\"native\"}"),
+            201);
+    snprintf(lockp, sizeof lockp, "%s/images/%s.lock", ag.dir, digest + 7);
+    int fd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    cr_assert(fd >= 0, "%s: %s", lockp, strerror(errno));
+    cr_assert_eq(flock(fd, LOCK_SH), 0);
+    th_put_text(&d, tok, "ws", "ok.sh", "#!/bin/sh\nexit 0\n", "755");
+    long a = submit_as(tok, "ok.sh", "held", NULL);
+    int ok = th_wait_state(&d, tok, a, "SUCCEEDED", 30000, seen);
+    close(fd);
+    cr_assert(ok, "a job of an image a peer held shared is %s", seen);
+    cr_expect_eq(log_count("cohort-shim: unpacked "), 1, "unpacks");
 }
 
 /* A tenant admin's private image: its tenant's jobs run it; for another
