@@ -262,10 +262,9 @@ void api_job_cost(api_ctx *ctx, const api_req *rq, api_resp *rs)
 /* ---- usage and invoices ---- */
 
 struct usage_acc {
-    cJSON *items;
-    util_buf *csv;
+    api_list pg;   /* the page of groups (JSON) */
+    util_buf *csv; /* or every group as CSV */
     const char *group;
-    int64_t seconds, gpu_seconds, amount;
 };
 
 static void day_name(int64_t day, char out[16])
@@ -279,9 +278,6 @@ static void usage_row(void *arg, const store_usage *u)
 {
     struct usage_acc *a = arg;
     char day[16] = "";
-    a->seconds += u->worker_seconds;
-    a->gpu_seconds += u->gpu_seconds;
-    a->amount += u->amount;
     if (!strcmp(a->group, "day"))
         day_name(u->key, day);
     if (a->csv) {
@@ -317,7 +313,29 @@ static void usage_row(void *arg, const store_usage *u)
     api_add_int(o, "gpu_seconds", u->gpu_seconds);
     api_add_int(o, "amount", u->amount);
     api_add_int(o, "entries", u->entries);
-    cJSON_AddItemToArray(a->items, o);
+    api_list_add(&a->pg, o, u->key);
+}
+
+/* The page of usage groups asked for (CSV: all of them) into a, with the
+ * period's totals.  STORE_OK, or the store's error. */
+static int usage_read(api_ctx *ctx, int64_t tenant, int64_t from, int64_t to, struct usage_acc *a,
+                      store_usage *total)
+{
+    int whole = a->csv || !strcmp(a->group, "worker_spec");
+    int rc = store_usage_group(ctx->st, tenant, from, to, a->group, whole ? 0 : a->pg.cursor,
+                               whole ? 0 : a->pg.limit, usage_row, a);
+    if (rc == STORE_OK && !a->csv)
+        rc = store_usage_total(ctx->st, tenant, from, to, total);
+    if (whole)
+        a->pg.limit = 0; /* no next page */
+    return rc;
+}
+
+static void total_json(cJSON *o, const store_usage *t)
+{
+    api_add_int(o, "worker_seconds", t->worker_seconds);
+    api_add_int(o, "gpu_seconds", t->gpu_seconds);
+    api_add_int(o, "amount", t->amount);
 }
 
 static const char *usage_header(const char *group)
@@ -370,24 +388,26 @@ void api_usage(api_ctx *ctx, const api_req *rq, api_resp *rs)
                   "group_by must be day, job, user or worker_spec");
         return;
     }
+    struct usage_acc a = {.group = group};
+    if (api_list_open(rq, &a.pg, rs))
+        return;
     store_account acct;
+    store_usage total;
     int rc = store_account_get(ctx->st, tenant, &acct);
     util_buf csv = {0};
-    struct usage_acc a = {cJSON_CreateArray(), NULL, group, 0, 0, 0};
     if (wants_csv(rq)) {
         a.csv = &csv;
         util_buf_printf(&csv, "%s", usage_header(group));
     }
     if (rc == STORE_OK)
-        rc = store_usage_group(ctx->st, tenant, from, to, group, usage_row, &a);
+        rc = usage_read(ctx, tenant, from, to, &a, &total);
     if (rc != STORE_OK) {
-        cJSON_Delete(a.items);
+        cJSON_Delete(a.pg.items);
         free(csv.buf);
         api_store_error(rs, rc, "usage");
         return;
     }
     if (a.csv) {
-        cJSON_Delete(a.items);
         csv_send(rs, &csv);
         return;
     }
@@ -397,11 +417,9 @@ void api_usage(api_ctx *ctx, const api_req *rq, api_resp *rs)
     api_add_time(o, "to", to);
     cJSON_AddStringToObject(o, "group_by", group);
     cJSON_AddStringToObject(o, "currency", acct.currency);
-    cJSON_AddItemToObject(o, "items", a.items);
-    cJSON *t = cJSON_AddObjectToObject(o, "total");
-    cJSON_AddNumberToObject(t, "worker_seconds", (double)a.seconds);
-    cJSON_AddNumberToObject(t, "gpu_seconds", (double)a.gpu_seconds);
-    cJSON_AddNumberToObject(t, "amount", (double)a.amount);
+    cJSON_AddItemToObject(o, "items", a.pg.items ? a.pg.items : cJSON_CreateArray());
+    api_list_next(o, &a.pg, a.pg.limit);
+    total_json(cJSON_AddObjectToObject(o, "total"), &total);
     api_json(rs, 200, o);
 }
 
@@ -425,28 +443,30 @@ void api_invoice(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_error(rs, 400, "invalid_value", "month", "the month must be YYYY-MM (1970 or later)");
         return;
     }
+    struct usage_acc a = {.group = "job"};
+    if (api_list_open(rq, &a.pg, rs))
+        return;
     store_account acct;
+    store_usage total;
     int rc = store_account_get(ctx->st, tenant, &acct);
     util_buf csv = {0};
-    struct usage_acc a = {cJSON_CreateArray(), NULL, "job", 0, 0, 0};
     if (wants_csv(rq)) {
         a.csv = &csv;
         util_buf_printf(&csv, "%s", usage_header("job"));
     }
     if (rc == STORE_OK)
-        rc = store_usage_group(ctx->st, tenant, from, to, "job", usage_row, &a);
+        rc = usage_read(ctx, tenant, from, to, &a, &total);
     cJSON *credits = cJSON_CreateArray();
     if (rc == STORE_OK && !a.csv)
         rc = store_ledger_list(ctx->st, tenant, from, to, "credit", credit_row, credits);
     if (rc != STORE_OK) {
-        cJSON_Delete(a.items);
+        cJSON_Delete(a.pg.items);
         cJSON_Delete(credits);
         free(csv.buf);
         api_store_error(rs, rc, "invoice");
         return;
     }
     if (a.csv) {
-        cJSON_Delete(a.items);
         cJSON_Delete(credits);
         csv_send(rs, &csv);
         return;
@@ -466,10 +486,11 @@ void api_invoice(api_ctx *ctx, const api_req *rq, api_resp *rs)
      * the month is over nothing more can fall into it. */
     cJSON_AddBoolToObject(o, "final", util_now_ms() >= to);
     cJSON_AddStringToObject(o, "currency", acct.currency);
-    cJSON_AddItemToObject(o, "lines", a.items);
-    cJSON_AddNumberToObject(o, "worker_seconds", (double)a.seconds);
-    cJSON_AddNumberToObject(o, "gpu_seconds", (double)a.gpu_seconds);
-    cJSON_AddNumberToObject(o, "total", (double)a.amount);
+    cJSON_AddItemToObject(o, "lines", a.pg.items ? a.pg.items : cJSON_CreateArray());
+    api_list_next(o, &a.pg, a.pg.limit);
+    api_add_int(o, "worker_seconds", total.worker_seconds);
+    api_add_int(o, "gpu_seconds", total.gpu_seconds);
+    api_add_int(o, "total", total.amount);
     cJSON_AddItemToObject(o, "credits", credits);
     cJSON_AddNumberToObject(o, "credits_total", (double)credited);
     api_json(rs, 200, o);

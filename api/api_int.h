@@ -51,6 +51,9 @@ int api_list_open(const api_req *rq, api_list *pg, api_resp *rs);
 void api_list_close(api_resp *rs, api_list *pg, int rc, const char *what);
 /* Sends {"items": [...], "next_cursor": "..." | null}; consumes pg->items. */
 void api_list_send(api_resp *rs, api_list *pg, int limit);
+/* Adds o's "next_cursor": pg's last id when the page of limit is full, else
+ * null (limit 0: a list given whole). */
+void api_list_next(cJSON *o, const api_list *pg, int limit);
 void api_list_add(api_list *pg, cJSON *item, int64_t id);
 /* Defines static void NAME(void *arg, const TYPE *row): a store list's row
  * callback that adds TO_JSON(row) to the api_list at arg, keyed by row->id. */

@@ -438,18 +438,23 @@ void api_list_close(api_resp *rs, api_list *pg, int rc, const char *what)
     api_list_done(rs, pg, pg->limit, rc, what);
 }
 
-void api_list_send(api_resp *rs, api_list *pg, int limit)
+void api_list_next(cJSON *o, const api_list *pg, int limit)
 {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToObject(o, "items", pg->items ? pg->items : cJSON_CreateArray());
-    pg->items = NULL;
-    if (pg->n == limit) {
+    if (limit > 0 && pg->n == limit) {
         char c[24];
         snprintf(c, sizeof c, "%lld", (long long)pg->last);
         cJSON_AddStringToObject(o, "next_cursor", c);
     } else {
         cJSON_AddNullToObject(o, "next_cursor");
     }
+}
+
+void api_list_send(api_resp *rs, api_list *pg, int limit)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "items", pg->items ? pg->items : cJSON_CreateArray());
+    pg->items = NULL;
+    api_list_next(o, pg, limit);
     api_json(rs, 200, o);
 }
 

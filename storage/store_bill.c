@@ -406,26 +406,38 @@ int store_job_cost(store *s, int64_t job_id, int64_t now_ms,
 #define USAGE_SUMS " count(*), sum(l.seconds), sum(l.seconds * l.gpus), sum(l.amount), max(l.currency)"
 
 int store_usage_group(store *s, int64_t tenant_id, int64_t from, int64_t to, const char *group,
-                      void (*row)(void *arg, const store_usage *u), void *arg)
+                      int64_t after, int limit, void (*row)(void *arg, const store_usage *u),
+                      void *arg)
 {
-    static const char day_sql[] = "SELECT l.at / 86400000, '', " USAGE_SUMS USAGE_FROM
-                                  " GROUP BY 1 ORDER BY 1";
+    /* ?4 is the key to start past; the day's is applied to the window. */
+    static const char day_sql[] =
+        "SELECT l.at / 86400000, '', " USAGE_SUMS USAGE_FROM " GROUP BY 1 ORDER BY 1 LIMIT ?5";
     static const char job_sql[] = "SELECT l.job_id, max(l.job_name), " USAGE_SUMS USAGE_FROM
-                                  " GROUP BY 1 ORDER BY 1";
+                                  " AND l.job_id > ?4 GROUP BY 1 ORDER BY 1 LIMIT ?5";
     static const char user_sql[] =
-        "SELECT l.user_id, coalesce((SELECT name FROM users u WHERE u.id = l.user_id), ''), "
-        USAGE_SUMS USAGE_FROM " GROUP BY 1 ORDER BY 1";
+        "SELECT l.user_id, coalesce((SELECT name FROM users u WHERE u.id = l.user_id), "
+        "''), " USAGE_SUMS USAGE_FROM " AND l.user_id > ?4 GROUP BY 1 ORDER BY 1 LIMIT ?5";
     static const char spec_sql[] = "SELECT 0, l.worker_spec, " USAGE_SUMS USAGE_FROM
                                    " GROUP BY 2 ORDER BY 2";
-    const char *sql = !strcmp(group, "day")    ? day_sql
-                      : !strcmp(group, "job")  ? job_sql
-                      : !strcmp(group, "user") ? user_sql
+    int is_day = !strcmp(group, "day");
+    const char *sql = is_day                          ? day_sql
+                      : !strcmp(group, "job")         ? job_sql
+                      : !strcmp(group, "user")        ? user_sql
                       : !strcmp(group, "worker_spec") ? spec_sql
                                                       : NULL;
-    if (!sql)
+    if (!sql || after < 0 || limit < 0)
         return STORE_INVALID;
-    store_st *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(tenant_id),
-            STORE_I(from), STORE_I(to)));
+    if (is_day && after > 0 && after < INT64_MAX / 86400000 && (after + 1) * 86400000 > from)
+        from = (after + 1) * 86400000;
+    if (from >= to) /* paged past the window */
+        return STORE_OK;
+    store_st *st =
+        sql == spec_sql
+            ? store_prep(store_reader(s), sql,
+                         STORE_ARGS(STORE_I(tenant_id), STORE_I(from), STORE_I(to)))
+            : store_prep(store_reader(s), sql,
+                         STORE_ARGS(STORE_I(tenant_id), STORE_I(from), STORE_I(to), STORE_I(after),
+                                    STORE_I(limit > 0 ? limit : INT32_MAX)));
     if (!st)
         return STORE_EIO;
     int rc;
@@ -442,6 +454,26 @@ int store_usage_group(store *s, int64_t tenant_id, int64_t from, int64_t to, con
     }
     store_reset(st);
     return rc == STORE_DONE ? STORE_OK : rc;
+}
+
+int store_usage_total(store *s, int64_t tenant_id, int64_t from, int64_t to, store_usage *out)
+{
+    static const char sql[] = "SELECT" USAGE_SUMS USAGE_FROM;
+    memset(out, 0, sizeof *out);
+    store_st *st = store_prep(store_reader(s), sql,
+                              STORE_ARGS(STORE_I(tenant_id), STORE_I(from), STORE_I(to)));
+    if (!st)
+        return STORE_EIO;
+    int rc = store_step_row(st);
+    if (rc == STORE_OK) {
+        out->entries = store_col_int64(st, 0);
+        out->worker_seconds = store_col_int64(st, 1);
+        out->gpu_seconds = store_col_int64(st, 2);
+        out->amount = store_col_int64(st, 3);
+        store_col_copy(st, 4, out->currency, sizeof out->currency);
+    }
+    store_reset(st);
+    return rc;
 }
 
 int store_money_metrics(store *s,

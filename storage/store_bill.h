@@ -113,7 +113,9 @@ int store_job_cost(store *s, int64_t job_id, int64_t now_ms,
 
 /* Charges of a tenant in [from, to) grouped by group ("day", "job", "user"
  * or "worker_spec"): key is the group's id (day: days since the epoch; 0 for
- * worker_spec), name its name ("" for day). */
+ * worker_spec), name its name ("" for day).  In key order (worker_spec: by
+ * name), from the first key past after, at most limit groups (0: all);
+ * worker_spec groups are few (the platform's specs) and come whole. */
 typedef struct store_usage {
     int64_t key;
     char name[201];
@@ -121,7 +123,11 @@ typedef struct store_usage {
     char currency[4];
 } store_usage;
 int store_usage_group(store *s, int64_t tenant_id, int64_t from, int64_t to, const char *group,
-                      void (*row)(void *arg, const store_usage *u), void *arg);
+                      int64_t after, int limit, void (*row)(void *arg, const store_usage *u),
+                      void *arg);
+/* The same charges all summed into out (key 0, name ""; currency "" when
+ * there are none). */
+int store_usage_total(store *s, int64_t tenant_id, int64_t from, int64_t to, store_usage *out);
 
 /* Per tenant (by name): running workers, and charges since ever (for /metrics). */
 int store_money_metrics(store *s,

@@ -530,6 +530,143 @@ static int csv_rows(const char *body, int ncols, int col, long long *sum)
     return rows;
 }
 
+/* count charges of acme written straight into the ledger: job ids
+ * 5000 + i, amounts 1 + i, at first_ms + i * step_ms. */
+static void charges(int count, long long first_ms, long long step_ms)
+{
+    char sql[2048], out[256];
+    long long t = db_ll("SELECT id FROM tenants WHERE name = 'acme'");
+    long long u = db_ll("SELECT id FROM users WHERE name = 'alice'");
+    snprintf(sql, sizeof sql,
+             "INSERT INTO ledger(tenant_id, at, kind, amount, currency, job_id, attempt, rank,"
+             " job_name, user_id, worker_spec, gpus, seconds, price_per_hour)"
+             " SELECT %lld, %lld + (a.column1 * 10 + b.column1) * %lld, 'charge',"
+             " 1 + a.column1 * 10 + b.column1, 'USD', 5000 + a.column1 * 10 + b.column1, 1, 0,"
+             " 'p', %lld, 'meter', 0, 10, 3600"
+             " FROM (VALUES (0),(1),(2),(3),(4),(5),(6),(7),(8),(9),(10),(11),(12)) a,"
+             " (VALUES (0),(1),(2),(3),(4),(5),(6),(7),(8),(9)) b"
+             " WHERE a.column1 * 10 + b.column1 < %d",
+             t, first_ms, step_ms, u, count);
+    th_db_query(&d, sql, out, sizeof out);
+    cr_assert_eq(db_ll("SELECT count(*) FROM ledger WHERE kind = 'charge'"), count, "%s", out);
+}
+
+/* Walks the pages of path (limit per page) and checks them: keys of field
+ * ascending and never twice, every page but the last full, its items
+ * summing to the total of total_key.  Returns how many items it saw. */
+static int walk_pages(const char *path, const char *items_key, const char *field, int limit,
+                      const char *total_key, long long want_total)
+{
+    char p[256], cursor[32] = "";
+    long long sum = 0, last = -1;
+    int n = 0;
+    for (int page = 0; page < 20; page++) {
+        snprintf(p, sizeof p, "%s%slimit=%d%s%s", path, strchr(path, '?') ? "&" : "?", limit,
+                 cursor[0] ? "&cursor=" : "", cursor);
+        th_resp r = th_get(&d, p, tok);
+        cr_assert_eq(r.status, 200, "%s: %s", p, r.body);
+        const cJSON *items = cJSON_GetObjectItem(r.json, items_key), *it;
+        int got = 0;
+        cJSON_ArrayForEach(it, items)
+        {
+            long long key;
+            const cJSON *k = cJSON_GetObjectItem(it, field);
+            if (cJSON_IsString(k)) { /* a day */
+                struct tm tm = {0};
+                cr_assert(strptime(k->valuestring, "%Y-%m-%d", &tm), "%s", k->valuestring);
+                key = (long long)timegm(&tm);
+            } else {
+                key = (long long)num(it, field);
+            }
+            cr_expect_gt(key, last, "%s: %s %lld after %lld", p, field, key, last);
+            last = key;
+            sum += (long long)num(it, "amount");
+            got++;
+        }
+        n += got;
+        const cJSON *total = cJSON_GetObjectItem(r.json, "total");
+        long long t = cJSON_IsObject(total) ? (long long)num(total, "amount")
+                                            : (long long)th_num(&r, total_key);
+        cr_expect_eq(t, want_total, "%s: the total is the whole period's", p);
+        const cJSON *next = cJSON_GetObjectItem(r.json, "next_cursor");
+        cr_assert(cJSON_IsString(next) || cJSON_IsNull(next), "%s: %s", p, r.body);
+        if (cJSON_IsNull(next)) {
+            cr_expect_leq(got, limit);
+            th_free(&r);
+            break;
+        }
+        cr_expect_eq(got, limit, "%s: a page with a next_cursor is full", p);
+        snprintf(cursor, sizeof cursor, "%s", next->valuestring);
+        th_free(&r);
+    }
+    cr_expect_eq(sum, want_total, "%s: the pages' items sum to the total", path);
+    return n;
+}
+
+/* A month of many jobs comes a page at a time: usage by job and the
+ * invoice's lines in pages of limit (default 50), in job order, each line
+ * once; totals always over the whole period; CSV whole.  Days page too. */
+Test(billing, usage_and_invoice_lines_come_in_pages_with_whole_totals)
+{
+    platform(NULL, 0, "4");
+    long long now = (long long)time(NULL) * 1000;
+    charges(130, now - 130000, 1000); /* the last 130 s: this month, bar its first 130 s */
+    long long all = 130 * 131 / 2;
+    cr_expect_eq(walk_pages("/v1/usage?group_by=job", "items", "job_id", 50, NULL, all), 130);
+    cr_expect_eq(walk_pages("/v1/usage?group_by=job", "items", "job_id", 200, NULL, all), 130);
+    cr_expect_eq(walk_pages("/v1/usage?group_by=user", "items", "user_id", 1, NULL, all), 1);
+    time_t t = (time_t)(now / 1000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    char inv[64];
+    snprintf(inv, sizeof inv, "/v1/invoices/%04d-%02d", tm.tm_year + 1900, tm.tm_mon + 1);
+    cr_expect_eq(walk_pages(inv, "lines", "job_id", 50, "total", all), 130);
+    cr_expect_eq(walk_pages(inv, "lines", "job_id", 7, "total", all), 130);
+    /* without limit: 50 */
+    th_resp r = th_get(&d, inv, tok);
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(r.json, "lines")), 50, "%s", r.body);
+    cr_expect_str_eq(cJSON_GetObjectItem(r.json, "next_cursor")->valuestring, "5049");
+    th_free(&r);
+    r = th_get(&d, "/v1/usage?group_by=job", tok);
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(r.json, "items")), 50, "%s", r.body);
+    th_free(&r);
+    /* CSV: every line, whatever the limit */
+    long long csum;
+    r = th_req(&d, "GET", inv, tok, NULL, NULL, 0, "Accept: text/csv");
+    cr_expect_eq(csv_rows(r.body, 6, 4, &csum), 130);
+    cr_expect_eq(csum, all);
+    th_free(&r);
+    /* bad pages change nothing and say why */
+    static const char *const bad[] = {"limit=0", "limit=201", "cursor=abc", "cursor=-3"};
+    for (int i = 0; i < 4; i++) {
+        char p[128], field[8];
+        snprintf(field, sizeof field, "%.*s", (int)strcspn(bad[i], "="), bad[i]);
+        snprintf(p, sizeof p, "%s?%s", inv, bad[i]);
+        th_expect_error(th_get(&d, p, tok), 400, "invalid_value", field);
+        snprintf(p, sizeof p, "/v1/usage?group_by=day&%s", bad[i]);
+        th_expect_error(th_get(&d, p, tok), 400, "invalid_value", field);
+    }
+}
+
+/* Usage by day over a period of ten days, three days a page. */
+Test(billing, usage_by_day_pages_through_a_period)
+{
+    platform(NULL, 0, "4");
+    charges(10, 1740830400000LL, 86400000LL); /* 2025-03-01T12:00Z, a day apart */
+    cr_expect_eq(walk_pages("/v1/usage?group_by=day&from=2025-03-01&to=2025-04-01", "items", "day",
+                            3, NULL, 55),
+                 10);
+    cr_expect_eq(walk_pages("/v1/usage?group_by=day&from=2025-03-04&to=2025-03-06", "items", "day",
+                            1, NULL, 4 + 5),
+                 2);
+    /* worker_spec groups come whole, with no next page */
+    th_resp r =
+        th_get(&d, "/v1/usage?group_by=worker_spec&from=2025-03-01&to=2025-04-01&limit=1", tok);
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(r.json, "items")), 1, "%s", r.body);
+    cr_expect(cJSON_IsNull(cJSON_GetObjectItem(r.json, "next_cursor")), "%s", r.body);
+    th_free(&r);
+}
+
 Test(billing, usage_invoices_csv_and_metrics_match_the_ledger_and_stay_with_their_tenant)
 {
     platform(NULL, 1, "4");

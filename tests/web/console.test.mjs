@@ -7,6 +7,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, existsSync, readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
 import http from 'node:http';
 import { join } from 'node:path';
 import { chromium } from 'playwright-core';
@@ -340,6 +341,34 @@ test('the jobs list pages with the API\'s cursors and filters by state', async (
   assert.deepEqual(await shown(), [ids[1], ids[0]]);
   ids.splice(1, 1);
   await shot(page, '13-jobs-filtered');
+});
+
+test('an invoice of many jobs shows a page of lines and More lines the rest', async (t) => {
+  // 230 charges of a tenant of its own, written into the ledger as cohortd
+  // would: past one page of 200.
+  const token = await plat.user('ledgerco', 'lee', 'member');
+  const db = join(plat.dir, 'cohort.db');
+  const sql = (q) => execFileSync('sqlite3', [db, q], { encoding: 'utf8' }).trim();
+  const tenant = Number(sql("SELECT id FROM tenants WHERE name = 'ledgerco'"));
+  const user = Number(sql("SELECT id FROM users WHERE name = 'lee'"));
+  const now = Date.now();
+  sql(`WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 229)
+    INSERT INTO ledger(tenant_id, at, kind, amount, currency, job_id, attempt, rank, job_name, user_id,
+      worker_spec, gpus, seconds, price_per_hour)
+    SELECT ${tenant}, ${now} - 230000 + i * 1000, 'charge', 100, 'USD', 90000 + i, 1, 0, 'sweep-' || i, ${user},
+      '${SPEC}', 0, 1, 360000 FROM n`);
+  const page = await open(t);
+  await signIn(page, token);
+  await page.goto('/billing');
+  await page.waitForSelector('#invoice tbody tr');
+  const rows = () => page.locator('#invoice tbody tr').count();
+  assert.equal(await rows(), 200, 'the first page');
+  await page.click('#invoice-more');
+  await page.waitForFunction(() => document.querySelectorAll('#invoice tbody tr').length === 230);
+  const ids = await page.$$eval('#invoice tbody tr', (trs) => trs.map((r) => Number(r.dataset.jobId)));
+  assert.deepEqual(ids, Array.from({ length: 230 }, (_, i) => 90000 + i), 'every job once, in order');
+  assert.equal(await page.locator('#invoice-more').count(), 0, 'no More after the last page');
+  assert.equal(await page.textContent('#invoice-total'), '$230.00', 'the total is the whole month\'s');
 });
 
 test('leaving a job page before it has loaded leaves nothing of it behind', async (t) => {

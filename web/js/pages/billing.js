@@ -83,18 +83,35 @@ export async function render(main) {
   replace(main, h('div', { class: 'page-head' }, h('h1', {}, 'Billing', tenant ? ` · ${tenant}` : '')), pick, msg,
     h('div', { class: 'cols' }, budget, limits), spend, invoice);
 
+  // The invoice's lines come a page at a time; "More lines" appends the next.
+  const lineRow = (l, cur) => h('tr', { dataset: { jobId: l.job_id } },
+    h('td', {}, tenant ? `#${l.job_id} ${l.job_name}` : h('a', { href: `/jobs/${l.job_id}` }, `#${l.job_id} ${l.job_name}`)),
+    h('td', { class: 'num' }, duration(l.worker_seconds)), h('td', { class: 'num' }, duration(l.gpu_seconds)),
+    h('td', { class: 'num' }, money(l.amount, cur)));
   try {
-    const inv = await api.get(`/v1/invoices/${month}` + api.query(t));
+    const inv = await api.get(`/v1/invoices/${month}` + api.query({ ...t, limit: 200 }));
+    const lines = table(['Job', 'Worker time', 'GPU time', 'Amount'], inv.lines.map((l) => lineRow(l, inv.currency)),
+      'Nothing was charged this month.');
+    const more = h('p', {});
+    let cursor = inv.next_cursor;
+    const moreButton = () => (cursor ? h('button', { type: 'button', id: 'invoice-more', onclick: async () => {
+      try {
+        const next = await api.get(`/v1/invoices/${month}` + api.query({ ...t, limit: 200, cursor }));
+        const body = lines.querySelector('tbody');
+        for (const l of next.lines) body.appendChild(lineRow(l, next.currency));
+        cursor = next.next_cursor;
+        replace(more, moreButton());
+      } catch (e) {
+        replace(msg, errorBox(e));
+      }
+    } }, 'More lines') : null);
+    replace(more, moreButton());
     replace(invoice,
       h('div', { class: 'section-head' }, h('h2', {}, `Invoice ${inv.month}`, inv.final ? '' : ' (month not over)', ': cost per job'),
         h('button', { type: 'button', class: 'link', id: 'csv-invoice', onclick: () =>
           api.download(`/v1/invoices/${month}` + api.query(t), `cohort-${who}-invoice-${month}.csv`, 'text/csv')
             .catch((e) => replace(msg, errorBox(e))) }, 'CSV')),
-      table(['Job', 'Worker time', 'GPU time', 'Amount'], inv.lines.map((l) => h('tr', { dataset: { jobId: l.job_id } },
-        h('td', {}, tenant ? `#${l.job_id} ${l.job_name}` : h('a', { href: `/jobs/${l.job_id}` }, `#${l.job_id} ${l.job_name}`)),
-        h('td', { class: 'num' }, duration(l.worker_seconds)), h('td', { class: 'num' }, duration(l.gpu_seconds)),
-        h('td', { class: 'num' }, money(l.amount, inv.currency)))),
-      'Nothing was charged this month.'),
+      lines, more,
       h('p', { class: 'total' }, 'Total: ', h('strong', { id: 'invoice-total' }, money(inv.total, inv.currency)),
         inv.credits_total ? ` · credits added: ${money(inv.credits_total, inv.currency)}` : ''));
   } catch (e) {
