@@ -11,7 +11,7 @@
  *   - GET /v1/jobs/ID (random jobs of the tenant), the jobs list's first
  *     page, pages further on by cursor, and a page filtered by state;
  *   - /v1/usage (this month, by day and by job) and this month's and last
- *     month's invoices;
+ *     month's invoices (their first pages, and last month's 20 pages in);
  *   - the scheduler's passes over the pending queue (/metrics: the mean
  *     over a window, the longest since start, the queue's length): the
  *     pending jobs ask for 16 CPUs and the node has 4, so every pass plans
@@ -411,6 +411,21 @@ static int phase(const char *build, const char *label, long long fin, long long 
     snprintf(deep, sizeof deep, "/v1/jobs?limit=50&cursor=%s", page);
     snprintf(inv_cur, sizeof inv_cur, "/v1/invoices/%s", cur);
     snprintf(inv_prev, sizeof inv_prev, "/v1/invoices/%s", prev);
+    /* An invoice's lines 20 pages in, as the console's More lines gets them. */
+    char inv_deep[160];
+    {
+        bench_sink out = {0};
+        char p[160], next[64] = "";
+        snprintf(p, sizeof p, "%s", inv_prev);
+        for (int i = 0; i < 20; i++) {
+            if (bench_call(c, base, w.token, "GET", p, NULL, NULL, 0, NULL, &out) != 200 ||
+                str_after(out.buf, "\"next_cursor\":\"", next, sizeof next))
+                break;
+            snprintf(p, sizeof p, "%s?cursor=%s", inv_prev, next);
+        }
+        bench_sink_free(&out);
+        snprintf(inv_deep, sizeof inv_deep, "%s", p);
+    }
     struct {
         const char *what, *path;
         const long long *ids;
@@ -422,9 +437,10 @@ static int phase(const char *build, const char *label, long long fin, long long 
         {"jobs list, state=FAILED", "/v1/jobs?limit=50&state=FAILED", NULL, samples},
         {"job events", "/v1/jobs/%lld/events", ids, samples},
         {"usage, this month by day", "/v1/usage", NULL, samples / 5 + 1},
-        {"usage, this month by job", "/v1/usage?group_by=job", NULL, samples / 5 + 1},
-        {"invoice, this month", inv_cur, NULL, samples / 5 + 1},
-        {"invoice, last month", inv_prev, NULL, samples / 5 + 1},
+        {"usage, this month by job (50)", "/v1/usage?group_by=job", NULL, samples / 5 + 1},
+        {"invoice, this month (50 lines)", inv_cur, NULL, samples / 5 + 1},
+        {"invoice, last month (50 lines)", inv_prev, NULL, samples / 5 + 1},
+        {"invoice, last month, page 21", inv_deep, NULL, samples / 5 + 1},
     };
     printf("\n== %s store (%s, %s): %lld finished jobs, %lld pending; history written in "
            "%.1f s\n",
