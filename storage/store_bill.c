@@ -402,45 +402,71 @@ int store_job_cost(store *s, int64_t job_id, int64_t now_ms,
     return rc == STORE_DONE ? STORE_OK : rc;
 }
 
-#define USAGE_FROM " FROM ledger l WHERE l.tenant_id = ?1 AND l.kind = 'charge' AND l.at >= ?2 AND l.at < ?3"
-#define USAGE_SUMS " count(*), sum(l.seconds), sum(l.seconds * l.gpus), sum(l.amount), max(l.currency)"
+/*
+ * Usage reads the running totals that the ledger's trigger keeps (migration
+ * 011), not every charge.  A window [from, to) is its whole UTC days, read
+ * from usage_days, and the partial days at its two ends, read from the
+ * ledger: three arms of one statement, so they share one snapshot.  Every
+ * such statement takes ?1 the tenant, ?2..?5 the two partial ends (ms,
+ * [?2, ?3) and [?4, ?5)) and ?6..?7 the whole days ([?6, ?7), days).
+ */
+#define DAY_MS 86400000LL
 
-int store_usage_group(store *s, int64_t tenant_id, int64_t from, int64_t to, const char *group,
-                      int64_t after, int limit, void (*row)(void *arg, const store_usage *u),
-                      void *arg)
+/* SQL pieces, laid out as the statements read. */
+/* clang-format off */
+#define USAGE_SUMS                                                                                 \
+    " count(*) AS e, sum(l.seconds) AS ws, sum(l.seconds * l.gpus) AS gs, sum(l.amount) AS a,"     \
+    " max(l.currency) AS c"
+#define USAGE_LEDGER(lo, hi)                                                                       \
+    " FROM ledger l WHERE l.tenant_id = ?1 AND l.kind = 'charge'"                                  \
+    " AND l.at >= " lo " AND l.at < " hi
+#define USAGE_ROLLUP                                                                               \
+    " sum(entries), sum(worker_seconds), sum(gpu_seconds), sum(amount), max(currency)"             \
+    " FROM usage_days WHERE tenant_id = ?1 AND day >= ?6 AND day < ?7"
+/* One arm: the ledger's charges in [lo, hi), keyed by key, filtered by where. */
+#define USAGE_ARM(key, lo, hi, where)                                                              \
+    "SELECT " key " AS k," USAGE_SUMS USAGE_LEDGER(lo, hi) where " GROUP BY 1"
+/* The window's charges grouped by a key: raw_key over the ledger's rows,
+ * day_key over usage_days', each arm filtered further by its where. */
+#define USAGE_ARMS(raw_key, raw_where, day_key, day_where)                                         \
+    USAGE_ARM(raw_key, "?2", "?3", raw_where) " UNION ALL "                                        \
+    USAGE_ARM(raw_key, "?4", "?5", raw_where) " UNION ALL "                                        \
+    "SELECT " day_key "," USAGE_ROLLUP day_where " GROUP BY 1"
+#define USER_KEY "coalesce(l.user_id, 0)"
+#define SPEC_KEY "coalesce(l.worker_spec, '')"
+#define USAGE_GROUPED " sum(t.e), sum(t.ws), sum(t.gs), sum(t.a), max(t.c) FROM ("
+/* The month's charges outside the window [?3, ?4), by job: [?2 (the
+ * month's start), ?3) and [?4, ?5 (the month's end)). */
+#define OUTSIDE_ARMS                                                                               \
+    USAGE_ARM("l.job_id", "?2", "?3", " AND l.job_id > ?6") " UNION ALL "                          \
+    USAGE_ARM("l.job_id", "?4", "?5", " AND l.job_id > ?6")
+/* clang-format on */
+
+/* The arguments ?2..?7 above for [from, to): where it holds no whole day,
+ * all of it is the first end. */
+struct usage_span {
+    int64_t lo0, hi0, lo1, hi1, d0, d1;
+};
+
+static void usage_span(int64_t from, int64_t to, struct usage_span *w)
 {
-    /* ?4 is the key to start past; the day's is applied to the window. */
-    static const char day_sql[] =
-        "SELECT l.at / 86400000, '', " USAGE_SUMS USAGE_FROM " GROUP BY 1 ORDER BY 1 LIMIT ?5";
-    static const char job_sql[] = "SELECT l.job_id, max(l.job_name), " USAGE_SUMS USAGE_FROM
-                                  " AND l.job_id > ?4 GROUP BY 1 ORDER BY 1 LIMIT ?5";
-    static const char user_sql[] =
-        "SELECT l.user_id, coalesce((SELECT name FROM users u WHERE u.id = l.user_id), "
-        "''), " USAGE_SUMS USAGE_FROM " AND l.user_id > ?4 GROUP BY 1 ORDER BY 1 LIMIT ?5";
-    static const char spec_sql[] = "SELECT 0, l.worker_spec, " USAGE_SUMS USAGE_FROM
-                                   " GROUP BY 2 ORDER BY 2";
-    int is_day = !strcmp(group, "day");
-    const char *sql = is_day                          ? day_sql
-                      : !strcmp(group, "job")         ? job_sql
-                      : !strcmp(group, "user")        ? user_sql
-                      : !strcmp(group, "worker_spec") ? spec_sql
-                                                      : NULL;
-    if (!sql || after < 0 || limit < 0)
-        return STORE_INVALID;
-    if (is_day && after > 0 && after < INT64_MAX / 86400000 && (after + 1) * 86400000 > from)
-        from = (after + 1) * 86400000;
-    if (from >= to) /* paged past the window */
-        return STORE_OK;
-    store_st *st =
-        sql == spec_sql
-            ? store_prep(store_reader(s), sql,
-                         STORE_ARGS(STORE_I(tenant_id), STORE_I(from), STORE_I(to)))
-            : store_prep(store_reader(s), sql,
-                         STORE_ARGS(STORE_I(tenant_id), STORE_I(from), STORE_I(to), STORE_I(after),
-                                    STORE_I(limit > 0 ? limit : INT32_MAX)));
-    if (!st)
-        return STORE_EIO;
-    int rc;
+    if (from < 0) /* no charge is older than the epoch */
+        from = 0;
+    if (to < from)
+        to = from;
+    int64_t d0 = from / DAY_MS + (from % DAY_MS != 0), d1 = to / DAY_MS;
+    if (d0 < d1)
+        *w = (struct usage_span){from, d0 * DAY_MS, d1 * DAY_MS, to, d0, d1};
+    else
+        *w = (struct usage_span){from, to, to, to, 0, 0};
+}
+
+/* Hands each row of st (key, name, entries, seconds, GPU seconds, amount,
+ * currency) to row and resets st: the number of rows, or a store error
+ * (negative). */
+static int usage_rows(store_st *st, void (*row)(void *arg, const store_usage *u), void *arg)
+{
+    int rc, n = 0;
     while ((rc = store_step(st)) == STORE_ROW) {
         store_usage u;
         u.key = store_col_int64(st, 0);
@@ -451,17 +477,132 @@ int store_usage_group(store *s, int64_t tenant_id, int64_t from, int64_t to, con
         u.amount = store_col_int64(st, 5);
         store_col_copy(st, 6, u.currency, sizeof u.currency);
         row(arg, &u);
+        n++;
     }
     store_reset(st);
-    return rc == STORE_DONE ? STORE_OK : rc;
+    return rc == STORE_DONE ? n : (rc < 0 ? rc : STORE_EIO);
+}
+
+/*
+ * A page of jobs of a window [from, to) inside one month, from the month's
+ * totals per job less the ledger's charges of the month outside the window
+ * (before from; from to to the month's end).  One statement, so one
+ * snapshot; a job all of whose charges lie outside is left out.  Its cost
+ * is the page and the charges outside, so it is taken only where those are
+ * fewer than the window's own, as far as time tells: none are written in
+ * the future, so the month past now counts for nothing (past now there
+ * may still be a few, from a replica whose clock runs ahead, and they are
+ * subtracted like any other).  1: not taken (the caller sums the window's
+ * charges); else STORE_OK or the store's error.
+ */
+static int usage_job_month(store *s, int64_t tenant_id, int64_t from, int64_t to, int64_t after,
+                           int64_t limit, void (*row)(void *arg, const store_usage *u), void *arg)
+{
+    static const char sql[] =
+        "SELECT m.job_id, m.job_name, m.entries - coalesce(x.e, 0),"
+        " m.worker_seconds - coalesce(x.ws, 0), m.gpu_seconds - coalesce(x.gs, 0),"
+        " m.amount - coalesce(x.a, 0), m.currency FROM usage_job_months m"
+        " LEFT JOIN (SELECT t.k, sum(t.e) AS e, sum(t.ws) AS ws, sum(t.gs) AS gs, sum(t.a) AS a"
+        " FROM (" OUTSIDE_ARMS ") t GROUP BY t.k) x ON x.k = m.job_id"
+        " WHERE m.tenant_id = ?1 AND m.month = ?2 AND m.job_id > ?6"
+        " AND m.entries > coalesce(x.e, 0) ORDER BY m.job_id LIMIT ?7";
+    int64_t month, next, now = util_now_ms();
+    util_month_bounds(from, &month, &next);
+    if (to > next)
+        return 1;
+    int64_t outside = (from - month) + (to < now ? (now < next ? now : next) - to : 0);
+    if (outside > (to < now ? to : now) - from)
+        return 1;
+    store_st *st =
+        store_prep(store_reader(s), sql,
+                   STORE_ARGS(STORE_I(tenant_id), STORE_I(month), STORE_I(from), STORE_I(to),
+                              STORE_I(next), STORE_I(after), STORE_I(limit)));
+    if (!st)
+        return STORE_EIO;
+    int n = usage_rows(st, row, arg);
+    return n < 0 ? n : STORE_OK;
+}
+
+int store_usage_group(store *s, int64_t tenant_id, int64_t from, int64_t to, const char *group,
+                      int64_t after, int limit, void (*row)(void *arg, const store_usage *u),
+                      void *arg)
+{
+    /* ?8 is the key to start past (the day's is applied to the window),
+     * ?9 the page's size. */
+    /* clang-format off */
+    static const char day_sql[] =
+        "SELECT t.k, ''," USAGE_GROUPED
+            USAGE_ARMS("l.at / 86400000", "", "day", "")
+        ") t GROUP BY t.k ORDER BY t.k LIMIT ?9";
+    static const char user_sql[] =
+        "SELECT t.k, coalesce((SELECT name FROM users u WHERE u.id = t.k), '')," USAGE_GROUPED
+            USAGE_ARMS(USER_KEY, " AND " USER_KEY " > ?8", "user_id", " AND user_id > ?8")
+        ") t GROUP BY t.k ORDER BY t.k LIMIT ?9";
+    static const char spec_sql[] =
+        "SELECT 0, t.k," USAGE_GROUPED
+            USAGE_ARMS(SPEC_KEY, "", "worker_spec", "")
+        ") t GROUP BY t.k ORDER BY t.k";
+    /* A window not mostly one month's: the ledger's charges, by job. */
+    static const char job_sql[] =
+        "SELECT l.job_id, max(l.job_name)," USAGE_SUMS USAGE_LEDGER("?2", "?3")
+        " AND l.job_id > ?4 GROUP BY 1 ORDER BY 1 LIMIT ?5";
+    /* clang-format on */
+    int is_day = !strcmp(group, "day"), is_job = !strcmp(group, "job");
+    const char *sql = is_day                          ? day_sql
+                      : !strcmp(group, "user")        ? user_sql
+                      : !strcmp(group, "worker_spec") ? spec_sql
+                                                      : NULL;
+    if ((!sql && !is_job) || after < 0 || limit < 0)
+        return STORE_INVALID;
+    if (is_day && after > 0 && after < INT64_MAX / DAY_MS && (after + 1) * DAY_MS > from)
+        from = (after + 1) * DAY_MS;
+    if (from >= to) /* paged past the window */
+        return STORE_OK;
+    int64_t lim = limit > 0 ? limit : INT32_MAX;
+    store_st *st;
+    if (is_job) {
+        int rc = usage_job_month(s, tenant_id, from, to, after, lim, row, arg);
+        if (rc != 1)
+            return rc;
+        st = store_prep(store_reader(s), job_sql,
+                        STORE_ARGS(STORE_I(tenant_id), STORE_I(from), STORE_I(to), STORE_I(after),
+                                   STORE_I(lim)));
+    } else {
+        struct usage_span w;
+        usage_span(from, to, &w);
+        st = sql == spec_sql
+                 ? store_prep(store_reader(s), sql,
+                              STORE_ARGS(STORE_I(tenant_id), STORE_I(w.lo0), STORE_I(w.hi0),
+                                         STORE_I(w.lo1), STORE_I(w.hi1), STORE_I(w.d0),
+                                         STORE_I(w.d1)))
+                 : store_prep(store_reader(s), sql,
+                              STORE_ARGS(STORE_I(tenant_id), STORE_I(w.lo0), STORE_I(w.hi0),
+                                         STORE_I(w.lo1), STORE_I(w.hi1), STORE_I(w.d0),
+                                         STORE_I(w.d1), STORE_I(after), STORE_I(lim)));
+    }
+    if (!st)
+        return STORE_EIO;
+    int n = usage_rows(st, row, arg);
+    return n < 0 ? n : STORE_OK;
 }
 
 int store_usage_total(store *s, int64_t tenant_id, int64_t from, int64_t to, store_usage *out)
 {
-    static const char sql[] = "SELECT" USAGE_SUMS USAGE_FROM;
+    /* clang-format off */
+    static const char sql[] =
+        "SELECT" USAGE_GROUPED
+            "SELECT" USAGE_SUMS USAGE_LEDGER("?2", "?3") " UNION ALL"
+            " SELECT" USAGE_SUMS USAGE_LEDGER("?4", "?5") " UNION ALL"
+            " SELECT" USAGE_ROLLUP
+        ") t";
+    /* clang-format on */
+    struct usage_span w;
+    usage_span(from, to, &w);
     memset(out, 0, sizeof *out);
-    store_st *st = store_prep(store_reader(s), sql,
-                              STORE_ARGS(STORE_I(tenant_id), STORE_I(from), STORE_I(to)));
+    store_st *st =
+        store_prep(store_reader(s), sql,
+                   STORE_ARGS(STORE_I(tenant_id), STORE_I(w.lo0), STORE_I(w.hi0), STORE_I(w.lo1),
+                              STORE_I(w.hi1), STORE_I(w.d0), STORE_I(w.d1)));
     if (!st)
         return STORE_EIO;
     int rc = store_step_row(st);

@@ -115,7 +115,10 @@ int store_job_cost(store *s, int64_t job_id, int64_t now_ms,
  * or "worker_spec"): key is the group's id (day: days since the epoch; 0 for
  * worker_spec), name its name ("" for day).  In key order (worker_spec: by
  * name), from the first key past after, at most limit groups (0: all);
- * worker_spec groups are few (the platform's specs) and come whole. */
+ * worker_spec groups are few (the platform's specs) and come whole.  Read
+ * from the running totals the ledger's trigger keeps (per day; per job and
+ * month), with only the charges of the window's partial days (by job: of
+ * its month outside it) read one by one. */
 typedef struct store_usage {
     int64_t key;
     char name[201];

@@ -667,6 +667,170 @@ Test(billing, usage_by_day_pages_through_a_period)
     th_free(&r);
 }
 
+/*
+ * Usage and invoices read running totals (per day, and per job and month)
+ * kept beside the ledger, plus the ledger's own charges at a window's
+ * partial ends.  Whatever the window, what they answer must be what the
+ * ledger's charges of that window sum to: 600 charges over three months,
+ * at odd times, of two users and two specs, jobs whose ranks straddle days
+ * and months, and windows aligned to months, to days, to neither, inside
+ * one day and across months.  The database sums the expected answers from
+ * the ledger itself.
+ */
+static long long iso_ms(const char *s)
+{
+    struct tm tm = {0};
+    cr_assert(strptime(s, "%Y-%m-%dT%H:%M:%SZ", &tm), "%s", s);
+    return (long long)timegm(&tm) * 1000;
+}
+
+/* The ledger's charges of acme in [from, to): SELECT cols ... tail. */
+static void ledger_sums(const char *cols, const char *tail, const char *from, const char *to,
+                        char *out, size_t n)
+{
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "SELECT %s FROM ledger WHERE tenant_id = (SELECT id FROM tenants WHERE name = 'acme')"
+             " AND kind = 'charge' AND at >= %lld AND at < %lld%s",
+             cols, iso_ms(from), iso_ms(to), tail);
+    th_db_query(&d, sql, out, n);
+}
+
+/* The groups of r as ledger_sums prints them: key|entries|seconds|GPU seconds|amount. */
+static void usage_lines(const th_resp *r, const char *items_key, const char *field, char *out,
+                        size_t n)
+{
+    size_t len = 0;
+    const cJSON *it;
+    out[0] = '\0';
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(r->json, items_key))
+    {
+        const cJSON *k = cJSON_GetObjectItem(it, field);
+        char key[64];
+        if (!strcmp(field, "day")) {
+            cr_assert(cJSON_IsString(k));
+            char at[32];
+            snprintf(at, sizeof at, "%.10sT00:00:00Z", k->valuestring);
+            snprintf(key, sizeof key, "%lld", iso_ms(at) / 86400000);
+        } else if (cJSON_IsString(k)) {
+            snprintf(key, sizeof key, "%s", k->valuestring);
+        } else {
+            snprintf(key, sizeof key, "%lld", (long long)num(it, field));
+        }
+        len += (size_t)snprintf(out + len, n - len, "%s|%lld|%lld|%lld|%lld\n", key,
+                                (long long)num(it, "entries"), (long long)num(it, "worker_seconds"),
+                                (long long)num(it, "gpu_seconds"), (long long)num(it, "amount"));
+        cr_assert_lt(len, n);
+    }
+}
+
+#define LEDGER_GROUPS ", count(*), sum(seconds), sum(seconds * gpus), sum(amount)"
+#define LEDGER_TOTAL                                                                               \
+    "coalesce(sum(seconds), 0), coalesce(sum(seconds * gpus), 0), coalesce(sum(amount), 0)"
+
+Test(billing, usage_from_running_totals_equals_the_ledger_over_any_window)
+{
+    platform(NULL, 0, "4");
+    char bob[80], sql[2048], out[256];
+    long long t = db_ll("SELECT id FROM tenants WHERE name = 'acme'");
+    long long u1 = db_ll("SELECT id FROM users WHERE name = 'alice'");
+    long long u2 = th_user(&d, "acme", "bob", "member", bob);
+    /* charge n (1..600) at 2025-01-20 + n * 3.65 h + n^2 % 5 s, of job 7000 + n / 3;
+     * then job 9001's two ranks, a millisecond each side of March's first instant */
+    snprintf(
+        sql, sizeof sql,
+        "WITH RECURSIVE c(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM c WHERE n < 600)"
+        " INSERT INTO ledger(tenant_id, at, kind, amount, currency, job_id, attempt, rank,"
+        " job_name, user_id, worker_spec, gpus, seconds, price_per_hour)"
+        " SELECT %lld, 1737331200000 + CAST(n AS BIGINT) * 13131313 + (n * n) %% 5000, 'charge',"
+        " n %% 13 + 1, 'USD', 7000 + n / 3, 1, n %% 3, 'j' || (n / 3),"
+        " CASE WHEN n %% 5 < 2 THEN %lld ELSE %lld END,"
+        " CASE WHEN n %% 3 = 1 THEN 'gpu-1x' ELSE 'cpu-small' END,"
+        " CASE WHEN n %% 3 = 1 THEN 1 ELSE 0 END, n %% 97 + 1, 3600 FROM c;"
+        " INSERT INTO ledger(tenant_id, at, kind, amount, currency, job_id, attempt, rank,"
+        " job_name, user_id, worker_spec, gpus, seconds, price_per_hour) VALUES"
+        " (%lld, 1740787199999, 'charge', 100, 'USD', 9001, 1, 0, 'edge', %lld, 'gpu-1x', 2,"
+        " 50, 3600), (%lld, 1740787200000, 'charge', 200, 'USD', 9001, 1, 1, 'edge', %lld,"
+        " 'gpu-1x', 2, 70, 3600)",
+        t, u1, u2, t, u1, t, u1);
+    th_db_query(&d, sql, out, sizeof out);
+    cr_assert_eq(db_ll("SELECT count(*) FROM ledger WHERE kind = 'charge'"), 602, "%s", out);
+
+    static const char *const windows[][2] = {
+        {"2025-02-01T00:00:00Z", "2025-03-01T00:00:00Z"}, /* a month */
+        {"2025-03-01T00:00:00Z", "2025-04-01T00:00:00Z"},
+        {"2025-04-01T00:00:00Z", "2025-05-01T00:00:00Z"}, /* the last, in part */
+        {"2025-02-01T00:00:00Z", "2025-02-17T05:00:00Z"}, /* a month's start, not its end */
+        {"2025-02-01T00:00:00Z", "2025-03-15T00:00:00Z"}, /* a month and more */
+        {"2025-02-03T07:30:00Z", "2025-02-21T19:00:00Z"}, /* neither end a day's */
+        {"2025-02-10T01:00:00Z", "2025-02-10T23:00:00Z"}, /* inside one day */
+        {"2025-02-28T00:00:00Z", "2025-03-02T00:00:00Z"}, /* days across a month's end */
+        {"2025-01-25T13:00:00Z", "2025-04-02T02:00:00Z"}, /* months, neither end aligned */
+        {"2024-12-01T00:00:00Z", "2025-01-01T00:00:00Z"}, /* before any charge */
+    };
+    static const struct {
+        const char *group, *field, *key;
+    } groups[] = {
+        {"day", "day", "at / 86400000"},
+        {"job", "job_id", "job_id"},
+        {"user", "user_id", "user_id"},
+        {"worker_spec", "worker_spec", "worker_spec"},
+    };
+    static char want[16384], got[16384];
+    int lines = 0;
+    for (size_t w = 0; w < sizeof windows / sizeof windows[0]; w++) {
+        const char *from = windows[w][0], *to = windows[w][1];
+        char total[128];
+        ledger_sums(LEDGER_TOTAL, "", from, to, total, sizeof total);
+        for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+            char p[256], cols[128];
+            snprintf(p, sizeof p, "/v1/usage?group_by=%s&from=%s&to=%s&limit=200", groups[g].group,
+                     from, to);
+            snprintf(cols, sizeof cols, "%s" LEDGER_GROUPS, groups[g].key);
+            ledger_sums(cols, " GROUP BY 1 ORDER BY 1", from, to, want, sizeof want);
+            th_resp r = th_get(&d, p, tok);
+            cr_assert_eq(r.status, 200, "%s: %s", p, r.body);
+            cr_expect(cJSON_IsNull(cJSON_GetObjectItem(r.json, "next_cursor")), "%s", p);
+            usage_lines(&r, "items", groups[g].field, got, sizeof got);
+            cr_expect_str_eq(got, want, "%s", p);
+            lines += cJSON_GetArraySize(cJSON_GetObjectItem(r.json, "items"));
+            const cJSON *tot = cJSON_GetObjectItem(r.json, "total");
+            snprintf(got, sizeof got, "%lld|%lld|%lld\n", (long long)num(tot, "worker_seconds"),
+                     (long long)num(tot, "gpu_seconds"), (long long)num(tot, "amount"));
+            cr_expect_str_eq(got, total, "%s: the total", p);
+            th_free(&r);
+        }
+        /* jobs a few at a time, through the cursor */
+        char p[256];
+        snprintf(p, sizeof p, "/v1/usage?group_by=job&from=%s&to=%s", from, to);
+        ledger_sums("count(DISTINCT job_id), coalesce(sum(amount), 0)", "", from, to, want,
+                    sizeof want);
+        cr_expect_eq(walk_pages(p, "items", "job_id", 13, NULL, atoll(strchr(want, '|') + 1)),
+                     atoi(want), "%s", p);
+    }
+    cr_expect_gt(lines, 500, "the windows held groups: %d", lines);
+    /* invoices: a month's lines by job, and the month's totals */
+    static const char *const months[][3] = {
+        {"2025-01", "2025-01-01T00:00:00Z", "2025-02-01T00:00:00Z"},
+        {"2025-02", "2025-02-01T00:00:00Z", "2025-03-01T00:00:00Z"},
+        {"2025-03", "2025-03-01T00:00:00Z", "2025-04-01T00:00:00Z"},
+    };
+    for (int m = 0; m < 3; m++) {
+        char p[64], total[64];
+        snprintf(p, sizeof p, "/v1/invoices/%s?limit=200", months[m][0]);
+        ledger_sums("job_id" LEDGER_GROUPS, " GROUP BY 1 ORDER BY 1", months[m][1], months[m][2],
+                    want, sizeof want);
+        ledger_sums("coalesce(sum(amount), 0)", "", months[m][1], months[m][2], total,
+                    sizeof total);
+        th_resp r = th_get(&d, p, tok);
+        cr_assert_eq(r.status, 200, "%s: %s", p, r.body);
+        usage_lines(&r, "lines", "job_id", got, sizeof got);
+        cr_expect_str_eq(got, want, "%s", p);
+        cr_expect_eq((long long)th_num(&r, "total"), atoll(total), "%s: %s", p, r.body);
+        th_free(&r);
+    }
+}
+
 Test(billing, usage_invoices_csv_and_metrics_match_the_ledger_and_stay_with_their_tenant)
 {
     platform(NULL, 1, "4");

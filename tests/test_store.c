@@ -83,8 +83,9 @@ Test(store, refuses_a_newer_schema)
 }
 
 /* A database left at schema 7 by an older cohortd, with charges in its
- * ledger: opened, it reaches the newest (9), each account's charges are
- * summed into charged once (8), and the trigger keeps them from there on. */
+ * ledger: opened, it reaches the newest, each account's charges are summed
+ * into charged once (8) and into the usage totals (11), and the triggers
+ * keep them from there on. */
 Test(store, schema_7_with_a_ledger_upgrades_and_keeps_its_charges)
 {
     char cmd[2048], out[256], err[256] = "";
@@ -103,26 +104,62 @@ Test(store, schema_7_with_a_ledger_upgrades_and_keeps_its_charges)
                  COHORT_SOURCE_DIR, db + 7, db + 7, mig);
     }
     cr_assert_eq(system(cmd), 0, "%s", cmd);
+    /* job 1: two ranks on 1970-01-01 (one past midnight, UTC); job 3: a rank on
+     * 1970-01-31 and its retry on 1970-02-01 */
     sql("INSERT INTO ledger(tenant_id, at, kind, amount, currency) VALUES (1, 1, 'credit', 1000,"
-        " 'USD'); INSERT INTO ledger(tenant_id, at, kind, amount, currency, job_id, attempt, rank)"
-        " VALUES (1, 2, 'charge', 30, 'USD', 1, 1, 0), (1, 3, 'charge', 12, 'USD', 1, 1, 1)",
+        " 'USD'); INSERT INTO ledger(tenant_id, at, kind, amount, currency, job_id, attempt, rank,"
+        " job_name, user_id, worker_spec, gpus, seconds)"
+        " VALUES (1, 2, 'charge', 30, 'USD', 1, 1, 0, 'a', 7, 'gpu-1x', 1, 60),"
+        " (1, 3, 'charge', 12, 'USD', 1, 1, 1, 'a', 7, 'gpu-1x', 1, 40),"
+        " (1, 2678399999, 'charge', 5, 'USD', 3, 1, 0, 'c', 7, NULL, 0, 9),"
+        " (1, 2678400000, 'charge', 6, 'USD', 3, 2, 0, 'c', 8, 'cpu-small', NULL, NULL)",
         out, sizeof out);
     sql("SELECT balance FROM accounts WHERE tenant_id = 1", out, sizeof out);
-    cr_assert_str_eq(out, "958\n", "the schema 7 trigger");
+    cr_assert_str_eq(out, "947\n", "the schema 7 trigger");
 
     store *s = store_open(db, err, sizeof err);
     cr_assert(s, "%s", err);
-    cr_expect_eq(store_schema_version(s), 10);
+    cr_expect_eq(store_schema_version(s), store_schema_known());
+    cr_expect_eq(store_schema_known(), 11);
     store_close(s);
     sql("SELECT balance, charged FROM accounts WHERE tenant_id = 1", out, sizeof out);
-    cr_expect_str_eq(out, "958|42\n");
-    sql("INSERT INTO ledger(tenant_id, at, kind, amount, currency, job_id, attempt, rank)"
-        " VALUES (1, 4, 'charge', 8, 'USD', 2, 1, 0);"
+    cr_expect_str_eq(out, "947|53\n");
+    static const char days[] =
+        "SELECT day, user_id, worker_spec, entries, worker_seconds, gpu_seconds, amount, currency"
+        " FROM usage_days ORDER BY day, user_id, worker_spec";
+    static const char months[] =
+        "SELECT month, job_id, job_name, entries, worker_seconds, gpu_seconds, amount, currency"
+        " FROM usage_job_months ORDER BY month, job_id";
+    sql(days, out, sizeof out);
+    cr_expect_str_eq(out,
+                     "0|7|gpu-1x|2|100|100|42|USD\n30|7||1|9|0|5|USD\n"
+                     "31|8|cpu-small|1|0|0|6|USD\n",
+                     "usage_days filled from the ledger");
+    sql(months, out, sizeof out);
+    cr_expect_str_eq(out,
+                     "0|1|a|2|100|100|42|USD\n0|3|c|1|9|0|5|USD\n"
+                     "2678400000|3|c|1|0|0|6|USD\n",
+                     "usage_job_months filled from the ledger");
+    /* from here on the trigger adds each charge, and no credit */
+    sql("INSERT INTO ledger(tenant_id, at, kind, amount, currency, job_id, attempt, rank,"
+        " job_name, user_id, worker_spec, gpus, seconds)"
+        " VALUES (1, 4, 'charge', 8, 'USD', 2, 1, 0, 'b', 7, 'gpu-1x', 2, 5),"
+        " (1, 2678400001, 'charge', 1, 'USD', 3, 2, 1, 'c', 8, 'cpu-small', 0, 3);"
         " INSERT INTO ledger(tenant_id, at, kind, amount, currency) VALUES (1, 5, 'credit', 100,"
         " 'USD')",
         out, sizeof out);
     sql("SELECT balance, charged FROM accounts WHERE tenant_id = 1", out, sizeof out);
-    cr_expect_str_eq(out, "1050|50\n", "the trigger of schema 8");
+    cr_expect_str_eq(out, "1038|62\n", "the trigger of schema 8");
+    sql(days, out, sizeof out);
+    cr_expect_str_eq(out,
+                     "0|7|gpu-1x|3|105|110|50|USD\n30|7||1|9|0|5|USD\n"
+                     "31|8|cpu-small|2|3|0|7|USD\n",
+                     "usage_days kept by the trigger");
+    sql(months, out, sizeof out);
+    cr_expect_str_eq(out,
+                     "0|1|a|2|100|100|42|USD\n0|2|b|1|5|10|8|USD\n0|3|c|1|9|0|5|USD\n"
+                     "2678400000|3|c|2|3|0|7|USD\n",
+                     "usage_job_months kept by the trigger");
 }
 
 struct insert {

@@ -205,12 +205,14 @@ static char *history_sql(const struct world *w, int pg, long long fin, long long
         " j.finished_at, (j.finished_at - j.started_at) * 900, 104857600, j.image_digest\n"
         " FROM jobs j JOIN (SELECT 0 AS rk UNION ALL SELECT 1) r ON r.rk < j.worker_count;\n",
         w->node);
-    /* On PostgreSQL the balance trigger is left out of the bulk load and its
-     * result written once: a million updates of ten rows in one transaction
-     * leave each row a chain of dead versions that every next update walks. */
+    /* On PostgreSQL the balance and usage triggers are left out of the bulk
+     * load and their results written once: a million updates of a few
+     * thousand rows in one transaction leave each row a chain of dead
+     * versions that every next update walks. */
     if (pg)
         len += (size_t)snprintf(sql + len, cap - len,
-                                "ALTER TABLE ledger DISABLE TRIGGER ledger_balance;\n");
+                                "ALTER TABLE ledger DISABLE TRIGGER ledger_balance;\n"
+                                "ALTER TABLE ledger DISABLE TRIGGER ledger_usage;\n");
     len += (size_t)snprintf(
         sql + len, cap - len,
         "INSERT INTO ledger(tenant_id, at, kind, amount, currency, job_id, attempt, rank,"
@@ -225,10 +227,18 @@ static char *history_sql(const struct world *w, int pg, long long fin, long long
         len += (size_t)snprintf(
             sql + len, cap - len,
             "ALTER TABLE ledger ENABLE TRIGGER ledger_balance;\n"
+            "ALTER TABLE ledger ENABLE TRIGGER ledger_usage;\n"
             "INSERT INTO accounts(tenant_id, currency, balance, charged)"
             " SELECT tenant_id, 'USD', -sum(amount), sum(amount) FROM ledger GROUP BY tenant_id"
             " ON CONFLICT(tenant_id) DO UPDATE SET balance = accounts.balance + excluded.balance,"
-            " charged = accounts.charged + excluded.charged;\n");
+            " charged = accounts.charged + excluded.charged;\n"
+            /* the running totals as migration 011 fills them */
+            "INSERT INTO usage_days SELECT tenant_id, at / 86400000, user_id, worker_spec,"
+            " count(*), sum(seconds), sum(seconds * gpus), sum(amount), max(currency)"
+            " FROM ledger WHERE kind = 'charge' GROUP BY 1, 2, 3, 4;\n"
+            "INSERT INTO usage_job_months SELECT tenant_id, usage_month(at), job_id,"
+            " max(job_name), count(*), sum(seconds), sum(seconds * gpus), sum(amount),"
+            " max(currency) FROM ledger WHERE kind = 'charge' GROUP BY 1, 2, 3;\n");
     len += (size_t)snprintf(
         sql + len, cap - len,
         /* Each job's submit event comes with its row (the jobs_submitted trigger). */
