@@ -583,7 +583,9 @@ void th_registry_add_pytorch(void)
     snprintf(build, sizeof build, "%s", COHORT_AGENT_BIN);
     *strrchr(build, '/') = '\0';
     registry_template(build, data, sizeof data);
-    snprintf(lockp, sizeof lockp, "%s/test-registry.lock", build);
+    /* Its own lock: the build takes minutes, and a test of another image
+     * (registry_template) must not wait them out behind it. */
+    snprintf(lockp, sizeof lockp, "%s/test-registry-pytorch.lock", build);
     snprintf(stamp, sizeof stamp, "%s/.pytorch", data);
     int lk = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     cr_assert(lk >= 0 && flock(lk, LOCK_EX) == 0, "lock %s", lockp);
