@@ -229,9 +229,12 @@ int store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money 
                    void (*unbounded)(void *arg, int64_t job_id), void *arg)
 {
     static const char has_sql[] = "SELECT 1 FROM accounts WHERE tenant_id = ?1";
+    /* This month's charges from the ledger's running totals per day (a
+     * month starts at a day's start): at most 31 days' rows, where summing
+     * the charges read a month of them for every budgeted tenant in every
+     * scheduler pass. */
     static const char month_sql[] =
-        "SELECT coalesce(sum(amount), 0) FROM ledger WHERE tenant_id = ?1 AND at >= ?2"
-        " AND kind = 'charge'";
+        "SELECT coalesce(sum(amount), 0) FROM usage_days WHERE tenant_id = ?1 AND day >= ?2";
     static const char holds_sql[] =
         "SELECT h.job_id, h.attempt, h.amount, h.bounded, j.price_per_hour,"
         " coalesce(j.max_runtime_seconds, 0), j.state IN ('STARTING', 'RUNNING')"
@@ -257,7 +260,7 @@ int store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money 
     out->has_account = rc == STORE_OK;
     util_month_bounds(now_ms, &month, &next);
     rc = store_int64(c, &out->spent_month, month_sql,
-                     STORE_ARGS(STORE_I(tenant_id), STORE_I(month)));
+                     STORE_ARGS(STORE_I(tenant_id), STORE_I(month / 86400000)));
     if (rc != STORE_OK)
         return rc;
     /* Every hold is read first (the live costs below use statements of

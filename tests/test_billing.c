@@ -829,6 +829,28 @@ Test(billing, usage_from_running_totals_equals_the_ledger_over_any_window)
         cr_expect_eq((long long)th_num(&r, "total"), atoll(total), "%s: %s", p, r.body);
         th_free(&r);
     }
+    /* What budgets count as spent this month: this month's charges (from the
+     * totals per day), and not one a millisecond before it began. */
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    tm.tm_mday = 1;
+    tm.tm_hour = tm.tm_min = tm.tm_sec = 0;
+    long long month = (long long)timegm(&tm) * 1000;
+    snprintf(sql, sizeof sql,
+             "INSERT INTO ledger(tenant_id, at, kind, amount, currency, job_id, attempt, rank,"
+             " job_name, user_id, worker_spec, gpus, seconds, price_per_hour) VALUES"
+             " (%lld, %lld, 'charge', 1000, 'USD', 9100, 1, 0, 'm', %lld, 'gpu-1x', 1, 9, 3600),"
+             " (%lld, %lld, 'charge', 20, 'USD', 9100, 1, 1, 'm', %lld, 'gpu-1x', 1, 9, 3600),"
+             " (%lld, %lld, 'charge', 3, 'USD', 9101, 1, 0, 'n', %lld, 'cpu-small', 0, 9, 3600)",
+             t, month - 1, u1, t, month, u1, t,
+             now * 1000LL - 5000 > month ? now * 1000LL - 5000 : month, u2);
+    th_db_query(&d, sql, out, sizeof out);
+    th_resp r = th_get(&d, "/v1/quota", tok);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_expect_eq((long long)num(cJSON_GetObjectItem(r.json, "money"), "spent_this_month"), 23, "%s",
+                 r.body);
+    th_free(&r);
 }
 
 Test(billing, usage_invoices_csv_and_metrics_match_the_ledger_and_stay_with_their_tenant)
