@@ -191,7 +191,9 @@ void th_start_no_admin(th_daemon *d, const char *const *extra)
     start(d, NULL, 1, extra);
 }
 
-int th_free_port(void)
+/* A TCP socket bound to a loopback port of the kernel's choosing, not
+ * listening; its port goes to *port.  The caller owns the socket. */
+static int loopback_bound(int *port)
 {
     int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in a = {.sin_family = AF_INET};
@@ -199,10 +201,26 @@ int th_free_port(void)
     socklen_t len = sizeof a;
     int ok = s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
              getsockname(s, (struct sockaddr *)&a, &len) == 0;
-    if (s >= 0)
+    if (!ok && s >= 0)
         close(s);
     cr_assert(ok, "no free loopback port");
-    return ntohs(a.sin_port);
+    *port = ntohs(a.sin_port);
+    return s;
+}
+
+int th_free_port(void)
+{
+    int port;
+    close(loopback_bound(&port));
+    return port;
+}
+
+int th_closed_port(void)
+{
+    int port;
+    /* The socket is left open on purpose: the test's process ends with it. */
+    (void)loopback_bound(&port);
+    return port;
 }
 
 void th_restart(th_daemon *d, const char *const *extra)
@@ -609,16 +627,12 @@ void th_registry_add_pytorch(void)
     close(lk);
 }
 
-/* Starts a registry over the tests' storage at ip on a free port; its pid
- * goes to *pid, "ip:port" to addr. */
-static void registry_start(const char *ip, pid_t *pid, char *addr, size_t an)
+/* One try at starting a registry at ip on a port free a moment ago: 0 once
+ * it answers, -1 when it exited first (a process beside this test took the
+ * port in between: th_free_port can only say what is free now). */
+static int registry_try(const char *data, const char *ip, pid_t *pid, char *addr, size_t an)
 {
-    char build[512], data[600], conf[300], cmd[200];
-    snprintf(build, sizeof build, "%s", COHORT_AGENT_BIN);
-    *strrchr(build, '/') = '\0';
-    registry_template(build, data, sizeof data);
-    snprintf(registry_dir, sizeof registry_dir, "/tmp/cohort-test-reg-%d", (int)getpid());
-    mkdir(registry_dir, 0700);
+    char conf[300], cmd[200];
     int port = th_free_port();
     snprintf(addr, an, "%s:%d", ip, port);
     snprintf(conf, sizeof conf, "%s/config-%d.yml", registry_dir, port);
@@ -640,14 +654,40 @@ static void registry_start(const char *ip, pid_t *pid, char *addr, size_t an)
         execlp("docker-registry", "docker-registry", "serve", conf, (char *)NULL);
         _exit(127);
     }
-    *pid = p;
-    snprintf(cmd, sizeof cmd, "curl -sf http://%s/v2/ >/dev/null", addr);
+    snprintf(cmd, sizeof cmd, "curl -sf -m 5 http://%s/v2/ >/dev/null", addr);
     for (int i = 0; i < 200; i++) {
-        if (system(cmd) == 0)
-            return;
+        /* what answers must be this registry, not another on its port */
+        if (waitpid(p, NULL, WNOHANG) == p)
+            return -1;
+        if (system(cmd) == 0) {
+            sleep_ms(50);
+            if (waitpid(p, NULL, WNOHANG) == p)
+                return -1;
+            *pid = p;
+            return 0;
+        }
         sleep_ms(25);
     }
+    kill(p, SIGTERM);
+    waitpid(p, NULL, 0);
     cr_assert_fail("the test registry did not start (see %s/log)", registry_dir);
+    return -1;
+}
+
+/* Starts a registry over the tests' storage at ip on a free port; its pid
+ * goes to *pid, "ip:port" to addr. */
+static void registry_start(const char *ip, pid_t *pid, char *addr, size_t an)
+{
+    char build[512], data[600];
+    snprintf(build, sizeof build, "%s", COHORT_AGENT_BIN);
+    *strrchr(build, '/') = '\0';
+    registry_template(build, data, sizeof data);
+    snprintf(registry_dir, sizeof registry_dir, "/tmp/cohort-test-reg-%d", (int)getpid());
+    mkdir(registry_dir, 0700);
+    for (int tries = 0; tries < 3; tries++)
+        if (registry_try(data, ip, pid, addr, an) == 0)
+            return;
+    cr_assert_fail("the test registry lost its port three times (see %s/log)", registry_dir);
 }
 
 static pid_t extra_pid[4];

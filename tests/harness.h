@@ -50,6 +50,11 @@ typedef struct th_resp {
 
 /* A loopback TCP port free now (for a cohortd that must keep its port across restarts). */
 int th_free_port(void);
+/* A loopback TCP port that nothing listens on for the rest of this test: it
+ * stays bound (never listening, without SO_REUSEADDR) in the test's process,
+ * so no registry or daemon started beside it can take it; connecting to it
+ * is refused. */
+int th_closed_port(void);
 /* Starts cohortd with a new data dir; extra_args may be NULL. Aborts the test on failure. */
 void th_start(th_daemon *d, const char *const *extra_args);
 /* The same, without COHORT_ADMIN_TOKEN in its environment. */
