@@ -208,10 +208,66 @@ static int loopback_bound(int *port)
     return s;
 }
 
+/*
+ * The ports th_free_port hands out: below the kernel's ephemeral range (where
+ * bind(0) and every outgoing connection take theirs) and below the agents'
+ * default rendezvous ports (29500-29999).  A counter in one file, under a
+ * lock, walks them for every test process on this machine, so two tests run
+ * side by side never get the same port, and nothing the kernel picks takes
+ * one between th_free_port and its user's bind.
+ */
+#define TH_PORT_LO 20000
+#define TH_PORT_N 9500
+#define TH_PORT_FILE "/tmp/cohort-test-ports"
+
+/* 1 when nothing at all is bound to port on loopback now (no listener, no
+ * connection, no TIME_WAIT: the probe asks for no SO_REUSEADDR). */
+static int port_unbound(int port)
+{
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int ok = s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0;
+    if (s >= 0)
+        close(s);
+    return ok;
+}
+
+/* The next unbound port of the walk, or 0 where the walk cannot be used (an
+ * ephemeral range that reaches into it, or no lock file). */
+static int walked_port(void)
+{
+    char buf[64] = "";
+    long lo = 0, hi = 0, next;
+    int port = 0;
+    if (th_read_text("/proc/sys/net/ipv4/ip_local_port_range", buf, sizeof buf) != 0 ||
+        sscanf(buf, "%ld %ld", &lo, &hi) != 2 || lo < TH_PORT_LO + TH_PORT_N)
+        return 0;
+    int fd = open(TH_PORT_FILE, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0)
+        return 0;
+    if (flock(fd, LOCK_EX) != 0)
+        goto done;
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    buf[n > 0 ? n : 0] = '\0';
+    next = n > 0 ? atol(buf) : (long)getpid();
+    for (int i = 0; i < TH_PORT_N && !port; i++, next++)
+        if (port_unbound(TH_PORT_LO + (int)(next % TH_PORT_N)))
+            port = TH_PORT_LO + (int)(next % TH_PORT_N);
+    int len = snprintf(buf, sizeof buf, "%ld\n", next % TH_PORT_N);
+    /* Were this lost, the next caller would start again from its pid. */
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, buf, (size_t)len, 0) != len)
+        fprintf(stderr, "th_free_port: %s was not updated\n", TH_PORT_FILE);
+done:
+    close(fd);
+    return port;
+}
+
 int th_free_port(void)
 {
-    int port;
-    close(loopback_bound(&port));
+    int port = walked_port();
+    if (port == 0)
+        close(loopback_bound(&port));
     return port;
 }
 

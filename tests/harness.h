@@ -48,7 +48,11 @@ typedef struct th_resp {
     int replayed;
 } th_resp;
 
-/* A loopback TCP port free now (for a cohortd that must keep its port across restarts). */
+/* A loopback TCP port free now (for a cohortd that must keep its port across
+ * restarts, or a registry), from 20000-29499: outside the kernel's ephemeral
+ * range and the agents' rendezvous ports, and never the same for two tests
+ * of one run.  Where the ephemeral range reaches below 29500, the kernel's
+ * choice instead. */
 int th_free_port(void);
 /* A loopback TCP port that nothing listens on for the rest of this test: it
  * stays bound (never listening, without SO_REUSEADDR) in the test's process,
