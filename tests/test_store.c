@@ -83,9 +83,9 @@ Test(store, refuses_a_newer_schema)
 }
 
 /* A database left at schema 7 by an older cohortd, with charges in its
- * ledger: opened, it reaches the newest, each account's charges are summed
- * into charged once (8) and into the usage totals (11), and the triggers
- * keep them from there on. */
+ * ledger and jobs: opened, it reaches the newest, each account's charges are
+ * summed into charged once (8) and into the usage totals (11), the ended
+ * jobs are counted (12), and the triggers keep them from there on. */
 Test(store, schema_7_with_a_ledger_upgrades_and_keeps_its_charges)
 {
     char cmd[2048], out[256], err[256] = "";
@@ -116,14 +116,28 @@ Test(store, schema_7_with_a_ledger_upgrades_and_keeps_its_charges)
         out, sizeof out);
     sql("SELECT balance FROM accounts WHERE tenant_id = 1", out, sizeof out);
     cr_assert_str_eq(out, "947\n", "the schema 7 trigger");
+    /* jobs that ended, and one that runs, to be counted by 12 */
+    sql("INSERT INTO users(id, tenant_id, name, role, created_at) VALUES (7, 1, 'u', 'member', 0);"
+        " INSERT INTO jobs(tenant_id, user_id, name, image, framework, workspace, code_path,"
+        " epochs, lr, batch_size, worker_spec, cpus, memory_mb, gpus, worker_count, currency,"
+        " price_per_hour, created_at, updated_at, state)"
+        " VALUES (1, 7, 'a', 'i', 'native', 'ws', 'c', 1, 0.1, 1, 's', 1, 1, 0, 1, 'USD', 1, 0, 0,"
+        " 'SUCCEEDED'), (1, 7, 'b', 'i', 'native', 'ws', 'c', 1, 0.1, 1, 's', 1, 1, 0, 1, 'USD',"
+        " 1, 0, 0, 'FAILED'), (1, 7, 'c', 'i', 'native', 'ws', 'c', 1, 0.1, 1, 's', 1, 1, 0, 1,"
+        " 'USD', 1, 0, 0, 'SUCCEEDED'), (1, 7, 'd', 'i', 'native', 'ws', 'c', 1, 0.1, 1, 's', 1,"
+        " 1, 0, 1, 'USD', 1, 0, 0, 'RUNNING')",
+        out, sizeof out);
 
     store *s = store_open(db, err, sizeof err);
     cr_assert(s, "%s", err);
     cr_expect_eq(store_schema_version(s), store_schema_known());
-    cr_expect_eq(store_schema_known(), 11);
+    cr_expect_eq(store_schema_known(), 12);
     store_close(s);
     sql("SELECT balance, charged FROM accounts WHERE tenant_id = 1", out, sizeof out);
     cr_expect_str_eq(out, "947|53\n");
+    sql("SELECT tenant_id, state, jobs FROM job_end_counts ORDER BY tenant_id, state", out,
+        sizeof out);
+    cr_expect_str_eq(out, "1|FAILED|1\n1|SUCCEEDED|2\n", "job_end_counts filled from the jobs");
     static const char days[] =
         "SELECT day, user_id, worker_spec, entries, worker_seconds, gpu_seconds, amount, currency"
         " FROM usage_days ORDER BY day, user_id, worker_spec";
@@ -455,6 +469,126 @@ Test(store, a_refused_create_in_a_group_fails_alone)
     cr_expect_str_eq(out, "36\n");
     sql("SELECT count(*) FROM job_events", out, sizeof out);
     cr_expect_str_eq(out, "36\n");
+}
+
+/* ---- the running counts of ended jobs (migration 012) ---- */
+
+#define MOVES 8
+
+/* Changes of state (and deletes, to == JOB_NSTATES) made in one write. */
+struct moves {
+    int n;
+    int64_t id[MOVES];
+    job_state from[MOVES], to[MOVES];
+};
+
+static store_rc moves_write(store_tx *tx, void *arg)
+{
+    const struct moves *m = arg;
+    for (int i = 0; i < m->n; i++) {
+        int rc = m->to[i] == JOB_NSTATES
+                     ? store_job_delete(tx, m->id[i])
+                     : store_job_transition(tx, m->id[i], m->from[i], m->to[i], "test");
+        if (rc != STORE_OK)
+            return rc;
+    }
+    return STORE_OK;
+}
+
+static void move(struct moves *m, int64_t id, job_state from, job_state to)
+{
+    cr_assert_lt(m->n, MOVES);
+    m->id[m->n] = id;
+    m->from[m->n] = from;
+    m->to[m->n++] = to;
+}
+
+static void count_into(void *arg, const char *state, int64_t n)
+{
+    int64_t *counts = arg;
+    int i = store_job_state_of(state);
+    cr_assert_geq(i, 0, "a count for %s", state);
+    counts[i] += n;
+}
+
+/* What /metrics is given is what counting the jobs themselves says, state
+ * by state, and the running counts hold per tenant. */
+static void expect_counts(store *s, const char *when)
+{
+    int64_t counts[JOB_NSTATES] = {0};
+    char q[600], out[64];
+    cr_assert_eq(store_job_state_counts(s, count_into, counts), STORE_OK);
+    for (int i = 0; i < JOB_NSTATES; i++) {
+        snprintf(q, sizeof q, "SELECT count(*) FROM jobs WHERE state = '%s'",
+                 store_job_state_name((job_state)i));
+        sql(q, out, sizeof out);
+        cr_expect_eq(counts[i], atoll(out), "%s: %s counted %lld, the jobs say %s", when,
+                     store_job_state_name((job_state)i), (long long)counts[i], out);
+    }
+    sql("SELECT count(*) FROM (SELECT tenant_id, state, count(*) AS n FROM jobs"
+        " WHERE state IN ('SUCCEEDED', 'FAILED', 'CANCELLED') GROUP BY tenant_id, state) g"
+        " FULL JOIN job_end_counts e ON e.tenant_id = g.tenant_id AND e.state = g.state"
+        " WHERE coalesce(g.n, 0) <> coalesce(e.jobs, 0)",
+        out, sizeof out);
+    cr_expect_str_eq(out, "0\n", "%s: tenants' counts that differ from their jobs", when);
+}
+
+/*
+ * Jobs end, in every ending state and several in one write; one leaves an
+ * ending state again, one ended job is deleted, and jobs are inserted
+ * already ended for another tenant: after each step the counts /metrics
+ * reads equal what counting the jobs says.
+ */
+Test(store, the_counts_of_ended_jobs_follow_every_change_of_state)
+{
+    static store_job js[GROUPED];
+    static int rc[GROUPED];
+    struct owner who;
+    store *s = queue_creates(js, rc, -1, &who);
+    cr_assert_eq(store_write(s, tenant_write, "after"), STORE_OK);
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(rc[i], STORE_OK);
+    expect_counts(s, "created");
+
+    struct moves m = {0};
+    move(&m, js[0].id, JOB_PENDING, JOB_STARTING);
+    move(&m, js[0].id, JOB_STARTING, JOB_RUNNING);
+    move(&m, js[0].id, JOB_RUNNING, JOB_SUCCEEDED);
+    move(&m, js[1].id, JOB_PENDING, JOB_CANCELLED);
+    move(&m, js[2].id, JOB_PENDING, JOB_STARTING);
+    move(&m, js[2].id, JOB_STARTING, JOB_FAILED);
+    move(&m, js[3].id, JOB_PENDING, JOB_CANCELLED);
+    move(&m, js[4].id, JOB_PENDING, JOB_STARTING);
+    cr_assert_eq(store_write(s, moves_write, &m), STORE_OK);
+    expect_counts(s, "ended in one write");
+
+    m = (struct moves){0};
+    move(&m, js[2].id, JOB_FAILED, JOB_PENDING);
+    move(&m, js[1].id, JOB_CANCELLED, JOB_NSTATES);
+    move(&m, js[4].id, JOB_STARTING, JOB_SUCCEEDED);
+    cr_assert_eq(store_write(s, moves_write, &m), STORE_OK);
+    expect_counts(s, "one queued again, one deleted");
+    char out[64];
+    sql("SELECT jobs FROM job_end_counts WHERE state = 'FAILED'", out, sizeof out);
+    cr_expect_str_eq(out, "0\n", "the failed job that was queued again");
+
+    /* already ended, for the platform's tenant (id 1), from jobs 5 to 9 */
+    char q[1200];
+    snprintf(q, sizeof q,
+             "INSERT INTO jobs(tenant_id, user_id, name, image, framework, workspace, code_path,"
+             " epochs, lr, batch_size, worker_spec, cpus, memory_mb, gpus, worker_count,"
+             " currency, price_per_hour, created_at, updated_at, state)"
+             " SELECT 1, user_id, name, image, framework, workspace, code_path, epochs, lr,"
+             " batch_size, worker_spec, cpus, memory_mb, gpus, worker_count, currency,"
+             " price_per_hour, created_at, updated_at,"
+             " CASE WHEN epochs %% 2 = 0 THEN 'FAILED' ELSE 'SUCCEEDED' END"
+             " FROM jobs WHERE id BETWEEN %lld AND %lld",
+             (long long)js[5].id, (long long)js[9].id);
+    sql(q, out, sizeof out);
+    expect_counts(s, "inserted ended");
+    sql("SELECT count(*) FROM job_end_counts WHERE tenant_id = 1", out, sizeof out);
+    cr_expect_str_eq(out, "2\n", "the platform tenant's counts");
+    store_close(s);
 }
 
 /* One name table for job states: every state's name reads back as it, and
