@@ -1,6 +1,7 @@
 /*
- * cgroup: finding the cgroup v2 hierarchy, the agent's subtree with its
- * controllers, and each worker's directory, limits and usage.
+ * cgroup: finding where the machine keeps each controller (cgroup v2, or a
+ * cgroup v1 hierarchy), the agent's subtrees, and each worker's
+ * directories, limits and usage.
  */
 #include "agent/cgroup.h"
 
@@ -13,19 +14,29 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
 #define CGROUP2_MAGIC 0x63677270
+#define CGROUP1_MAGIC 0x27e0eb
 
 static const char *const ctl_names[] = {"cpu", "memory", "pids"};
+static const char *const v1_names[CG_V1_N] = {"cpu", "cpuacct", "memory", "pids", "devices"};
+
+/* The devices every container gets (as Docker and Podman give them). */
+static const char *const std_devices[] = {
+    "c 1:3 rwm",  /* null */    "c 1:5 rwm", /* zero */   "c 1:7 rwm", /* full */
+    "c 1:8 rwm",  /* random */  "c 1:9 rwm", /* urandom */ "c 5:0 rwm", /* tty */
+    "c 5:2 rwm",  /* ptmx */    "c 136:* rwm", /* pts */  NULL};
 
 /* Writes text to dir/name: 0 or -errno. */
 static int write_file(const char *dir, const char *name, const char *text)
 {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char path[CG_PATH_MAX + 96];
+    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+        return -ENAMETOOLONG;
     int fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
@@ -35,12 +46,14 @@ static int write_file(const char *dir, const char *name, const char *text)
     return rc;
 }
 
-/* 1 when word appears as a whole word in the space-separated list. */
+/* 1 when word appears as a whole word in the list (separated by spaces,
+ * commas or a newline). */
 static int has_word(const char *list, const char *word)
 {
     size_t wl = strlen(word);
     for (const char *p = list; (p = strstr(p, word)) != NULL; p += wl)
-        if ((p == list || p[-1] == ' ') && (p[wl] == '\0' || p[wl] == ' ' || p[wl] == '\n'))
+        if ((p == list || p[-1] == ' ' || p[-1] == ',') &&
+            (p[wl] == '\0' || p[wl] == ' ' || p[wl] == ',' || p[wl] == '\n'))
             return 1;
     return 0;
 }
@@ -69,19 +82,41 @@ static void enable_controllers(const char *dir)
     }
 }
 
-/* The mount point of the first cgroup2 file system, into out: 0 or -1. */
-static int find_hierarchy(char *out, size_t n)
+/* The mount point of the first file system of type (cgroup2), or of type
+ * cgroup whose options name controller (a v1 hierarchy), into out: 0 or -1. */
+static int find_mount(const char *type, const char *controller, char *out, size_t n)
 {
     FILE *f = fopen("/proc/self/mounts", "re");
     char line[4096];
     int rc = -1;
     while (f && rc != 0 && fgets(line, sizeof line, f)) {
-        char dev[256], dir[2048], type[64];
-        if (sscanf(line, "%255s %2047s %63s", dev, dir, type) == 3 && !strcmp(type, "cgroup2") &&
-            strlen(dir) < n) {
+        char dev[256], dir[2048], t[64], opts[1024] = "";
+        if (sscanf(line, "%255s %2047s %63s %1023s", dev, dir, t, opts) >= 3 && !strcmp(t, type) &&
+            (!controller || has_word(opts, controller)) && strlen(dir) < n) {
             memcpy(out, dir, strlen(dir) + 1); /* fits: checked just above */
             rc = 0;
         }
+    }
+    if (f)
+        fclose(f);
+    return rc;
+}
+
+/* The calling process's cgroup in the v1 hierarchy holding controller
+ * ("/a/b", "/" at the top), from /proc/self/cgroup, into out: 0 or -1. */
+static int own_v1_cgroup(const char *controller, char *out, size_t n)
+{
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    char line[4096];
+    int rc = -1;
+    while (f && rc != 0 && fgets(line, sizeof line, f)) {
+        char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+        if (!b)
+            continue;
+        *b = '\0';
+        b[1 + strcspn(b + 1, "\n")] = '\0';
+        if (has_word(a + 1, controller) && (size_t)snprintf(out, n, "%s", b + 1) < n)
+            rc = 0;
     }
     if (f)
         fclose(f);
@@ -93,21 +128,38 @@ static int make_dir(const char *path)
     return mkdir(path, 0755) == 0 || errno == EEXIST ? 0 : -1;
 }
 
-int cg_open(const char *want, const char *tag, cg_root *out, char *err, size_t errlen)
+/* mkdir -p of path below base (which exists): 0 or -1 with errno. */
+static int make_below(const char *base, const char *path)
 {
-    char base[1024], mid[1100];
+    char p[CG_PATH_MAX];
+    size_t bl = strlen(base);
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *s = p + bl + 1; (s = strchr(s, '/')) != NULL; s++) {
+        *s = '\0';
+        int rc = make_dir(p);
+        *s = '/';
+        if (rc != 0)
+            return -1;
+    }
+    return make_dir(p);
+}
+
+/* The v2 subtree: <hierarchy>/cohort/<tag>, or under want. */
+static int open_v2(const char *want, const char *tag, cg_root *out, char *err, size_t errlen)
+{
+    char base[CG_PATH_MAX], mid[CG_PATH_MAX + 16];
     struct statfs sf;
-    memset(out, 0, sizeof *out);
-    if (want && !strcmp(want, "off"))
-        return 0;
     if (!want) {
-        if (find_hierarchy(base, sizeof base) != 0)
-            return 0; /* cgroup v1 only, or none: no cgroup per worker */
-        /* <hierarchy>/cohort/<tag>: one subtree for every agent of the machine */
+        if (find_mount("cgroup2", NULL, base, sizeof base) != 0)
+            return 0; /* cgroup v1 only, or none */
         snprintf(mid, sizeof mid, "%s/cohort", base);
-    } else {
-        snprintf(base, sizeof base, "%s", want);
-        snprintf(mid, sizeof mid, "%s", want);
+    } else if (snprintf(base, sizeof base, "%s", want) >= (int)sizeof base ||
+               snprintf(mid, sizeof mid, "%s", want) >= (int)sizeof mid) {
+        snprintf(err, errlen, "the cgroup path %.100s... is too long", want);
+        return -1;
     }
     if (statfs(base, &sf) != 0 || sf.f_type != CGROUP2_MAGIC) {
         snprintf(err, errlen, "%s is not a cgroup v2 directory", base);
@@ -137,86 +189,266 @@ int cg_open(const char *want, const char *tag, cg_root *out, char *err, size_t e
     return 0;
 }
 
+/* The subtree of controller c in its v1 hierarchy, if the machine keeps it
+ * there: out->v1[c] set, or left "" (with a word in err when it failed). */
+static void open_v1(int c, const char *tag, cg_root *out, char *err, size_t errlen)
+{
+    char mnt[CG_PATH_MAX], own[CG_PATH_MAX];
+    struct statfs sf;
+    if (find_mount("cgroup", v1_names[c], mnt, sizeof mnt) != 0 || statfs(mnt, &sf) != 0 ||
+        sf.f_type != CGROUP1_MAGIC || own_v1_cgroup(v1_names[c], own, sizeof own) != 0)
+        return;
+    const char *rel = strcmp(own, "/") ? own : "";
+    if (snprintf(out->v1[c], sizeof out->v1[c], "%s%s/cohort/%s", mnt, rel, tag) >=
+            (int)sizeof out->v1[c] ||
+        make_below(mnt, out->v1[c]) != 0) {
+        snprintf(err, errlen, "cannot create the cgroup %.200s: %s", out->v1[c],
+                 errno ? strerror(errno) : "path too long");
+        out->v1[c][0] = '\0';
+    }
+}
+
+int cg_open(const char *want, const char *tag, cg_root *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    if (want && !strcmp(want, "off"))
+        return 0;
+    if (open_v2(want, tag, out, err, errlen) != 0)
+        return -1;
+    if (want)
+        return 0;
+    /* What v2 does not hold, v1 may: a hybrid host, or v1 alone. */
+    int *on[CG_V1_N] = {&out->cpu, NULL, &out->memory, &out->pids, &out->devices};
+    int v2_cpu = out->cpu;
+    for (int c = 0; c < CG_V1_N; c++) {
+        if (c == CG_V1_CPUACCT ? v2_cpu : *on[c])
+            continue; /* v2 has it (its cpu.stat counts what cpuacct would) */
+        open_v1(c, tag, out, err, errlen);
+        if (on[c] && out->v1[c][0])
+            *on[c] = 1;
+    }
+    return 0;
+}
+
+int cg_used(const cg_root *r)
+{
+    if (r->path[0])
+        return 1;
+    for (int c = 0; c < CG_V1_N; c++)
+        if (r->v1[c][0])
+            return 1;
+    return 0;
+}
+
 const char *cg_controllers(const cg_root *r, char *buf, size_t n)
 {
-    snprintf(buf, n, "%s%s%s", r->cpu ? "cpu " : "", r->memory ? "memory " : "",
-             r->pids ? "pids " : "");
-    size_t len = strlen(buf);
-    if (len)
-        buf[len - 1] = '\0';
-    else
+    static const char *const name[] = {"cpu", "memory", "pids", "devices"};
+    const int on[] = {r->cpu, r->memory, r->pids, r->devices};
+    const int v1[] = {r->v1[CG_V1_CPU][0] != 0, r->v1[CG_V1_MEMORY][0] != 0,
+                      r->v1[CG_V1_PIDS][0] != 0, r->v1[CG_V1_DEVICES][0] != 0};
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < 4 && len < n; i++)
+        if (on[i])
+            len += (size_t)snprintf(buf + len, n - len, "%s%s%s", len ? " " : "", name[i],
+                                    v1[i] ? "(v1)" : "");
+    if (!buf[0])
         snprintf(buf, n, "none");
     return buf;
 }
 
-int cg_worker_make(const cg_root *root, int64_t id, int64_t cpu_milli, int64_t memory_mb,
-                   char *path, size_t n, char *err, size_t errlen)
+/* The allow-list of lim in the v1 devices cgroup dir: all denied, then the
+ * standard devices and lim's own allowed.  0 or -errno. */
+static int allow_devices(const char *dir, const cg_limits *lim, const char **what)
+{
+    char rule[64];
+    int rc = write_file(dir, "devices.deny", "a");
+    for (int i = 0; rc == 0 && std_devices[i]; i++)
+        rc = write_file(dir, "devices.allow", std_devices[i]);
+    for (int i = 0; rc == 0 && lim->devices && lim->devices[i]; i++) {
+        struct stat sb;
+        if (stat(lim->devices[i], &sb) != 0)
+            return -errno;
+        if (!S_ISCHR(sb.st_mode) && !S_ISBLK(sb.st_mode))
+            return -ENODEV;
+        snprintf(rule, sizeof rule, "%c %u:%u rwm", S_ISCHR(sb.st_mode) ? 'c' : 'b',
+                 major(sb.st_rdev), minor(sb.st_rdev));
+        rc = write_file(dir, "devices.allow", rule);
+    }
+    *what = "the device allow-list";
+    return rc;
+}
+
+/* lim's limits in w's v2 directory: 0 or -errno, *what the file. */
+static int limit_v2(const cg_root *root, const cg_worker *w, const cg_limits *lim,
+                    const char **what)
 {
     char v[64];
-    if (snprintf(path, n, "%s/w%lld", root->path, (long long)id) >= (int)n) {
-        snprintf(err, errlen, "the cgroup path is too long");
-        return -1;
-    }
-    if (make_dir(path) != 0) {
-        snprintf(err, errlen, "cannot create the cgroup %s: %s", path, strerror(errno));
-        return -1;
-    }
     int rc = 0;
-    const char *what = "";
-    if (root->cpu && cpu_milli > 0) {
+    if (root->cpu && !root->v1[CG_V1_CPU][0] && lim->cpu_milli > 0) {
         /* quota per 100 ms period: 1000 milli-CPUs is 100 ms of every 100 ms */
-        snprintf(v, sizeof v, "%lld 100000", (long long)(cpu_milli * 100));
-        what = "cpu.max";
-        rc = write_file(path, "cpu.max", v);
+        snprintf(v, sizeof v, "%lld 100000", (long long)(lim->cpu_milli * 100));
+        *what = "cpu.max";
+        rc = write_file(w->path, "cpu.max", v);
     }
-    if (rc == 0 && root->memory && memory_mb > 0) {
-        snprintf(v, sizeof v, "%lld", (long long)memory_mb * 1024 * 1024);
-        what = "memory.max";
-        rc = write_file(path, "memory.max", v);
+    if (rc == 0 && root->memory && !root->v1[CG_V1_MEMORY][0] && lim->memory_mb > 0) {
+        snprintf(v, sizeof v, "%lld", (long long)lim->memory_mb * 1024 * 1024);
+        *what = "memory.max";
+        rc = write_file(w->path, "memory.max", v);
         /* The limit is the memory the spec sold: no swapping past it. */
         if (rc == 0)
-            write_file(path, "memory.swap.max", "0");
+            write_file(w->path, "memory.swap.max", "0");
     }
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot set %s of %s: %s", what, path, strerror(-rc));
-        rmdir(path);
-        return -1;
+    if (rc == 0 && root->pids && !root->v1[CG_V1_PIDS][0] && lim->pids_max > 0) {
+        snprintf(v, sizeof v, "%lld", (long long)lim->pids_max);
+        *what = "pids.max";
+        rc = write_file(w->path, "pids.max", v);
+    }
+    return rc;
+}
+
+/* lim's limits in w's v1 directories: 0 or -errno, *what the file. */
+static int limit_v1(const cg_worker *w, const cg_limits *lim, const char **what)
+{
+    char v[64];
+    int rc = 0;
+    if (w->v1[CG_V1_CPU][0] && lim->cpu_milli > 0) {
+        snprintf(v, sizeof v, "%lld", (long long)(lim->cpu_milli * 100));
+        *what = "cpu.cfs_quota_us";
+        rc = write_file(w->v1[CG_V1_CPU], "cpu.cfs_period_us", "100000");
+        if (rc == 0)
+            rc = write_file(w->v1[CG_V1_CPU], "cpu.cfs_quota_us", v);
+    }
+    if (rc == 0 && w->v1[CG_V1_MEMORY][0] && lim->memory_mb > 0) {
+        snprintf(v, sizeof v, "%lld", (long long)lim->memory_mb * 1024 * 1024);
+        *what = "memory.limit_in_bytes";
+        rc = write_file(w->v1[CG_V1_MEMORY], "memory.limit_in_bytes", v);
+        /* memory and swap together held to the same: no swapping past it
+         * (absent where the kernel keeps no swap accounting). */
+        int s = rc == 0 ? write_file(w->v1[CG_V1_MEMORY], "memory.memsw.limit_in_bytes", v) : 0;
+        if (s != 0 && s != -ENOENT) {
+            *what = "memory.memsw.limit_in_bytes";
+            rc = s;
+        }
+    }
+    if (rc == 0 && w->v1[CG_V1_PIDS][0] && lim->pids_max > 0) {
+        snprintf(v, sizeof v, "%lld", (long long)lim->pids_max);
+        *what = "pids.max";
+        rc = write_file(w->v1[CG_V1_PIDS], "pids.max", v);
+    }
+    if (rc == 0 && w->v1[CG_V1_DEVICES][0] && lim->restrict_devices)
+        rc = allow_devices(w->v1[CG_V1_DEVICES], lim, what);
+    return rc;
+}
+
+/* Every directory of w, v2 first: NULL past the last. */
+static const char *dir_at(const cg_worker *w, int i)
+{
+    if (i == 0)
+        return w->path;
+    return i <= CG_V1_N ? w->v1[i - 1] : NULL;
+}
+
+/* Removes w's directories (best effort) and closes its descriptors. */
+static void worker_undo(cg_worker *w)
+{
+    cg_worker_close(w);
+    for (int i = 0; dir_at(w, i); i++)
+        if (dir_at(w, i)[0])
+            rmdir(dir_at(w, i));
+}
+
+/* w's directory names under root (v2 and each v1 in use), made. */
+static int worker_dirs(const cg_root *root, int64_t id, cg_worker *w, char *err, size_t errlen)
+{
+    const char *src[1 + CG_V1_N];
+    char *dst[1 + CG_V1_N];
+    src[0] = root->path;
+    dst[0] = w->path;
+    for (int c = 0; c < CG_V1_N; c++) {
+        src[c + 1] = root->v1[c];
+        dst[c + 1] = w->v1[c];
+    }
+    for (int i = 0; i < 1 + CG_V1_N; i++) {
+        if (!src[i][0])
+            continue;
+        /* sizes: CG_PATH_MAX + 32 holds "/w" and any int64 */
+        snprintf(dst[i], CG_PATH_MAX + 32, "%s/w%lld", src[i], (long long)id);
+        if (make_dir(dst[i]) != 0) {
+            snprintf(err, errlen, "cannot create the cgroup %s: %s", dst[i], strerror(errno));
+            return -1;
+        }
+        char procs[CG_PATH_MAX + 64];
+        snprintf(procs, sizeof procs, "%s/cgroup.procs", dst[i]);
+        if ((w->fd[i] = open(procs, O_WRONLY | O_CLOEXEC)) < 0) {
+            snprintf(err, errlen, "cannot open %s: %s", procs, strerror(errno));
+            return -1;
+        }
     }
     return 0;
 }
 
-int cg_procs_open(const char *path, char *err, size_t errlen)
+int cg_worker_make(const cg_root *root, int64_t id, const cg_limits *lim, cg_worker *w,
+                   char *err, size_t errlen)
 {
-    char p[1200];
-    snprintf(p, sizeof p, "%s/cgroup.procs", path);
-    int fd = open(p, O_WRONLY | O_CLOEXEC);
-    if (fd < 0)
-        snprintf(err, errlen, "cannot open %s: %s", p, strerror(errno));
-    return fd;
-}
-
-int cg_join(int procs_fd)
-{
-    return write(procs_fd, "0", 1) == 1 ? 0 : -errno;
-}
-
-int cg_kill(const char *path)
-{
-    int rc = write_file(path, "cgroup.kill", "1");
+    const char *what = "";
+    memset(w, 0, sizeof *w);
+    for (int i = 0; i < 1 + CG_V1_N; i++)
+        w->fd[i] = -1;
+    if (worker_dirs(root, id, w, err, errlen) != 0)
+        goto fail;
+    int rc = w->path[0] ? limit_v2(root, w, lim, &what) : 0;
     if (rc == 0)
+        rc = limit_v1(w, lim, &what);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot set %s of worker %lld's cgroup: %s", what, (long long)id,
+                 strerror(-rc));
+        goto fail;
+    }
+    return 0;
+fail:
+    worker_undo(w);
+    memset(w, 0, sizeof *w);
+    for (int i = 0; i < 1 + CG_V1_N; i++)
+        w->fd[i] = -1;
+    return -1;
+}
+
+int cg_join(const cg_worker *w)
+{
+    for (int i = 0; i < 1 + CG_V1_N; i++)
+        if (w->fd[i] >= 0 && write(w->fd[i], "0", 1) != 1)
+            return -errno;
+    return 0;
+}
+
+void cg_worker_close(cg_worker *w)
+{
+    for (int i = 0; i < 1 + CG_V1_N; i++) {
+        if (w->fd[i] >= 0)
+            close(w->fd[i]);
+        w->fd[i] = -1;
+    }
+}
+
+/* SIGKILL to each process cgroup.procs of dir lists: how many were listed
+ * (0 when none, or the file cannot be read). */
+static int kill_listed(const char *dir)
+{
+    char buf[16384];
+    int n = 0;
+    if (fu_read_in(dir, "cgroup.procs", buf, sizeof buf) != 0)
         return 0;
-    /* Kernels before 5.14 have no cgroup.kill: one signal per process. */
-    char buf[8192];
-    if (fu_read_in(path, "cgroup.procs", buf, sizeof buf) != 0)
-        return rc;
     for (char *p = buf, *end; *p; p = end) {
         long pid = strtol(p, &end, 10);
         if (end == p)
             break;
-        if (pid > 1)
+        if (pid > 1) {
             kill((pid_t)pid, SIGKILL);
+            n++;
+        }
     }
-    return 0;
+    return n;
 }
 
 static void nap_ms(int ms)
@@ -225,46 +457,124 @@ static void nap_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-int cg_worker_end(const char *path, cg_usage *u, int wait_ms)
+int cg_kill(const cg_worker *w)
 {
-    char buf[2048];
-    /* The namespace's last processes are being killed: let them leave. */
-    for (int waited = 0; waited < wait_ms; waited += 5) {
-        if (fu_read_in(path, "cgroup.events", buf, sizeof buf) != 0 ||
-            keyed(buf, "populated", 1) == 0)
-            break;
+    if (w->path[0] && write_file(w->path, "cgroup.kill", "1") == 0)
+        return 0;
+    /* v1, or a kernel before 5.14: one signal per process, again while a
+     * fork outruns the kills (pids.max bounds how many there can be). */
+    const char *dir = w->path;
+    for (int i = 0; !dir[0] && i < CG_V1_N; i++)
+        dir = w->v1[i];
+    if (!dir[0])
+        return -ENOENT;
+    for (int round = 0; round < 200 && kill_listed(dir) > 0; round++)
         nap_ms(5);
-    }
-    u->cpu_us =
-        fu_read_in(path, "cpu.stat", buf, sizeof buf) == 0 ? keyed(buf, "usage_usec", 0) : 0;
-    u->memory_peak =
-        fu_read_in(path, "memory.peak", buf, sizeof buf) == 0 ? strtoll(buf, NULL, 10) : -1;
-    u->memory_max = fu_read_in(path, "memory.max", buf, sizeof buf) == 0 && buf[0] != 'm'
-                        ? strtoll(buf, NULL, 10)
-                        : -1;
-    u->oom_kills =
-        fu_read_in(path, "memory.events", buf, sizeof buf) == 0 ? keyed(buf, "oom_kill", 0) : 0;
-    for (int waited = 0; rmdir(path) != 0; waited += 5) {
-        if (errno == ENOENT)
-            return 0;
-        if (errno != EBUSY || waited >= wait_ms)
-            return -1;
-        nap_ms(5);
-    }
     return 0;
 }
 
-void cg_worker_forget(const char *root, int64_t id)
+/* 1 while a process is left in any of w's cgroups. */
+static int populated(const cg_worker *w)
 {
-    char path[1200];
-    if (!root || !root[0])
+    char buf[2048];
+    if (w->path[0] && fu_read_in(w->path, "cgroup.events", buf, sizeof buf) == 0)
+        return keyed(buf, "populated", 1) != 0;
+    for (int c = 0; c < CG_V1_N; c++)
+        if (w->v1[c][0] && fu_read_in(w->v1[c], "cgroup.procs", buf, sizeof buf) == 0 && buf[0])
+            return 1;
+    return 0;
+}
+
+/* What v2 counted, into u. */
+static void usage_v2(const char *path, cg_usage *u)
+{
+    char buf[2048];
+    if (fu_read_in(path, "cpu.stat", buf, sizeof buf) == 0)
+        u->cpu_us = keyed(buf, "usage_usec", 0);
+    if (fu_read_in(path, "memory.peak", buf, sizeof buf) == 0)
+        u->memory_peak = strtoll(buf, NULL, 10);
+    if (fu_read_in(path, "memory.max", buf, sizeof buf) == 0 && buf[0] != 'm')
+        u->memory_max = strtoll(buf, NULL, 10);
+    if (fu_read_in(path, "memory.events", buf, sizeof buf) == 0)
+        u->oom_kills = keyed(buf, "oom_kill", 0);
+}
+
+/* What v1 counted, into u (over what v2 said, for the controllers v1 has). */
+static void usage_v1(const cg_worker *w, cg_usage *u)
+{
+    char buf[2048];
+    const char *acct = w->v1[CG_V1_CPUACCT], *mem = w->v1[CG_V1_MEMORY];
+    if (acct[0] && fu_read_in(acct, "cpuacct.usage", buf, sizeof buf) == 0)
+        u->cpu_us = strtoll(buf, NULL, 10) / 1000;
+    if (!mem[0])
         return;
-    snprintf(path, sizeof path, "%s/w%lld", root, (long long)id);
-    rmdir(path);
+    if (fu_read_in(mem, "memory.max_usage_in_bytes", buf, sizeof buf) == 0)
+        u->memory_peak = strtoll(buf, NULL, 10);
+    if (fu_read_in(mem, "memory.limit_in_bytes", buf, sizeof buf) == 0) {
+        long long v = strtoll(buf, NULL, 10);
+        u->memory_max = v >= (1LL << 62) ? -1 : v; /* unlimited: the page-rounded maximum */
+    }
+    if (fu_read_in(mem, "memory.oom_control", buf, sizeof buf) == 0)
+        u->oom_kills = keyed(buf, "oom_kill", 0);
+}
+
+/* The bound on processes of dir and how often it refused a fork, into u. */
+static void usage_pids(const char *dir, cg_usage *u)
+{
+    char buf[256];
+    if (!dir[0])
+        return;
+    if (fu_read_in(dir, "pids.max", buf, sizeof buf) == 0 && buf[0] != 'm')
+        u->pids_max = strtoll(buf, NULL, 10);
+    if (fu_read_in(dir, "pids.events", buf, sizeof buf) == 0)
+        u->forks_refused = keyed(buf, "max", 0);
+}
+
+int cg_worker_end(cg_worker *w, cg_usage *u, int wait_ms)
+{
+    *u = (cg_usage){0, -1, -1, 0, -1, 0};
+    cg_worker_close(w);
+    /* The namespace's last processes are being killed: let them leave. */
+    for (int waited = 0; waited < wait_ms && populated(w); waited += 5)
+        nap_ms(5);
+    if (w->path[0])
+        usage_v2(w->path, u);
+    usage_v1(w, u);
+    usage_pids(w->v1[CG_V1_PIDS][0] ? w->v1[CG_V1_PIDS] : w->path, u);
+    int rc = 0;
+    for (int i = 0; dir_at(w, i); i++) {
+        const char *d = dir_at(w, i);
+        for (int waited = 0; d[0] && rmdir(d) != 0 && errno != ENOENT; waited += 5) {
+            if (errno != EBUSY || waited >= wait_ms) {
+                rc = -1;
+                break;
+            }
+            nap_ms(5);
+        }
+    }
+    return rc;
+}
+
+void cg_worker_forget(const cg_root *root, int64_t id)
+{
+    char path[CG_PATH_MAX + 32];
+    if (!root)
+        return;
+    for (int i = -1; i < CG_V1_N; i++) {
+        const char *base = i < 0 ? root->path : root->v1[i];
+        if (base[0]) {
+            snprintf(path, sizeof path, "%s/w%lld", base, (long long)id);
+            rmdir(path);
+        }
+    }
 }
 
 void cg_close(const cg_root *r)
 {
+    /* EBUSY while workers that outlive the agent are in them */
     if (r->path[0])
-        rmdir(r->path); /* EBUSY while workers that outlive the agent are in it */
+        rmdir(r->path);
+    for (int c = 0; c < CG_V1_N; c++)
+        if (r->v1[c][0])
+            rmdir(r->v1[c]);
 }

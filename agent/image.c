@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <linux/openat2.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -360,27 +362,139 @@ static int64_t manifest_bytes(const char *text)
     return total;
 }
 
-/* Mount points the containers need, made in the unpacked root file system
- * by the agent (the rootfs is read-only to the containers). */
-static void add_mount_points(const char *rootfs)
+/* Device nodes an image carries, removed from its unpacked root before
+ * anything runs from it: a char or block node there would be live in the
+ * container (/dev/kmsg, the host's disk).  nftw gives no context pointer,
+ * hence the walk's state here. */
+static struct {
+    long dropped;
+    int err;    /* errno of the first failure, 0 when none */
+    char *path; /* where it failed (owned; NULL when none, or out of memory) */
+} dev_walk;
+
+static int dev_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
-    static const char *const dirs[] = {"proc", "sys", "dev", "tmp", "cohort", "etc", NULL};
-    static const char *const files[] = {"etc/hosts", "etc/resolv.conf", NULL};
-    char p[4400];
-    for (int i = 0; dirs[i]; i++) {
-        snprintf(p, sizeof p, "%s/%s", rootfs, dirs[i]);
-        if (mkdir(p, 0755) != 0 && errno != EEXIST)
-            continue;
+    (void)ftw;
+    if (flag == FTW_NS || flag == FTW_DNR) { /* cannot tell what is there */
+        dev_walk.err = errno ? errno : EIO;
+    } else if (S_ISCHR(sb->st_mode) || S_ISBLK(sb->st_mode)) {
+        if (unlink(path) == 0) {
+            dev_walk.dropped++;
+            return 0;
+        }
+        dev_walk.err = errno;
+    } else {
+        return 0;
     }
-    for (int i = 0; files[i]; i++) {
-        struct stat sb;
-        snprintf(p, sizeof p, "%s/%s", rootfs, files[i]);
-        if (lstat(p, &sb) != 0) {
-            int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
-            if (fd >= 0)
-                close(fd);
+    dev_walk.path = strdup(path);
+    return 1; /* stops the walk */
+}
+
+/* Removes every device node under rootfs (symbolic links are not followed):
+ * how many, or -1 with err set. */
+static long drop_devices(const char *rootfs, char *err, size_t errlen)
+{
+    memset(&dev_walk, 0, sizeof dev_walk);
+    errno = 0;
+    int rc = nftw(rootfs, dev_entry, 32, FTW_PHYS);
+    if (rc == 0)
+        return dev_walk.dropped;
+    if (dev_walk.err)
+        snprintf(err, errlen, "cannot remove the device file %.300s: %s",
+                 dev_walk.path ? dev_walk.path : "(a path too long to copy)",
+                 strerror(dev_walk.err));
+    else
+        snprintf(err, errlen, "cannot walk its root for device files: %s", strerror(errno));
+    free(dev_walk.path);
+    dev_walk.path = NULL;
+    return -1;
+}
+
+/* A directory under rootfd, resolved as if rootfd were "/" (symbolic links
+ * and ".." stay inside it): an O_PATH descriptor, or -1 with errno. */
+static int open_in_root(int rootfd, const char *rel)
+{
+    struct open_how how = {
+        .flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+        .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+    };
+    return (int)syscall(SYS_openat2, rootfd, rel, &how, sizeof how);
+}
+
+/* Makes rel (a directory when dir, else an empty file) inside the root
+ * rootfd: its parent resolved in the root, the last component never
+ * followed.  One that exists already is left as it is.  0, or -1 and errno. */
+static int make_in_root(int rootfd, const char *rel, int dir)
+{
+    const char *slash = strrchr(rel, '/');
+    const char *base = slash ? slash + 1 : rel;
+    char parent[256];
+    int n = snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - rel) : 1,
+                     slash ? rel : ".");
+    if (n < 0 || (size_t)n >= sizeof parent) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    int pfd = open_in_root(rootfd, parent);
+    if (pfd < 0)
+        return -1;
+    int rc = 0;
+    if (dir) {
+        rc = mkdirat(pfd, base, 0755);
+    } else {
+        int fd = openat(pfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        rc = fd >= 0 ? close(fd) : -1;
+    }
+    int saved = errno;
+    close(pfd);
+    errno = saved;
+    return rc != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* Mount points the containers need, made in the unpacked root file system
+ * by the agent (the rootfs is read-only to the containers), every one
+ * inside it: an image whose etc links to a host path gets nothing made on
+ * the host.  0, or -1 with err naming the path. */
+static int add_mount_points(const char *rootfs, char *err, size_t errlen)
+{
+    static const struct {
+        const char *path;
+        int dir;
+    } points[] = {{"proc", 1},      {"sys", 1},       {"dev", 1},
+                  {"tmp", 1},       {"cohort", 1},    {"etc", 1},
+                  {"etc/hosts", 0}, {"etc/resolv.conf", 0}};
+    int rc = -1;
+    int rootfd = open(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (rootfd < 0) {
+        snprintf(err, errlen, "cannot open its root: %s", strerror(errno));
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof points / sizeof *points; i++) {
+        if (make_in_root(rootfd, points[i].path, points[i].dir) != 0) {
+            snprintf(err, errlen, "cannot make the mount point /%s inside its root: %s",
+                     points[i].path, strerror(errno));
+            goto out;
         }
     }
+    rc = 0;
+out:
+    close(rootfd);
+    return rc;
+}
+
+/* The unpacked root made safe to run from: no device nodes, and the mount
+ * points the containers need.  0, or -1 with err. */
+static int prepare_root(const char *ref, const char *rootfs, char *err, size_t errlen)
+{
+    char why[ERR_MAX];
+    long dropped = drop_devices(rootfs, why, sizeof why);
+    if (dropped < 0 || add_mount_points(rootfs, why, sizeof why) != 0) {
+        snprintf(err, errlen, "image %.300s: %s", ref, why);
+        return -1;
+    }
+    if (dropped > 0)
+        fprintf(stderr, "cohort-shim: dropped %ld device files from %s\n", dropped, ref);
+    return 0;
 }
 
 /*
@@ -462,7 +576,10 @@ static int pull_unpack(const img_cache *c, const img_source *src, const char *di
         goto out;
     }
     snprintf(rootfs, sizeof rootfs, "%s/rootfs", tmp);
-    add_mount_points(rootfs);
+    if (prepare_root(src->reference, rootfs, err, errlen) != 0) {
+        free(config);
+        goto out;
+    }
     /* rootfs must be traversable by every worker's uid; its contents keep
      * the image's own modes. */
     chmod(tmp, 0711);

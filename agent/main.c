@@ -39,7 +39,7 @@ struct config {
     const char *runtime, *registry, *insecure, *image_cache, *seccomp;
     long long image_cache_max_mb, resolve_ttl_s, start_timeout_s;
     char gpu_type[64];
-    long long cpus, memory_mb, gpus, port_lo, port_hi, grace_s, keep_s;
+    long long cpus, memory_mb, gpus, port_lo, port_hi, grace_s, keep_s, pids_max;
     int nlaunchers;
     char launcher[SUP_MAX_LAUNCHERS][2][PATH_MAX];
 };
@@ -79,7 +79,10 @@ static void usage(FILE *f)
             "                        S seconds after cohortd has all of it (default 600)\n"
             "  --cgroup DIR|off      a cgroup v2 directory under which each worker gets a\n"
             "                        cgroup limited to its worker spec's CPUs and memory\n"
-            "                        (default: <the cgroup2 mount>/cohort, when there is one)\n"
+            "                        (default: <the cgroup2 mount>/cohort, and the cgroup v1\n"
+            "                        hierarchies of the controllers v2 lacks, hybrid hosts)\n"
+            "  --worker-pids N       processes and threads one worker may have (pids.max;\n"
+            "                        default 4096)\n"
             "  --shim PATH           the cohort-shim program (default: beside this one)\n"
             "  --runtime crun|host   crun (default): each worker in an OCI container from its\n"
             "                        job's image, in a user namespace of its tenant's uids;\n"
@@ -192,6 +195,7 @@ static int parse_args(int argc, char **argv, struct config *c)
         {"seccomp", required_argument, NULL, 'P'},
         {"image-resolve-ttl", required_argument, NULL, 'L'},
         {"start-timeout", required_argument, NULL, 'W'},
+        {"worker-pids", required_argument, NULL, 'N'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     c->data_dir = "/var/lib/cohort-agent";
@@ -210,6 +214,7 @@ static int parse_args(int argc, char **argv, struct config *c)
     c->image_cache_max_mb = 51200;
     c->resolve_ttl_s = 10;
     c->start_timeout_s = 15;
+    c->pids_max = 4096;
     int o;
     char *end;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -239,6 +244,11 @@ static int parse_args(int argc, char **argv, struct config *c)
         case 'W':
             c->start_timeout_s = strtoll(optarg, &end, 10);
             if (*end || c->start_timeout_s < 0 || c->start_timeout_s > 86400)
+                goto bad;
+            break;
+        case 'N':
+            c->pids_max = strtoll(optarg, &end, 10);
+            if (*end || c->pids_max < 16 || c->pids_max > 4194304)
                 goto bad;
             break;
         case 'M':
@@ -290,6 +300,7 @@ bad:
             : o == 'l' ? "launcher"
             : o == 'T' ? "gpu-type"
             : o == 'K' ? "keep-finished"
+            : o == 'N' ? "worker-pids"
             : o == 'G' ? "stop-grace"
                        : "capacity",
             optarg);
@@ -491,7 +502,7 @@ static void sleep_ms(long ms)
  * dir, or none (cg->path "").  -1 when --cgroup names one that cannot be. */
 static int open_workers_cgroup(const struct config *cfg, cg_root *cg)
 {
-    char tag[128], ctl[64], err[512] = "", path[PATH_MAX + 64];
+    char tag[128], ctl[128], err[512] = "", path[PATH_MAX + 64];
     snprintf(tag, sizeof tag, "%s-%08x", cfg->name, hash32(cfg->data_dir));
     /* Under `ip netns exec` nothing is at /sys/fs/cgroup until it is mounted. */
     if (!cfg->cgroup && rt_mount_cgroup2(err, sizeof err) != 0) {
@@ -502,20 +513,27 @@ static int open_workers_cgroup(const struct config *cfg, cg_root *cg)
         fprintf(stderr, "cohort-agent: --cgroup: %s\n", err);
         return -1;
     }
-    if (!cg->path[0]) {
+    if (!cg_used(cg)) {
         printf("cohort-agent: workers get no cgroup of their own (%s)\n",
-               cfg->cgroup ? "--cgroup off" : err[0] ? err : "no cgroup v2 hierarchy is mounted");
+               cfg->cgroup ? "--cgroup off" : err[0] ? err : "no cgroup hierarchy is mounted");
         return 0;
     }
-    printf("cohort-agent: workers get cgroups under %s (controllers: %s)\n", cg->path,
-           cg_controllers(cg, ctl, sizeof ctl));
-    /* For whoever cleans up after an agent that could not (kill -9). */
+    if (err[0])
+        fprintf(stderr, "cohort-agent: warning: %s\n", err);
+    printf("cohort-agent: workers get cgroups under %s (controllers: %s)\n",
+           cg->path[0] ? cg->path : cg->v1[CG_V1_PIDS], cg_controllers(cg, ctl, sizeof ctl));
+    /* For whoever cleans up after an agent that could not (kill -9): each
+     * subtree on a line of its own, v2 first. */
     snprintf(path, sizeof path, "%s/cgroup", cfg->data_dir);
     FILE *f = fopen(path, "w");
-    if (!f || fprintf(f, "%s\n", cg->path) < 0)
+    int ok = f != NULL;
+    for (int i = -1; ok && i < CG_V1_N; i++) {
+        const char *dir = i < 0 ? cg->path : cg->v1[i];
+        if (dir[0])
+            ok = fprintf(f, "%s\n", dir) >= 0;
+    }
+    if (!f || fclose(f) != 0 || !ok)
         fprintf(stderr, "cohort-agent: warning: cannot write %s\n", path);
-    if (f)
-        fclose(f);
     return 0;
 }
 
@@ -596,6 +614,7 @@ static sup *open_sup(const struct config *cfg, cg_root *cg, struct sup_paths *sp
         sc.launcher_path[sc.nlaunchers++] = sp->python;
     }
     sc.cgroup = cg;
+    sc.pids_max = cfg->pids_max;
     sc.ngpus = (int)cfg->gpus;
     sup *s = sup_open(&sc, err, sizeof err);
     if (!s)

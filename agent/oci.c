@@ -62,7 +62,6 @@ static void add_mounts(const oci_spec *s, cJSON *mounts)
 {
     static const char *const proc[] = {"nosuid", "noexec", "nodev", NULL};
     static const char *const dev[] = {"nosuid", "strictatime", "mode=755", "size=65536k", NULL};
-    static const char *const tmp[] = {"nosuid", "nodev", "mode=1777", NULL};
     static const char *const sys[] = {"rbind", "nosuid", "noexec", "nodev", "ro", NULL};
     static const char *const root[] = {"nosuid", "nodev", "mode=755", "size=64k", NULL};
     static const char *const ro_file[] = {"bind", "ro", "nosuid", "nodev", "noexec", NULL};
@@ -71,9 +70,14 @@ static void add_mounts(const oci_spec *s, cJSON *mounts)
     static const char *const bind_ro[] = {"rbind", "ro", "nosuid", "nodev", "idmap", NULL};
     static const char *const gpu[] = {"bind", "rw", "nosuid", "noexec", NULL};
     static const char *const host_file[] = {"bind", "ro", "nosuid", "nodev", NULL};
-    char shm[64];
+    char shm[64], tmp_size[64];
+    /* Both are tmpfs: their pages are charged to the memory cgroup of the
+     * worker that writes them, so neither holds more than the spec's memory. */
     snprintf(shm, sizeof shm, "size=%lldm", (long long)(s->shm_mb > 0 ? s->shm_mb : 64));
+    snprintf(tmp_size, sizeof tmp_size, "size=%lldm", (long long)s->tmp_mb);
     const char *const shm_opts[] = {"nosuid", "noexec", "nodev", "mode=1777", shm, NULL};
+    const char *const tmp[] = {"nosuid", "nodev", "mode=1777", s->tmp_mb > 0 ? tmp_size : NULL,
+                               NULL};
     add_mount(mounts, "/proc", "proc", "proc", proc);
     add_mount(mounts, "/dev", "tmpfs", "tmpfs", dev);
     add_mount(mounts, "/dev/shm", "tmpfs", "shm", shm_opts);

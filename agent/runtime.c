@@ -194,6 +194,30 @@ out:
     return rc;
 }
 
+/*
+ * The host's device files that crun binds into every container, owned by
+ * root and 0666 again where they are not: an earlier shim (or another
+ * runtime) that gave crun /dev/null for a standard stream left it owned by
+ * a tenant's container root, which could then chmod it from its next job.
+ */
+static void repair_dev_nodes(void)
+{
+    static const char *const nodes[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random",
+                                        "/dev/urandom", "/dev/tty", NULL};
+    for (int i = 0; nodes[i]; i++) {
+        struct stat sb;
+        if (stat(nodes[i], &sb) != 0 || !S_ISCHR(sb.st_mode))
+            continue;
+        if (sb.st_uid == 0 && sb.st_gid == 0 && (sb.st_mode & 07777) == 0666)
+            continue;
+        int ok = chown(nodes[i], 0, 0) == 0 && chmod(nodes[i], 0666) == 0;
+        fprintf(stderr,
+                "cohort-agent: warning: the host's %s was owned by %d:%d with mode %o%s\n",
+                nodes[i], (int)sb.st_uid, (int)sb.st_gid, (unsigned)(sb.st_mode & 07777),
+                ok ? ": set back to root:root 0666" : ", and could not be set back");
+    }
+}
+
 cJSON *rt_open(const rt_config *c, char *err, size_t errlen)
 {
     char crun[PATH_MAX], skopeo[PATH_MAX], umoci[PATH_MAX], init[PATH_MAX + 32],
@@ -213,6 +237,7 @@ cJSON *rt_open(const rt_config *c, char *err, size_t errlen)
     }
     if (rt_fix_hybrid_cgroups(err, errlen) != 0)
         return NULL;
+    repair_dev_nodes();
     /* Every directory on the way to an image's rootfs must be traversable
      * by the tenants' uids; the agent's files keep their own 0600 modes. */
     if (traversable_dir(c->data_dir, err, errlen) != 0)

@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -20,6 +21,7 @@
 #include <sys/mount.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -161,12 +163,12 @@ static void __attribute__((noreturn)) worker(const shim_spec *sp, int logfd, int
     /* No descriptor of the agent or the shim reaches the program. */
     if (!e)
         close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
-    char *argv[300];
+    char *argv[SHIM_MAX_ARGS + 3]; /* launcher, program, arguments (shim_req bounds them) */
     int n = 0;
     if (sp->launcher)
         argv[n++] = (char *)sp->launcher;
     argv[n++] = prog;
-    for (int i = 0; sp->args[i] && n < 298; i++)
+    for (int i = 0; sp->args[i] && i < SHIM_MAX_ARGS; i++)
         argv[n++] = sp->args[i];
     argv[n] = NULL;
     if (!e) {
@@ -286,22 +288,25 @@ static int wait_init(pid_t init, int lockfd, const shim_spec *sp)
 
 /* What the worker's cgroup counted, as lines for the status file; then the
  * cgroup goes. */
-static void end_cgroup(const char *path, char *text, size_t n)
+static void end_cgroup(cg_worker *cg, char *text, size_t n)
 {
     cg_usage u;
-    if (cg_worker_end(path, &u, 2000) != 0)
-        fprintf(stderr, "cohort-shim: the cgroup %s stays: %s\n", path, strerror(errno));
-    snprintf(text, n, "cpu_us %lld\nmemory_peak %lld\nmemory_max %lld\noom_kills %lld\n",
+    if (cg_worker_end(cg, &u, 2000) != 0)
+        fprintf(stderr, "cohort-shim: a cgroup of the worker stays (%s): %s\n",
+                cg->path[0] ? cg->path : cg->v1[CG_V1_PIDS], strerror(errno));
+    snprintf(text, n,
+             "cpu_us %lld\nmemory_peak %lld\nmemory_max %lld\noom_kills %lld\npids_max %lld\n"
+             "forks_refused %lld\n",
              (long long)u.cpu_us, (long long)u.memory_peak, (long long)u.memory_max,
-             (long long)u.oom_kills);
+             (long long)u.oom_kills, (long long)u.pids_max, (long long)u.forks_refused);
 }
 
 /* The shim's last act: the worker's status file, which holds line (how it
- * ended) and what its cgroup (cg, or "") used, the cgroup removed. */
-static _Noreturn void finish(int dfd, const char *cg, const char *line)
+ * ended) and what its cgroups (cg, or NULL) used, the cgroups removed. */
+static _Noreturn void finish(int dfd, cg_worker *cg, const char *line)
 {
-    char status[1024], usage[256] = "";
-    if (cg[0])
+    char status[1200], usage[384] = "";
+    if (cg)
         end_cgroup(cg, usage, sizeof usage);
     snprintf(status, sizeof status, "%.760s%s", line, usage);
     put_file(dfd, "status", status);
@@ -321,25 +326,29 @@ static sigset_t block_sigchld(void)
     return chld;
 }
 
-static void outer_container(int dfd, int logfd, int lockfd, const shim_spec *sp, const char *cg,
-                            int cgfd) __attribute__((noreturn));
+static void outer_container(int dfd, int logfd, int lockfd, const shim_spec *sp,
+                            cg_worker *cg) __attribute__((noreturn));
 
 /* The detached shim: namespaces, mounts, init, and the final status. */
 static void __attribute__((noreturn)) outer(int dfd, int logfd, int lockfd, const shim_spec *sp)
 {
-    char err[300], line[320], cg[1200] = "";
-    int cgfd = -1;
+    char err[300], line[320];
+    static cg_worker w; /* the worker's cgroups: the shim's for its life */
+    cg_worker *cg = NULL;
     setsid();
     snprintf(line, sizeof line, "%d\n", (int)getpid());
     put_file(dfd, "shim", line);
-    if (sp->cgroup.path[0]) {
-        if (cg_worker_make(&sp->cgroup, sp->id, sp->cpu_milli, sp->memory_mb, cg, sizeof cg, err,
-                           sizeof err) != 0 ||
-            (cgfd = cg_procs_open(cg, err, sizeof err)) < 0)
+    if (cg_used(&sp->cgroup)) {
+        /* A container opens only the standard devices and its GPUs; a host
+         * worker (a trusted node) keeps the host's /dev. */
+        const cg_limits lim = {sp->cpu_milli, sp->memory_mb, sp->pids_max, sp->devices,
+                               sp->crun != NULL};
+        if (cg_worker_make(&sp->cgroup, sp->id, &lim, &w, err, sizeof err) != 0)
             give_up(dfd, "%s", err);
+        cg = &w;
     }
     if (sp->crun)
-        outer_container(dfd, logfd, lockfd, sp, cg, cgfd);
+        outer_container(dfd, logfd, lockfd, sp, cg);
     if (unshare(CLONE_NEWNS | CLONE_NEWPID) != 0)
         give_up(dfd, "cannot create namespaces: %s", strerror(errno));
     if (setup_mounts(sp, err, sizeof err) != 0)
@@ -357,23 +366,23 @@ static void __attribute__((noreturn)) outer(int dfd, int logfd, int lockfd, cons
         close(rp[0]);
         if (lockfd >= 0)
             close(lockfd);
-        /* Into the worker's cgroup before anything of the worker runs. */
-        int e = cgfd >= 0 ? cg_join(cgfd) : 0;
+        /* Into the worker's cgroups before anything of the worker runs. */
+        int e = cg ? cg_join(cg) : 0;
         if (e != 0) {
-            snprintf(line, sizeof line, "error cannot join the cgroup %.200s: %s\n", cg,
+            snprintf(line, sizeof line, "error cannot join the worker's cgroup: %s\n",
                      strerror(-e));
-            ssize_t w = write(rp[1], line, strlen(line));
-            (void)w;
+            ssize_t wr = write(rp[1], line, strlen(line));
+            (void)wr;
             _exit(1);
         }
-        if (cgfd >= 0)
-            close(cgfd);
+        if (cg)
+            cg_worker_close(cg);
         sigprocmask(SIG_UNBLOCK, &chld, NULL);
         ns_init(sp, logfd, rp[1]);
     }
     close(rp[1]);
-    if (cgfd >= 0)
-        close(cgfd);
+    if (cg)
+        cg_worker_close(cg);
     snprintf(line, sizeof line, "%d\n", (int)init);
     put_file(dfd, "pid", line);
     int st = wait_init(init, lockfd, sp);
@@ -528,27 +537,37 @@ static void crun_leftover(const shim_spec *sp, const char *id)
 /* Where one run of crun puts its files, and what it runs in. */
 struct launch {
     const char *bundle, *pidfile, *crun_log, *id;
-    const char *cg; /* the worker's cgroup, "" for none */
-    int dfd, logfd, lockfd, cgfd;
+    cg_worker *cg; /* the worker's cgroups, NULL for none */
+    int dfd, logfd, lockfd;
 };
 
-/* The forked child that becomes crun: into the worker's cgroup, the
- * result pipe at descriptor 3 (crun hands it to cohort-init), output to
- * the log. */
+/* The pipes of one crun run: its result (crun hands the write end to
+ * cohort-init as descriptor 3), its standard input (the write end closed
+ * at once) and its output, which the shim copies into the log.  crun
+ * gives the container's root the ownership of its standard streams, so
+ * they are pipes of the shim's, never a host file. */
+struct crun_pipes {
+    int result[2], in[2], out[2];
+};
+
+/* The forked child that becomes crun: into the worker's cgroups, the
+ * result pipe at descriptor 3, the stdio pipes at 0, 1 and 2. */
 static void __attribute__((noreturn)) exec_crun(const shim_spec *sp, const struct launch *ln,
-                                                int result_w)
+                                                const struct crun_pipes *p)
 {
     char line[320], logopt[4400];
-    int e = ln->cgfd >= 0 ? cg_join(ln->cgfd) : 0;
+    int result_w = p->result[1];
+    int e = ln->cg ? cg_join(ln->cg) : 0;
     if (e != 0) {
         snprintf(line, sizeof line, "error cannot join the worker's cgroup: %s\n", strerror(-e));
         ssize_t w = write(result_w, line, strlen(line));
         (void)w;
         _exit(1);
     }
-    int null = open("/dev/null", O_RDONLY);
-    int rw = fcntl(result_w, F_DUPFD, 10);
-    if (null < 0 || rw < 0 || dup2(null, 0) < 0 || dup2(ln->logfd, 1) < 0 || dup2(ln->logfd, 2) < 0 ||
+    /* Above 9 first: none of them may be overwritten by another's dup2. */
+    int rw = fcntl(result_w, F_DUPFD, 10), in = fcntl(p->in[0], F_DUPFD, 10);
+    int out = fcntl(p->out[1], F_DUPFD, 10);
+    if (rw < 0 || in < 0 || out < 0 || dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0 ||
         dup2(rw, 3) != 3)
         _exit(126);
     close_range(4, ~0U, 0);
@@ -800,7 +819,7 @@ static int crun_kill(const shim_spec *sp, const struct launch *ln, pid_t crun)
 {
     kill(-crun, SIGKILL); /* exec_crun made crun a process group leader */
     kill(crun, SIGKILL);
-    if (ln->cg[0])
+    if (ln->cg)
         cg_kill(ln->cg);
     int st;
     for (int waited = 0; waitpid(crun, &st, WNOHANG) == 0; waited += 10) {
@@ -814,29 +833,87 @@ static int crun_kill(const shim_spec *sp, const struct launch *ln, pid_t crun)
     return START_STALLED;
 }
 
+/* Copies what is in the output pipe to the log: 1 while the pipe is open,
+ * 0 at its end.  Bytes the log cannot take (a full disk) are dropped, so
+ * that the container never blocks on its own output. */
+static int pump(int from, int logfd)
+{
+    char buf[65536];
+    ssize_t got = read(from, buf, sizeof buf);
+    if (got < 0)
+        return errno == EINTR || errno == EAGAIN ? 1 : 0;
+    for (ssize_t off = 0, w; off < got; off += w)
+        if ((w = write(logfd, buf + off, (size_t)(got - off))) <= 0)
+            break;
+    return got > 0;
+}
+
+/* What is left in the output pipe once crun has ended: until its last
+ * writer, dying with the container's PID namespace, closes it (2 s at most). */
+static void drain(int from, int logfd)
+{
+    struct pollfd pf = {from, POLLIN, 0};
+    for (int waited = 0; waited < 2000; waited += 100) {
+        int n = poll(&pf, 1, 100);
+        if (n > 0 && !pump(from, logfd))
+            return;
+    }
+}
+
+static int crun_pipes_open(struct crun_pipes *p)
+{
+    *p = (struct crun_pipes){{-1, -1}, {-1, -1}, {-1, -1}};
+    return pipe2(p->result, O_CLOEXEC) == 0 && pipe2(p->in, O_CLOEXEC) == 0 &&
+                   pipe2(p->out, O_CLOEXEC) == 0
+               ? 0
+               : -1;
+}
+
+static void crun_pipes_close(struct crun_pipes *p)
+{
+    int *fd[] = {&p->result[0], &p->result[1], &p->in[0], &p->in[1], &p->out[0], &p->out[1]};
+    for (size_t i = 0; i < sizeof fd / sizeof *fd; i++) {
+        if (*fd[i] >= 0)
+            close(*fd[i]);
+        *fd[i] = -1;
+    }
+}
+
+/* The parent's ends after the fork: the result's and the output's read
+ * ends stay; the container's standard input is at its end already. */
+static void crun_pipes_parent(struct crun_pipes *p)
+{
+    int *fd[] = {&p->result[1], &p->in[0], &p->in[1], &p->out[1]};
+    for (size_t i = 0; i < sizeof fd / sizeof *fd; i++) {
+        close(*fd[i]);
+        *fd[i] = -1;
+    }
+}
+
 /*
  * One `crun run` of the worker's container, watched until it ends: the
- * container's init becomes the worker's pid, and the lease applies.
- * START_ENDED with the status line in line when crun ended.  When crun has
- * written no pid file within sp->start_ms (a run that starts at all does
- * so in milliseconds), where it and its children are blocked goes to why,
- * and crun_kill ends them.
+ * container's init becomes the worker's pid, its output is copied to the
+ * log, and the lease applies.  START_ENDED with the status line in line
+ * when crun ended.  When crun has written no pid file within sp->start_ms
+ * (a run that starts at all does so in milliseconds), where it and its
+ * children are blocked goes to why, and crun_kill ends them.
  */
 static int crun_run(const shim_spec *sp, const struct launch *ln, char *line, size_t n, char *why,
                     size_t whyn)
 {
-    int rp[2];
-    if (pipe2(rp, O_CLOEXEC) != 0)
+    struct crun_pipes p;
+    if (crun_pipes_open(&p) != 0)
         give_up(ln->dfd, "pipe: %s", strerror(errno));
     sigset_t chld = block_sigchld();
+    int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sfd < 0)
+        give_up(ln->dfd, "signalfd: %s", strerror(errno));
     pid_t crun = fork();
     if (crun < 0)
         give_up(ln->dfd, "fork: %s", strerror(errno));
-    if (crun == 0) {
-        close(rp[0]);
-        exec_crun(sp, ln, rp[1]);
-    }
-    close(rp[1]);
+    if (crun == 0)
+        exec_crun(sp, ln, &p);
+    crun_pipes_parent(&p);
     int st = 0, rc = START_ENDED;
     pid_t init = 0;
     struct lease l = {0, 0};
@@ -859,12 +936,24 @@ static int crun_run(const shim_spec *sp, const struct launch *ln, char *line, si
             }
         }
         lease_step(&l, ln->lockfd, sp, init > 0 ? init : crun);
-        struct timespec ts = {0, 100 * 1000000L};
-        sigtimedwait(&chld, NULL, &ts);
+        /* Woken by output, by SIGCHLD, or after 100 ms for the lease. */
+        struct pollfd pf[2] = {{p.out[0], POLLIN, 0}, {sfd, POLLIN, 0}};
+        if (poll(pf, p.out[0] >= 0 ? 2 : 1, 100) > 0) {
+            struct signalfd_siginfo si;
+            if (pf[0].revents && p.out[0] >= 0 && !pump(p.out[0], ln->logfd)) {
+                close(p.out[0]);
+                p.out[0] = -1;
+            }
+            while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si)
+                ;
+        }
     }
+    if (p.out[0] >= 0)
+        drain(p.out[0], ln->logfd);
     if (rc == START_ENDED)
-        crun_result(st, rp[0], ln->crun_log, line, n);
-    close(rp[0]);
+        crun_result(st, p.result[0], ln->crun_log, line, n);
+    crun_pipes_close(&p);
+    close(sfd);
     return rc;
 }
 
@@ -938,13 +1027,39 @@ static int driver_env(char **env, const char *lib_dir, const char *bin_dir, char
 }
 
 /*
+ * The image's root as the container will see it: in a mount namespace of
+ * the shim's (which crun's inherits), bound onto itself read-only, nodev
+ * and nosuid.  A device file an image carries is then no device in the
+ * container (unpacking drops them too), and the user namespace locks the
+ * flags: the tenant's root cannot lift them.  0, or -1 with err set.
+ */
+static int seal_rootfs(const char *rootfs, char *err, size_t errlen)
+{
+    const char *step = "unshare";
+    if (unshare(CLONE_NEWNS) != 0)
+        goto fail;
+    step = "private";
+    if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+        goto fail;
+    step = "bind";
+    if (mount(rootfs, rootfs, NULL, MS_BIND, NULL) != 0)
+        goto fail;
+    step = "remount";
+    if (mount(NULL, rootfs, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NODEV | MS_NOSUID,
+              NULL) != 0)
+        goto fail;
+    return 0;
+fail:
+    snprintf(err, errlen, "cannot seal the image's root (%s): %s", step, strerror(errno));
+    return -1;
+}
+
+/*
  * The container flavour of the shim: the image, the bundle, crun run in the
- * worker's cgroup, the lease, and the status.  cg/cgfd: the worker's cgroup
- * ("" / -1 for none).
+ * worker's cgroups (cg, NULL for none), the lease, and the status.
  */
 static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lockfd,
-                                                      const shim_spec *sp, const char *cg,
-                                                      int cgfd)
+                                                      const shim_spec *sp, cg_worker *cg)
 {
     char err[600], line[700], bundle[4200], config_path[4300], pidfile[4300], crun_log[4300],
         prog[4200], ws[4200], id[64], host[256] = "localhost";
@@ -989,13 +1104,15 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
         give_up(dfd, "out of memory listing the container's mounts");
     char rootfs[4300], init_at[4200];
     snprintf(rootfs, sizeof rootfs, "%s/rootfs", use.bundle);
+    if (seal_rootfs(rootfs, err, sizeof err) != 0)
+        give_up(dfd, "%s", err);
     path_join(init_at, sizeof init_at, sp->mount_root, ".init");
     gethostname(host, sizeof host - 1);
     oci_spec os = {.rootfs = rootfs, .init = sp->init, .init_at = init_at,
                    .mount_root = sp->mount_root, .argv = argv, .env = env, .cwd = ws,
                    .hostname = host, .uid_base = sp->uid_base, .binds = b.v, .nbinds = b.n,
                    .files = drv.v, .nfiles = drv.n, .devices = sp->devices,
-                   .shm_mb = sp->shm_mb, .seccomp = sp->seccomp};
+                   .shm_mb = sp->shm_mb, .tmp_mb = sp->tmp_mb, .seccomp = sp->seccomp};
     char *config = env && argv ? oci_config(&os, err, sizeof err) : NULL;
     cJSON_Delete(img);
     free(env);
@@ -1017,7 +1134,7 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
     unlink(pidfile);
     crun_leftover(sp, id); /* state left by a shim that died */
 
-    struct launch ln = {bundle, pidfile, crun_log, id, cg, dfd, logfd, lockfd, cgfd};
+    struct launch ln = {bundle, pidfile, crun_log, id, cg, dfd, logfd, lockfd};
     char why[400] = "";
     int r = crun_run(sp, &ln, line, sizeof line, why, sizeof why);
     if (r == START_STALLED) {
@@ -1029,8 +1146,8 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
         put_file(dfd, "phase", line);
         r = crun_run(sp, &ln, line, sizeof line, why, sizeof why);
     }
-    if (cgfd >= 0)
-        close(cgfd);
+    if (cg)
+        cg_worker_close(cg);
     if (r == START_STALLED)
         snprintf(line, sizeof line, "error the container did not start within %lld s, twice "
                                     "(crun was blocked: %.400s)\n",

@@ -36,7 +36,8 @@
 #include "agent/image.h"
 
 #define SHIM_MAX_DATASETS 32
-#define SHIM_MAX_HIDE 8
+#define SHIM_MAX_HIDE 64  /* paths hidden from a host-runtime worker; more is refused */
+#define SHIM_MAX_ARGS 298 /* a worker's arguments after its program; more is refused */
 
 typedef struct shim_spec {
     const char *program;    /* path inside the workspace */
@@ -57,10 +58,11 @@ typedef struct shim_spec {
      * after grace_ms. */
     const char *agent_lock;
     int64_t lease_ms, grace_ms;
-    /* The agent's cgroup subtree (path "" for none); the worker's cgroup is
-     * w<id> below it, limited to cpu_milli and memory_mb (0: unlimited). */
+    /* The agent's cgroup subtrees (cg_used 0 for none); the worker's cgroup
+     * is w<id> below each, limited to cpu_milli, memory_mb and pids_max (0:
+     * unlimited) and, in a container, to the standard devices and its own. */
     cg_root cgroup;
-    int64_t id, cpu_milli, memory_mb;
+    int64_t id, cpu_milli, memory_mb, pids_max;
     /* A container (crun set) or, on a trusted node, a host process (crun
      * NULL: the namespaces and mounts above, as root, on the host's files). */
     const char *crun;      /* the crun program */
@@ -73,7 +75,7 @@ typedef struct shim_spec {
     uint32_t uid_base;     /* the tenant's host uid range */
     const char *framework; /* native: the program is the command */
     const cJSON *seccomp;  /* OCI seccomp object, or NULL */
-    int64_t shm_mb;
+    int64_t shm_mb, tmp_mb; /* sizes of the container's /dev/shm and /tmp */
     const char *const *devices; /* GPU device nodes, NULL-terminated */
     const cJSON *gpu_driver;    /* the host driver's files (nvdriver.h), bound into
                                  * containers that get devices */

@@ -111,6 +111,7 @@ static int container_setup(const cJSON *ct, const cJSON *spec, shim_req *r, char
     sp->shm_mb = jget_int(res, "memory_mb", 128) / 2;
     if (sp->shm_mb < 64)
         sp->shm_mb = 64;
+    sp->tmp_mb = jget_int(res, "memory_mb", 0);
     sp->devices = gpu_devices(spec, r);
     sp->gpu_driver = cJSON_GetObjectItemCaseSensitive(ct, "gpu_driver");
     /* The OCI seccomp object the agent converted once (runtime.c). */
@@ -132,8 +133,11 @@ static int environment(const cJSON *spec, shim_req *r, char *err, size_t errlen)
         return bad(err, errlen, "the launch spec's env is not an object");
     cJSON_ArrayForEach(d, env)
     {
-        if (!cJSON_IsString(d) || !d->string || r->nenv >= SHIM_REQ_MAX_ENV)
-            continue;
+        if (!cJSON_IsString(d) || !d->string)
+            return bad(err, errlen, "a variable of the launch spec's env is not a string");
+        if (r->nenv == SHIM_REQ_MAX_ENV)
+            return bad(err, errlen, "the launch spec sets more than %d variables",
+                       SHIM_REQ_MAX_ENV);
         size_t len = strlen(d->string) + strlen(d->valuestring) + 2;
         if (!(r->env[r->nenv] = malloc(len)))
             return bad(err, errlen, "out of memory");
@@ -153,6 +157,32 @@ static int environment(const cJSON *spec, shim_req *r, char *err, size_t errlen)
     r->env[r->nenv++] = r->home;
     r->env[r->nenv] = NULL;
     r->sp.env = r->env;
+    return 0;
+}
+
+/* The agent's cgroup subtrees and what they hold, into sp. */
+static int cgroup_setup(const cJSON *cg, shim_spec *sp, char *err, size_t errlen)
+{
+    const char *path = jget_str(cg, "path");
+    const cJSON *v1 = cJSON_GetObjectItemCaseSensitive(cg, "v1");
+    if (!path || strlen(path) >= sizeof sp->cgroup.path)
+        return bad(err, errlen, "the agent's cgroup path is missing or too long");
+    memcpy(sp->cgroup.path, path, strlen(path) + 1);
+    if (v1 && (!cJSON_IsArray(v1) || cJSON_GetArraySize(v1) != CG_V1_N))
+        return bad(err, errlen, "the agent's cgroup v1 paths are not %d strings", CG_V1_N);
+    for (int i = 0; v1 && i < CG_V1_N; i++) {
+        const char *p = cJSON_GetStringValue(cJSON_GetArrayItem(v1, i));
+        if (!p || strlen(p) >= sizeof sp->cgroup.v1[i])
+            return bad(err, errlen, "the agent's cgroup v1 path %d is missing or too long", i);
+        memcpy(sp->cgroup.v1[i], p, strlen(p) + 1);
+    }
+    sp->cgroup.cpu = (int)jget_int(cg, "cpu", 0);
+    sp->cgroup.memory = (int)jget_int(cg, "memory", 0);
+    sp->cgroup.pids = (int)jget_int(cg, "pids", 0);
+    sp->cgroup.devices = (int)jget_int(cg, "devices", 0);
+    sp->pids_max = jget_int(cg, "pids_max", 0);
+    if (sp->pids_max < 0 || sp->pids_max > 4194304)
+        return bad(err, errlen, "the agent's pids_max is out of range");
     return 0;
 }
 
@@ -192,8 +222,12 @@ int shim_req_parse(const char *text, shim_req *r, char *err, size_t errlen)
     }
     cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "hide"))
     {
-        if (cJSON_IsString(d) && r->sp.nhide < SHIM_MAX_HIDE - 1)
-            r->sp.hide[r->sp.nhide++] = d->valuestring;
+        if (!cJSON_IsString(d) || d->valuestring[0] != '/')
+            return bad(err, errlen, "a path to hide is not an absolute path");
+        if (r->sp.nhide == SHIM_MAX_HIDE - 1) /* one left for the agent's own */
+            return bad(err, errlen, "more than %d paths to hide from the worker",
+                       SHIM_MAX_HIDE - 1);
+        r->sp.hide[r->sp.nhide++] = d->valuestring;
     }
     if (jget_str(r->json, "agent_dir"))
         r->sp.hide[r->sp.nhide++] = jget_str(r->json, "agent_dir");
@@ -201,8 +235,11 @@ int shim_req_parse(const char *text, shim_req *r, char *err, size_t errlen)
         return -1;
     cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "args"))
     {
-        if (cJSON_IsString(d) && na < SHIM_REQ_MAX_ARGS)
-            r->args[na++] = d->valuestring;
+        if (!cJSON_IsString(d))
+            return bad(err, errlen, "argument %d of the worker is not a string", na + 1);
+        if (na == SHIM_MAX_ARGS)
+            return bad(err, errlen, "the worker has more than %d arguments", SHIM_MAX_ARGS);
+        r->args[na++] = d->valuestring;
     }
     r->args[na] = NULL;
     r->sp.args = r->args;
@@ -210,14 +247,8 @@ int shim_req_parse(const char *text, shim_req *r, char *err, size_t errlen)
     r->sp.lease_ms = jget_int(r->json, "lease_ms", 30000);
     r->sp.grace_ms = jget_int(r->json, "grace_ms", 10000);
     cg = cJSON_GetObjectItemCaseSensitive(r->json, "cgroup");
-    if (jget_str(cg, "path")) {
-        if (strlen(jget_str(cg, "path")) >= sizeof r->sp.cgroup.path)
-            return bad(err, errlen, "the agent's cgroup path is too long");
-        snprintf(r->sp.cgroup.path, sizeof r->sp.cgroup.path, "%s", jget_str(cg, "path"));
-        r->sp.cgroup.cpu = (int)jget_int(cg, "cpu", 0);
-        r->sp.cgroup.memory = (int)jget_int(cg, "memory", 0);
-        r->sp.cgroup.pids = (int)jget_int(cg, "pids", 0);
-    }
+    if (cJSON_IsObject(cg) && cgroup_setup(cg, &r->sp, err, errlen) != 0)
+        return -1;
     /* The worker spec's share of the node: what its cgroup is limited to. */
     res = cJSON_GetObjectItemCaseSensitive(spec, "resources");
     r->sp.id = jget_int(spec, "id", 0);

@@ -5,8 +5,10 @@
  *
  * The request, from cohort-agent:
  *   {"dir", "spec" (the launch spec from cohortd), "launcher", "agent_dir",
- *    "agent_lock", "lease_ms", "grace_ms", "cgroup" ({"path", "cpu", "memory",
- *    "pids"}: the agent's cgroup subtree, absent for none), "container" (absent
+ *    "agent_lock", "lease_ms", "grace_ms", "cgroup" ({"path" (v2, "" for none),
+ *    "v1" (the CG_V1_N subtrees of cgroup.h, "" each for none), "cpu", "memory",
+ *    "pids", "devices" (1 where the limit holds), "pids_max"}: absent for no
+ *    cgroup), "container" (absent
  *    on a trusted node that runs host processes: {"crun", "crun_root", "init",
  *    "skopeo", "umoci", "image_cache", "image_cache_max", "resolve_ttl", "registry" (for
  *    references without a host), "insecure" (hosts spoken to over plain HTTP),
@@ -25,7 +27,6 @@
 #include "agent/shim.h"
 
 #define SHIM_REQ_MAX_ENV 280   /* the job's and the platform's variables */
-#define SHIM_REQ_MAX_ARGS 298
 
 typedef struct shim_req {
     const char *dir; /* the worker's state directory, once known (even on failure) */
@@ -35,7 +36,7 @@ typedef struct shim_req {
     cJSON *auth;     /* registry_auth, taken out of the spec; owned */
     int nenv, nenv_malloced;
     char *env[SHIM_REQ_MAX_ENV + 8]; /* env[0 .. nenv_malloced) are owned */
-    char *args[SHIM_REQ_MAX_ARGS + 2];
+    char *args[SHIM_MAX_ARGS + 1];
     char home[4200];
     char ref[IMG_REF_MAX + 300];
     char gpu_name[72][32];

@@ -107,23 +107,30 @@ static int write_small(const char *dir, int64_t id, const char *name, const char
 
 /* The usage lines of an ended worker's status file (shim.h): what its
  * cgroup counted, and, for a worker killed by a signal after the cgroup saw
- * OOM kills, a message that it ran out of memory. */
+ * OOM kills, a message that it ran out of memory; for one that failed after
+ * forks were refused at its bound on processes, a message saying so. */
 static void read_usage(sup *s, struct worker *w)
 {
     char path[4200], buf[256];
     snprintf(path, sizeof path, "%s/%lld/status", s->cfg.dir, (long long)w->id);
     FILE *f = fopen(path, "re");
-    long long kills = 0, max = -1, cpu = -1, peak = -1;
+    long long kills = 0, max = -1, cpu = -1, peak = -1, pids = -1, refused = 0;
     while (f && fgets(buf, sizeof buf, f)) {
         sscanf(buf, "cpu_us %lld", &cpu);
         sscanf(buf, "memory_peak %lld", &peak);
         sscanf(buf, "oom_kills %lld", &kills);
         sscanf(buf, "memory_max %lld", &max);
+        sscanf(buf, "pids_max %lld", &pids);
+        sscanf(buf, "forks_refused %lld", &refused);
     }
     if (f)
         fclose(f);
     w->cpu_us = cpu;
     w->memory_peak = peak;
+    if (refused > 0 && (w->signal || w->exit_code != 0) && kills <= 0)
+        snprintf(w->message, sizeof w->message,
+                 "reached its limit of %lld processes and threads (%lld forks refused)", pids,
+                 refused);
     if (kills <= 0 || !w->signal)
         return;
     if (max > 0)
@@ -386,12 +393,17 @@ static void launch(sup *s, struct worker *w, const cJSON *spec)
     cJSON_AddNumberToObject(req, "lease_ms", (double)s->cfg.lease_ms);
     cJSON_AddNumberToObject(req, "grace_ms", (double)s->cfg.grace_ms);
     const cg_root *cg = s->cfg.cgroup;
-    if (cg && cg->path[0]) {
+    if (cg && cg_used(cg)) {
         cJSON *c = cJSON_AddObjectToObject(req, "cgroup");
         cJSON_AddStringToObject(c, "path", cg->path);
+        cJSON *v1 = cJSON_AddArrayToObject(c, "v1");
+        for (int i = 0; i < CG_V1_N; i++)
+            cJSON_AddItemToArray(v1, cJSON_CreateString(cg->v1[i]));
         cJSON_AddNumberToObject(c, "cpu", cg->cpu);
         cJSON_AddNumberToObject(c, "memory", cg->memory);
         cJSON_AddNumberToObject(c, "pids", cg->pids);
+        cJSON_AddNumberToObject(c, "devices", cg->devices);
+        cJSON_AddNumberToObject(c, "pids_max", (double)s->cfg.pids_max);
     }
     char *text = cJSON_PrintUnformatted(req);
     cJSON_Delete(req);
@@ -785,7 +797,7 @@ void sup_reported(sup *s)
         if (done && w->final_sent && !w->desired) {
             write_small(s->cfg.dir, w->id, "acked", "1\n");
             /* Left only when its shim died before cleaning up. */
-            cg_worker_forget(s->cfg.cgroup ? s->cfg.cgroup->path : NULL, w->id);
+            cg_worker_forget(s->cfg.cgroup, w->id);
             if (w->log_fd > 0)
                 close(w->log_fd);
             continue; /* forgotten */

@@ -27,6 +27,7 @@ typedef struct sup_config {
     const char *agent_lock; /* shims watch it: no agent for lease_ms stops a worker */
     int64_t lease_ms;
     const cg_root *cgroup;  /* the workers' cgroup subtree, or NULL */
+    int64_t pids_max;       /* pids.max of every worker's cgroup */
     int ngpus;              /* GPUs of this node, numbered 0 .. ngpus-1 */
     /* Containers: the launch request's "container" object (shim_main.c), or
      * NULL when workers run as host processes (a trusted node). */

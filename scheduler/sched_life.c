@@ -47,8 +47,9 @@ static void describe(store_tx *tx, const store_worker *w, char *out, size_t n)
                  (long long)w->rank, node, (long long)w->signal, w->message[0] ? " (" : "",
                  w->message, w->message[0] ? ")" : "");
     else
-        snprintf(out, n, "rank %lld on node %s exited with status %lld", (long long)w->rank,
-                 node, (long long)w->exit_code);
+        snprintf(out, n, "rank %lld on node %s exited with status %lld%s%.150s%s",
+                 (long long)w->rank, node, (long long)w->exit_code, w->message[0] ? " (" : "",
+                 w->message, w->message[0] ? ")" : "");
 }
 
 /* Its port stays reserved until its last worker has ended (store_port_release_idle). */

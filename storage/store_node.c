@@ -344,12 +344,14 @@ int store_worker_digest(store_tx *tx, int64_t id, int64_t node_id, const char *d
 int store_worker_report(store_tx *tx, int64_t id, int64_t node_id, const char *state,
                         int64_t exit_code, int64_t signal, const char *message, int64_t now_ms)
 {
-    /* A final state is never left; started_at and finished_at are set once. */
+    /* A final state is never left; started_at and finished_at are set once.
+     * An exit's message is its own (out of memory, a bound on processes):
+     * the phase it started with is no part of how it ended. */
     static const char sql[] =
         "UPDATE workers SET state = ?3,"
         " exit_code = CASE WHEN ?4 >= 0 THEN ?4 ELSE exit_code END,"
         " signal = CASE WHEN ?5 > 0 THEN ?5 ELSE signal END,"
-        " message = coalesce(?6, message),"
+        " message = CASE WHEN ?3 = 'exited' THEN ?6 ELSE coalesce(?6, message) END,"
         " started_at = coalesce(started_at, CASE WHEN ?3 != 'assigned' THEN ?7 END),"
         " finished_at = coalesce(finished_at, CASE WHEN ?3 IN ('exited', 'failed', 'lost')"
         "  THEN ?7 END)"

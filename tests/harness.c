@@ -903,17 +903,18 @@ void th_agent_cleanup(th_agent *a)
 {
     if (a->pid > 0)
         th_agent_stop(a);
-    /* An agent killed and not restarted leaves its (empty) cgroup subtree. */
+    /* An agent killed and not restarted leaves its (empty) cgroup subtrees,
+     * one a line. */
     char path[512], cg[1100];
     snprintf(path, sizeof path, "%s/cgroup", a->dir);
     FILE *f = a->dir[0] ? fopen(path, "r") : NULL;
-    if (f) {
-        if (fgets(cg, sizeof cg, f)) {
-            cg[strcspn(cg, "\n")] = '\0';
+    while (f && fgets(cg, sizeof cg, f)) {
+        cg[strcspn(cg, "\n")] = '\0';
+        if (cg[0])
             rmdir(cg);
-        }
-        fclose(f);
     }
+    if (f)
+        fclose(f);
 }
 
 /* For a job stuck short of its state: the end of every agent's log in the

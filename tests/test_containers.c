@@ -19,7 +19,9 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/harness.h"
@@ -327,6 +329,179 @@ Test(containers, cancel_of_a_stubborn_container_leaves_nothing)
     cr_expect(none, "crun still lists a container");
     snprintf(path, sizeof path, "ls -d '%s'/workers/*/bundle 2>/dev/null | grep -q .", ag.dir);
     cr_expect_neq(system(path), 0, "a bundle directory is left");
+}
+
+/* The file name in the cgroup of process pid that holds controller ctl
+ * (cgroup v1), or in its cgroup v2 directory where no v1 hierarchy has
+ * ctl: read whole into buf, 0; -1 when there is none. */
+static int cgroup_file(long pid, const char *ctl, const char *name, char *buf, size_t n)
+{
+    char path[1200], line[1024], v2[512] = "", mnt[512] = "";
+    snprintf(path, sizeof path, "/proc/%ld/cgroup", pid);
+    FILE *f = fopen(path, "r");
+    int found = 0;
+    while (f && !found && fgets(line, sizeof line, f)) {
+        char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+        if (!b)
+            continue;
+        *b = '\0';
+        b[1 + strcspn(b + 1, "\n")] = '\0';
+        if (!strcmp(a + 1, "")) {
+            snprintf(v2, sizeof v2, "%s", b + 1);
+            continue;
+        }
+        for (char *s = NULL, *c = strtok_r(a + 1, ",", &s); c; c = strtok_r(NULL, ",", &s))
+            if (!strcmp(c, ctl)) {
+                snprintf(path, sizeof path, "/sys/fs/cgroup/%s%s/%s", ctl, b + 1, name);
+                found = 1;
+            }
+    }
+    if (f)
+        fclose(f);
+    if (!found && v2[0]) {
+        FILE *m = fopen("/proc/self/mounts", "r");
+        char dev[256], dir[512], type[64];
+        while (m && fgets(line, sizeof line, m))
+            if (sscanf(line, "%255s %511s %63s", dev, dir, type) == 3 && !strcmp(type, "cgroup2"))
+                snprintf(mnt, sizeof mnt, "%s", dir);
+        if (m)
+            fclose(m);
+        snprintf(path, sizeof path, "%s%s/%s", mnt, v2, name);
+        found = mnt[0] != 0;
+    }
+    return found ? th_read_text(path, buf, n) : -1;
+}
+
+/* The reason a job ended with, once it has ended in want. */
+static void expect_ended(const char *t, long id, const char *want, const char *reason)
+{
+    char seen[16], p[64];
+    cr_assert(th_wait_state(&d, t, id, want, 60000, seen), "job %ld: %s", id, seen);
+    snprintf(p, sizeof p, "/v1/jobs/%ld", id);
+    th_resp r = th_get(&d, p, t);
+    const char *why = th_str(&r, "reason");
+    cr_expect(why && strstr(why, reason), "job %ld ended '%s', not with '%s'", id,
+              why ? why : "(no reason)", reason);
+    th_free(&r);
+}
+
+/* A fork bomb, a memory bomb and four busy loops, in jobs of one tenant:
+ * each is held to its cgroup (on cgroup v2, or the v1 hierarchies of a
+ * hybrid host), the bombs fail only their own jobs with a reason, and the
+ * agent, cohortd and another tenant's job run on. */
+Test(containers, bombs_and_busy_loops_are_held_to_their_worker_spec, .timeout = 150)
+{
+    char seen[16], buf[4096], p[128];
+    const char *args[] = {"--cpus", "8", "--memory-mb", "65536", "--worker-pids", "128", NULL};
+    platform(args);
+    th_must(th_post(&d, "/v1/worker-specs", TH_ADMIN,
+                    "{\"name\":\"cpu-tiny\",\"cpus\":1,\"memory_mb\":256,\"gpus\":0,"
+                    "\"price_per_hour\":1,\"currency\":\"USD\"}"), 201);
+    th_put_text(&d, tok_b, "ws", "idle.sh", "#!/bin/sh\nexec sleep 120\n", "755");
+    long other = submit_as(tok_b, "idle.sh", "native", NULL);
+    cr_assert(th_wait_state(&d, tok_b, other, "RUNNING", 30000, seen), "%s", seen);
+
+    /* Four busy loops for 4 s on a 1-CPU spec, seen from the host. */
+    th_put_text(&d, tok, "ws", "busy.sh",
+                "#!/bin/sh\nfor i in 1 2 3 4; do (while :; do :; done) & done\n"
+                "sleep 4\nkill $(jobs -p)\n",
+                "755");
+    long busy = submit_as(tok, "busy.sh", "native", NULL);
+    cr_assert(th_wait_state(&d, tok, busy, "RUNNING", 30000, seen), "%s", seen);
+    long pid = worker_pid(busy);
+    buf[0] = '\0';
+    cr_expect_eq(cgroup_file(pid, "pids", "pids.max", buf, sizeof buf), 0, "no pids.max");
+    cr_expect_eq(atol(buf), 128, "pids.max is '%s'", buf);
+    buf[0] = '\0';
+    if (cgroup_file(pid, "memory", "memory.limit_in_bytes", buf, sizeof buf) != 0)
+        cgroup_file(pid, "memory", "memory.max", buf, sizeof buf);
+    cr_expect_eq(atoll(buf), 2048LL << 20, "the memory limit is '%s'", buf);
+    if (cgroup_file(pid, "devices", "devices.list", buf, sizeof buf) == 0) {
+        cr_expect(strstr(buf, "c 1:3 rwm") != NULL, "null is not allowed: %s", buf);
+        cr_expect(strstr(buf, "a *:* rwm") == NULL && strstr(buf, "b ") == NULL,
+                  "more than the allow-list: %s", buf);
+    }
+
+    /* The bombs, both at once. */
+    th_put_text(&d, tok, "ws", "forks.sh",
+                "#!/bin/sh\nn=0\nwhile [ $n -lt 2000 ]; do sleep 60 & n=$((n+1)); done\nexit 3\n",
+                "755");
+    th_put_text(&d, tok, "ws", "mem.sh",
+                "#!/bin/sh\nexec awk 'BEGIN { s = \"x\"; for (i = 0; i < 30; i++) s = s s; "
+                "print length(s) }'\n",
+                "755");
+    long forks = submit_as(tok, "forks.sh", "native", NULL);
+    long mem = th_submit(&d, tok,
+                         "{\"name\":\"mem\",\"image\":\"native\",\"workspace\":\"ws\","
+                         "\"code_path\":\"mem.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":1,"
+                         "\"worker_spec\":\"cpu-tiny\",\"worker_count\":1}");
+    expect_ended(tok, forks, "FAILED", "limit of 128 processes");
+    expect_ended(tok, mem, "FAILED", "out of memory");
+    cr_assert(th_wait_state(&d, tok, busy, "SUCCEEDED", 30000, seen), "%s", seen);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/workers", busy);
+    th_resp r = th_get(&d, p, tok);
+    const cJSON *w = cJSON_GetArrayItem(cJSON_GetObjectItem(r.json, "items"), 0);
+    const cJSON *cpu = cJSON_GetObjectItem(w, "cpu_seconds");
+    cr_assert(cJSON_IsNumber(cpu), "no cpu_seconds: %s", r.body);
+    /* 4 s of one CPU, and a start: far from the 8 s two free cores give */
+    cr_expect(cpu->valuedouble > 1.0 && cpu->valuedouble < 6.0, "four loops used %.2f CPU-s",
+              cpu->valuedouble);
+    th_free(&r);
+
+    cr_expect_eq(kill(ag.pid, 0), 0, "the agent died");
+    th_must(th_get(&d, "/healthz", NULL), 200);
+    snprintf(p, sizeof p, "/v1/jobs/%ld", other);
+    r = th_get(&d, p, tok_b);
+    cr_expect_str_eq(th_str(&r, "state"), "RUNNING", "the other tenant's job");
+    th_free(&r);
+}
+
+/* crun gives a container's root the ownership of its standard streams: they
+ * are the shim's pipes, so no host file changes owner or mode, however the
+ * job tries (a chmod through /proc/self/fd), and its output still reaches
+ * its log. */
+Test(containers, no_host_file_changes_owner_when_containers_run)
+{
+    char seen[16], p[128], path[1200];
+    struct stat before, after, log;
+    platform(NULL);
+    cr_assert_eq(stat("/dev/null", &before), 0);
+    th_put_text(&d, tok, "ws", "fds.sh",
+                "#!/bin/sh\nls -l /proc/$$/fd/ > fds.txt 2>&1\n"
+                "chmod 0777 /proc/$$/fd/0 /proc/$$/fd/1 /proc/$$/fd/2 /dev/null 2>/dev/null\n"
+                "echo out-line-$$; echo err-line >&2\n",
+                "755");
+    for (int i = 0; i < 2; i++) {
+        long id = submit_as(tok, "fds.sh", "native", NULL);
+        cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 30000, seen), "%s", seen);
+        snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=0", id);
+        char *text = th_get_body(&d, p, tok);
+        cr_expect(text && strstr(text, "out-line-") && strstr(text, "err-line"), "log: %s", text);
+        free(text);
+    }
+    char *fds = fetch_as(tok, "fds.txt");
+    cr_expect(fds && strstr(fds, "0 -> pipe:") && strstr(fds, "1 -> pipe:") &&
+                  strstr(fds, "2 -> pipe:"),
+              "the standard streams are not pipes: %s", fds);
+    cr_expect(fds && !strstr(fds, "/dev/null"), "a stream is /dev/null: %s", fds);
+    free(fds);
+    cr_assert_eq(stat("/dev/null", &after), 0);
+    cr_expect(after.st_uid == before.st_uid && after.st_gid == before.st_gid &&
+                  after.st_mode == before.st_mode,
+              "the host's /dev/null went from %d:%d %o to %d:%d %o", (int)before.st_uid,
+              (int)before.st_gid, (unsigned)before.st_mode, (int)after.st_uid,
+              (int)after.st_gid, (unsigned)after.st_mode);
+    snprintf(path, sizeof path, "ls %s/workers/*/output.log 2>/dev/null | head -1 > %s/log.path",
+             ag.dir, ag.dir);
+    if (system(path) == 0) {
+        char lp[700] = "";
+        snprintf(path, sizeof path, "%s/log.path", ag.dir);
+        if (th_read_text(path, lp, sizeof lp) == 0 && lp[0]) {
+            lp[strcspn(lp, "\n")] = '\0';
+            cr_assert_eq(stat(lp, &log), 0, "%s", lp);
+            cr_expect_eq(log.st_uid, 0, "the worker's log is owned by uid %d", (int)log.st_uid);
+        }
+    }
 }
 
 /* Lines of the agent's log that hold text. */
@@ -920,4 +1095,150 @@ Test(containers, a_full_disk_on_the_node_fails_the_job_and_spares_the_agent, .ti
     cr_expect_eq(th_wait_state(&d, tok, after, "SUCCEEDED", 60000, seen), 1,
                  "after space was freed: %s", seen);
     node_unmount();
+}
+
+/* Whether the host's kernel log holds marker: /dev/kmsg read from its
+ * first record to its last, without waiting for more. */
+static int kmsg_holds(const char *marker)
+{
+    char rec[8192];
+    int fd = open("/dev/kmsg", O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    cr_assert(fd >= 0, "/dev/kmsg: %s", strerror(errno));
+    int found = 0;
+    for (;;) {
+        ssize_t n = read(fd, rec, sizeof rec - 1);
+        if (n < 0 && errno == EPIPE) /* records overwritten while reading */
+            continue;
+        if (n <= 0)
+            break;
+        rec[n] = '\0';
+        found |= strstr(rec, marker) != NULL;
+    }
+    close(fd);
+    return found;
+}
+
+/* Pushes acme/NAME:1 with the make-test-image options opts and registers it
+ * as image NAME of acme (by its tenant admin). */
+static void push_acme_image(const char *name, const char *const *opts)
+{
+    char admin[80], repo[128], body[512];
+    th_user(&d, "acme", "root", "tenant_admin", admin);
+    snprintf(repo, sizeof repo, "acme/%s:1", name);
+    cr_assert_eq(th_push_image(repo, opts), 0, "pushing %s", repo);
+    snprintf(body, sizeof body, "{\"name\":\"%s\",\"reference\":\"%s\",\"framework\":\"native\"}",
+             name, repo);
+    th_must(th_post(&d, "/v1/images", admin, body), 201);
+}
+
+/* Tries the device nodes its image carried, one KEY=status line each, and
+ * lists them. */
+#define DEVICES_PROG                                                                           \
+    "#!/bin/sh\n"                                                                              \
+    "o=\"$WORKSPACE/devices.tmp\"\n"                                                           \
+    ": > \"$o\"\n"                                                                             \
+    "echo \"$MARKER\" 2>/dev/null > /kmsg; echo \"KMSG=$?\" >> \"$o\"\n"                       \
+    "head -c 512 /disk 2>/dev/null > /dev/null; echo \"DISK=$?\" >> \"$o\"\n"                  \
+    "echo x 2>/dev/null > /mynull; echo \"NULL=$?\" >> \"$o\"\n"                               \
+    "for f in /kmsg /mynull /disk; do\n"                                                       \
+    "    if [ -c $f ] || [ -b $f ]; then echo \"NODE=$f\" >> \"$o\"; fi\n"                     \
+    "done\n"                                                                                   \
+    "ls -l /kmsg /mynull /disk >> \"$o\" 2>&1\n"                                               \
+    "mv \"$o\" \"$WORKSPACE/devices.txt\"\n"
+
+/* An image that carries device nodes (/dev/kmsg's numbers at /kmsg,
+ * /dev/null's at /mynull, and the host's disk at /disk, all mode 0666):
+ * in its container none of them is a device any more, nothing its job
+ * wrote reaches the host's kernel log, and the agent says what it dropped. */
+Test(containers, an_images_device_files_are_not_live_in_its_container)
+{
+    char seen[16], disk[64] = "", marker[96], env[256], v[64];
+    platform(NULL);
+    struct stat root;
+    cr_assert_eq(stat("/", &root), 0);
+    int with_disk = major(root.st_dev) != 0; /* 0:N is an overlay or tmpfs: no disk */
+    snprintf(disk, sizeof disk, "disk:b:%u:%u", major(root.st_dev), minor(root.st_dev));
+    const char *opts[] = {"--dev", "kmsg:c:1:11", "--dev", "mynull:c:1:3",
+                          with_disk ? "--dev" : NULL, disk, NULL};
+    push_acme_image("devs", opts);
+    snprintf(marker, sizeof marker, "cohort-kmsg-job-%d-%lld", (int)getpid(),
+             (long long)time(NULL));
+    snprintf(env, sizeof env, ",\"env\":{\"MARKER\":\"%s\"}", marker);
+    th_put_text(&d, tok, "ws", "devices.sh", DEVICES_PROG, "755");
+    long id = submit_as(tok, "devices.sh", "devs", env);
+    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 60000, seen), "%s", seen);
+    char *t = fetch_as(tok, "devices.txt");
+    cr_log_info("devices: %s", t);
+    static const char *const tried[] = {"KMSG", "DISK", "NULL"};
+    for (size_t i = 0; i < sizeof tried / sizeof *tried; i++) {
+        value_of(t, tried[i], v, sizeof v);
+        cr_expect(v[0] && strcmp(v, "0"), "%s: the device of the image worked: %s", tried[i], t);
+    }
+    cr_expect(strstr(t, "NODE=") == NULL, "a device node is in the container: %s", t);
+    cr_expect(strstr(t, "\nc") == NULL && strstr(t, "\nb") == NULL, "ls lists a device: %s", t);
+    free(t);
+    /* the host's kernel log: the test's own line is there, the job's is not */
+    char mine[128], line[140];
+    snprintf(mine, sizeof mine, "cohort-kmsg-test-%d-%lld", (int)getpid(), (long long)time(NULL));
+    int n = snprintf(line, sizeof line, "%s\n", mine); /* a record ends at its newline */
+    int fd = open("/dev/kmsg", O_WRONLY | O_CLOEXEC);
+    cr_assert(fd >= 0 && write(fd, line, (size_t)n) == n, "/dev/kmsg: %s", strerror(errno));
+    close(fd);
+    cr_expect(kmsg_holds(mine), "the test cannot read the kernel log");
+    cr_expect(!kmsg_holds(marker), "the job wrote to the host's kernel log");
+    snprintf(v, sizeof v, "dropped %d device files", with_disk ? 3 : 2);
+    cr_expect_eq(log_count(v), 1, "the agent's log does not say '%s'", v);
+}
+
+/* Whether the directory at path holds anything (-1 when it is gone). */
+static int dir_entries(const char *path)
+{
+    DIR *dp = opendir(path);
+    struct dirent *e;
+    int n = 0;
+    if (!dp)
+        return -1;
+    while ((e = readdir(dp)) != NULL)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(dp);
+    return n;
+}
+
+/* An image whose etc links to a host directory (one an attacker knows is
+ * there, such as /etc/cron.d; here an empty one the test makes) and whose
+ * proc links to a host path that does not exist: the agent, root, makes
+ * the containers' mount points (/etc/hosts, /etc/resolv.conf) inside the
+ * image's root, never through its links: the host directory stays empty,
+ * the other path absent.  The job may fail, with a reason that says why. */
+Test(containers, an_image_whose_etc_is_a_link_out_creates_nothing_on_the_host)
+{
+    char seen[16], evil[64], absent[80], etc_link[96], proc_link[112], p[64];
+    platform(NULL);
+    snprintf(evil, sizeof evil, "/tmp/cohort-evil-%d", (int)getpid());
+    snprintf(absent, sizeof absent, "%s-proc", evil);
+    snprintf(etc_link, sizeof etc_link, "etc:%s", evil);
+    snprintf(proc_link, sizeof proc_link, "proc:%s", absent);
+    cr_assert(mkdir(evil, 0755) == 0 || errno == EEXIST, "%s: %s", evil, strerror(errno));
+    const char *opts[] = {"--link", etc_link, "--link", proc_link, NULL};
+    push_acme_image("linked", opts);
+    th_put_text(&d, tok, "ws", "ok.sh", "#!/bin/sh\nexit 0\n", "755");
+    long id = submit_as(tok, "ok.sh", "linked", NULL);
+    int ended = th_wait_state(&d, tok, id, "SUCCEEDED", 60000, seen);
+    snprintf(p, sizeof p, "/v1/jobs/%ld", id);
+    th_resp r = th_get(&d, p, tok);
+    const char *reason = th_str(&r, "reason");
+    cr_log_info("a job of an image whose etc links out: %s (%s)", seen, reason ? reason : "");
+    cr_expect(ended || (!strcmp(seen, "FAILED") && reason && strstr(reason, "/etc/hosts")),
+              "the job is %s, and its reason does not say why: %s", seen,
+              reason ? reason : "(none)");
+    th_free(&r);
+    int made = dir_entries(evil);
+    struct stat sb;
+    int absent_made = lstat(absent, &sb) == 0;
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", evil, absent);
+    cr_expect_eq(system(cmd), 0);
+    cr_expect_eq(made, 0, "the agent made %d files in the host's %s", made, evil);
+    cr_expect(!absent_made, "the host's %s was made", absent);
+    cr_expect_eq(kill(ag.pid, 0), 0, "the agent died");
 }

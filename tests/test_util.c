@@ -482,3 +482,72 @@ Test(oci, the_drivers_files_are_bound_read_only_and_not_idmapped)
                        text);
     free(text);
 }
+
+/* ---- shim_req: what does not fit is refused, never cut ---- */
+
+#include <stdlib.h>
+
+#include "agent/shim_req.h"
+
+/* A launch request of a host-process worker with nargs arguments, nhide
+ * paths to hide and nenv variables: parsed into r, its result returned. */
+static int parse_sized(shim_req *r, int nargs, int nhide, int nenv, char *err, size_t errlen)
+{
+    cJSON *req = cJSON_CreateObject(), *spec = cJSON_AddObjectToObject(req, "spec");
+    cJSON_AddStringToObject(req, "dir", "/tmp/cohort-w1");
+    cJSON_AddStringToObject(spec, "framework", "native");
+    cJSON_AddStringToObject(spec, "program", "run.sh");
+    cJSON_AddStringToObject(spec, "mount_root", "/cohort");
+    cJSON_AddStringToObject(spec, "workspace", "/tmp/ws");
+    cJSON *args = cJSON_AddArrayToObject(spec, "args"), *hide = cJSON_AddArrayToObject(spec, "hide");
+    cJSON *env = cJSON_AddObjectToObject(spec, "env");
+    char v[64];
+    for (int i = 0; i < nargs; i++) {
+        snprintf(v, sizeof v, "--arg%d", i);
+        cJSON_AddItemToArray(args, cJSON_CreateString(v));
+    }
+    for (int i = 0; i < nhide; i++) {
+        snprintf(v, sizeof v, "/srv/hidden%d", i);
+        cJSON_AddItemToArray(hide, cJSON_CreateString(v));
+    }
+    for (int i = 0; i < nenv; i++) {
+        snprintf(v, sizeof v, "VAR%d", i);
+        cJSON_AddStringToObject(env, v, "x");
+    }
+    char *text = cJSON_PrintUnformatted(req);
+    cJSON_Delete(req);
+    int rc = shim_req_parse(text, r, err, errlen);
+    free(text);
+    return rc;
+}
+
+Test(shim_req, arguments_paths_and_variables_past_their_bounds_are_refused)
+{
+    char err[256];
+    shim_req r;
+    cr_assert_eq(parse_sized(&r, SHIM_MAX_ARGS, SHIM_MAX_HIDE - 1, SHIM_REQ_MAX_ENV, err,
+                             sizeof err), 0, "%s", err);
+    int n = 0;
+    while (r.sp.args[n])
+        n++;
+    cr_expect_eq(n, SHIM_MAX_ARGS, "%d of %d arguments kept", n, SHIM_MAX_ARGS);
+    cr_expect_str_eq(r.sp.args[SHIM_MAX_ARGS - 1], "--arg297");
+    cr_expect_eq(r.sp.nhide, SHIM_MAX_HIDE - 1);
+    shim_req_free(&r);
+
+    static const struct {
+        int args, hide, env;
+        const char *says;
+    } over[] = {
+        {SHIM_MAX_ARGS + 1, 0, 0, "more than 298 arguments"},
+        {0, SHIM_MAX_HIDE, 0, "more than 63 paths to hide"},
+        {0, 0, SHIM_REQ_MAX_ENV + 1, "more than 280 variables"},
+    };
+    for (size_t i = 0; i < sizeof over / sizeof *over; i++) {
+        err[0] = '\0';
+        cr_expect_eq(parse_sized(&r, over[i].args, over[i].hide, over[i].env, err, sizeof err), -1,
+                     "case %zu was accepted", i);
+        cr_expect(strstr(err, over[i].says) != NULL, "case %zu: '%s'", i, err);
+        shim_req_free(&r);
+    }
+}

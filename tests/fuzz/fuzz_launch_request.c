@@ -52,7 +52,7 @@ static void check(const shim_req *r, int container)
         fuzz_check(strchr(sp->env[n], '=') != NULL, "an environment entry without '='");
     fuzz_check(n <= SHIM_REQ_MAX_ENV + 4 && sp->nenv_own <= n, "environment count");
     for (int i = 0; sp->args[i]; i++)
-        fuzz_check(i < SHIM_REQ_MAX_ARGS, "argument count");
+        fuzz_check(i < SHIM_MAX_ARGS, "argument count");
     for (int i = 0; i < sp->ndatasets; i++)
         fuzz_check(util_name_valid(sp->ds_name[i]) && sp->ds_path[i], "a dataset without a name");
     cJSON *note = cJSON_Parse(r->note);
