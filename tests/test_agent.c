@@ -705,7 +705,8 @@ Test(agent, workers_show_the_cpu_time_their_cgroup_counted)
         /* two shell loops of 150,000 steps: well over a tenth of a second */
         cr_expect_gt(cpu->valuedouble, 0.1, "%s", r.body);
         cr_expect_lt(cpu->valuedouble, 60.0, "%s", r.body);
-        if (strstr(ctl, "memory"))
+        /* in the v2 hierarchy, or in a v1 one beside it (a hybrid host) */
+        if (strstr(ctl, "memory") || system("grep -q ' cgroup [^ ]*memory' /proc/self/mounts") == 0)
             cr_expect(cJSON_IsNumber(mem) && mem->valuedouble > 0, "%s", r.body);
         else
             cr_expect(cJSON_IsNull(mem), "memory counted without a memory controller: %s", r.body);

@@ -1223,9 +1223,18 @@ Test(containers, an_image_whose_etc_is_a_link_out_creates_nothing_on_the_host)
     push_acme_image("linked", opts);
     th_put_text(&d, tok, "ws", "ok.sh", "#!/bin/sh\nexit 0\n", "755");
     long id = submit_as(tok, "ok.sh", "linked", NULL);
-    int ended = th_wait_state(&d, tok, id, "SUCCEEDED", 60000, seen);
+    /* Either end will do (th_wait_state would log a warning, which fails
+     * the suite's exit status, at the one it did not ask for). */
     snprintf(p, sizeof p, "/v1/jobs/%ld", id);
-    th_resp r = th_get(&d, p, tok);
+    th_resp r = {0};
+    for (int i = 0; i < 600; i++, usleep(100000)) {
+        th_free(&r);
+        r = th_get(&d, p, tok);
+        snprintf(seen, sizeof seen, "%s", th_str(&r, "state") ? th_str(&r, "state") : "");
+        if (!strcmp(seen, "SUCCEEDED") || !strcmp(seen, "FAILED"))
+            break;
+    }
+    int ended = !strcmp(seen, "SUCCEEDED");
     const char *reason = th_str(&r, "reason");
     cr_log_info("a job of an image whose etc links out: %s (%s)", seen, reason ? reason : "");
     cr_expect(ended || (!strcmp(seen, "FAILED") && reason && strstr(reason, "/etc/hosts")),
