@@ -196,7 +196,7 @@ void api_budget_put(api_ctx *, const api_req *, api_resp *);
 #define API_CONTRACT_ENV(X)                                                                \
     X(MASTER_ADDR) X(MASTER_PORT) X(WORLD_SIZE) X(RANK) X(LOCAL_RANK) X(NODE_RANK)         \
     X(WORKER_PER_NODE) X(BACKEND) X(DATASETS_PATH) X(DATASETS) X(WORKSPACE) X(EPOCHS)      \
-    X(LR) X(BATCH_SIZE) X(TF_CONFIG) X(CUDA_VISIBLE_DEVICES)
+    X(LR) X(BATCH_SIZE) X(TF_CONFIG) X(CUDA_VISIBLE_DEVICES) X(COHORT_RDZV_SECRET)
 #define API_ENV_ENUM_(n) API_ENV_##n,
 enum api_env { API_CONTRACT_ENV(API_ENV_ENUM_) API_ENV_COUNT };
 /* Their names, in that order, then NULL. */

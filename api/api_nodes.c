@@ -644,6 +644,9 @@ static cJSON *launch_spec(api_ctx *ctx, const store_worker *w, const store_job *
     fmt_double(j->lr, buf, sizeof buf);
     env_add(env, API_ENV(LR), buf);
     env_addi(env, API_ENV(BATCH_SIZE), j->batch_size);
+    /* cohort-worker's rendezvous store admits only the attempt's ranks. */
+    if (j->rdzv_secret[0])
+        env_add(env, API_ENV(COHORT_RDZV_SECRET), j->rdzv_secret);
     free(dl.buf);
     if (!strcmp(j->framework, "tensorflow"))
         tf_config(ctx, j, w, master, env);

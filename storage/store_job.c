@@ -19,7 +19,7 @@
     " coalesce(j.reason, ''), j.attempt, coalesce(j.idempotency_key, ''), j.request_hash," \
     " j.created_at, j.updated_at, coalesce(j.started_at, 0), coalesce(j.finished_at, 0),"     \
     " coalesce(j.master_node_id, 0), coalesce(j.master_port, 0), coalesce(j.placed_per_node, 0),"   \
-    " coalesce(j.image_digest, '')"
+    " coalesce(j.image_digest, ''), coalesce(j.rdzv_secret, '')"
 #define JOB_FROM                                                                           \
     " FROM jobs j JOIN tenants t ON t.id = j.tenant_id JOIN users u ON u.id = j.user_id"
 
@@ -109,6 +109,7 @@ static int job_row(store_st *st, store_job *j)
     j->master_port = store_col_int64(st, i++);
     j->placed_per_node = store_col_int64(st, i++);
     store_col_copy(st, i++, j->image_digest, sizeof j->image_digest);
+    store_col_copy(st, i++, j->rdzv_secret, sizeof j->rdzv_secret);
     if (!j->datasets_json || !j->args_json || !j->env_json) {
         store_job_clear(j);
         return STORE_NOMEM;

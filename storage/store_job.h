@@ -34,6 +34,7 @@ int store_job_state_final(job_state s);
 #define STORE_JOB_NAME_MAX 200
 #define STORE_REASON_MAX 512
 #define STORE_IDEM_MAX 255
+#define STORE_RDZV_SECRET_BYTES 32 /* an attempt's rendezvous secret: 256 random bits */
 
 typedef struct store_job {
     int64_t id;
@@ -71,6 +72,7 @@ typedef struct store_job {
     /* Placement of the current attempt (0: not placed). */
     int64_t master_node_id, master_port, placed_per_node;
     char image_digest[80]; /* what the current attempt's image resolved to; "" */
+    char rdzv_secret[2 * STORE_RDZV_SECRET_BYTES + 1]; /* the placed attempt's; "" */
 } store_job;
 
 typedef struct store_event {

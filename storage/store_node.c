@@ -9,6 +9,7 @@
 
 #include "storage/store_bill.h"
 #include "storage/store_int.h"
+#include "storage/store_job.h"
 #include "storage/util.h"
 
 /* Live workers hold their node's resources until the agent reports them done. */
@@ -638,17 +639,24 @@ int store_quota_put(store_tx *tx, const store_quota *q)
 int store_job_place(store_tx *tx, int64_t job_id, int64_t master_node, int64_t port,
                     int64_t per_node)
 {
-    static const char sql[] =
-        "UPDATE jobs SET master_node_id = ?2, master_port = ?3, placed_per_node = ?4 WHERE id = ?1";
+    /* The attempt's rendezvous secret (migration 013), drawn here: every
+     * rank of the attempt gets the same one, and no other attempt. */
+    static const char sql[] = "UPDATE jobs SET master_node_id = ?2, master_port = ?3,"
+                              " placed_per_node = ?4, rdzv_secret = ?5 WHERE id = ?1";
+    uint8_t raw[STORE_RDZV_SECRET_BYTES];
+    char secret[2 * STORE_RDZV_SECRET_BYTES + 1];
+    if (util_random(raw, sizeof raw) != 0)
+        return STORE_EIO;
+    util_hex(raw, sizeof raw, secret);
     return store_exec(store_tx_conn(tx), NULL, sql, STORE_ARGS(STORE_I(job_id),
-            STORE_I(master_node), STORE_I(port), STORE_I(per_node)));
+            STORE_I(master_node), STORE_I(port), STORE_I(per_node), STORE_T(secret)));
 }
 
 int store_job_next_attempt(store_tx *tx, int64_t job_id)
 {
     /* started_at and finished_at are the current attempt's: its timeout counts from its start. */
     static const char sql[] = "UPDATE jobs SET attempt = attempt + 1, master_node_id = NULL,"
-                              " master_port = NULL, started_at = NULL, finished_at = NULL"
-                              " WHERE id = ?1";
+                              " master_port = NULL, rdzv_secret = NULL, started_at = NULL,"
+                              " finished_at = NULL WHERE id = ?1";
     return store_tx_exec_id(tx, sql, job_id);
 }

@@ -137,7 +137,8 @@ int store_quota_put(store_tx *tx, const store_quota *q);
 /* Every tenant's quota (tenants without one are not listed). */
 int store_quota_all_tx(store_tx *tx, void (*row)(void *arg, const store_quota *q), void *arg);
 
-/* Sets the placement of the job's current attempt. */
+/* Sets the placement of the job's current attempt and draws its rendezvous
+ * secret (store_job.rdzv_secret). */
 int store_job_place(store_tx *tx, int64_t job_id, int64_t master_node, int64_t port,
                     int64_t per_node);
 /* Bumps the attempt of a job going back to PENDING. */

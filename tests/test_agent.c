@@ -20,6 +20,7 @@
 
 #include "storage/util.h"
 #include "tests/harness.h"
+#include "worker/comm_store.h"
 
 static th_daemon d;
 static th_agent ag[3];
@@ -1713,6 +1714,93 @@ Test(agent, cohort_worker_trains_as_a_two_rank_job, .timeout = 180)
     r = th_get(&d, "/v1/workspaces/ws/files?prefix=checkpoints", tok);
     cr_expect_not_null(strstr(r.body, "epoch-000004.ckpt"), "%s", r.body);
     th_free(&r);
+}
+
+/* The launch spec a worker of job id was given (the agent's spec.json), once
+ * its shim has written it: parsed, the caller deletes it. */
+static cJSON *worker_spec_json(long job, int index)
+{
+    char p[128], path[700];
+    snprintf(p, sizeof p, "/v1/jobs/%ld/workers", job);
+    th_resp r = th_get(&d, p, tok);
+    const cJSON *w = cJSON_GetArrayItem(cJSON_GetObjectItem(r.json, "items"), index);
+    cr_assert_not_null(w, "no worker %d: %s", index, r.body);
+    snprintf(path, sizeof path, "%s/workers/%ld/spec.json", ag[0].dir,
+             (long)cJSON_GetObjectItem(w, "id")->valuedouble);
+    th_free(&r);
+    static char text[65536];
+    for (int i = 0; i < 100 && th_read_text(path, text, sizeof text) != 0; i++)
+        usleep(50000);
+    cJSON *spec = cJSON_Parse(text);
+    cr_assert_not_null(spec, "%s: %s", path, text);
+    return spec;
+}
+
+/* A stranger on the node (another tenant's job shares its network today)
+ * reaches a running cohort-worker job's rendezvous store on MASTER_PORT:
+ * without the attempt's secret, or with a wrong one, it reads, forges and
+ * counts nothing, and the job trains on to its accuracy.  Both ranks were
+ * given the same secret. */
+Test(agent, a_stranger_cannot_use_a_jobs_rendezvous_store, .timeout = 180)
+{
+    char seen[16], err[256];
+    platform(NULL);
+    agents(1, "8");
+    synth_dataset(2000, 500);
+    trainer_image();
+    /* rank 1 comes late: rank 0's store waits for it, and the stranger
+     * comes meanwhile */
+    th_put_text(&d, tok, "ws", "late.sh",
+                "#!/bin/sh\n[ \"$RANK\" = 1 ] && sleep 6\n"
+                "exec cohort-worker train --log-every 10 \"$@\"\n",
+                "755");
+    long id = submit("{\"name\":\"victim\",\"image\":\"trainer\",\"datasets\":[\"synth\"],"
+                     "\"workspace\":\"ws\",\"code_path\":\"late.sh\",\"epochs\":4,"
+                     "\"lr\":0.05,\"batch_size\":32,\"worker_spec\":\"cpu-small\","
+                     "\"worker_count\":2}");
+    if (!th_wait_state(&d, tok, id, "RUNNING", 60000, seen)) {
+        th_resp l = rank_log(id, 1);
+        cr_assert_fail("the job is %s; rank 1 printed:\n%s", seen, l.body);
+    }
+    char secret[2][128] = {"", ""}, addr[128] = "";
+    int port = 0;
+    for (int i = 0; i < 2; i++) {
+        cJSON *spec = worker_spec_json(id, i);
+        const cJSON *env = cJSON_GetObjectItem(spec, "env");
+        const char *s = cJSON_GetStringValue(cJSON_GetObjectItem(env, "COHORT_RDZV_SECRET"));
+        const char *mp = cJSON_GetStringValue(cJSON_GetObjectItem(env, "MASTER_PORT"));
+        const char *ma = cJSON_GetStringValue(cJSON_GetObjectItem(env, "MASTER_ADDR"));
+        cr_assert(s && mp && ma, "no secret, port or address in the launch spec");
+        snprintf(secret[i], sizeof secret[i], "%s", s);
+        snprintf(addr, sizeof addr, "%s", ma);
+        port = atoi(mp);
+        cJSON_Delete(spec);
+    }
+    cr_expect_eq(strlen(secret[0]), 64, "the secret is '%s'", secret[0]);
+    cr_expect_str_eq(secret[0], secret[1], "the ranks were given different secrets");
+
+    comm_store *none, *wrong;
+    cr_assert_eq(comm_store_connect(addr, port, 20000, &none, err, sizeof err), 0, "%s", err);
+    int64_t r;
+    cr_expect_eq(comm_store_set(none, "stranger", "6.6.6.6:1", 9), -1, "wrote without the secret");
+    cr_expect(strstr(comm_store_errmsg(none), "closed the connection") != NULL, "%s",
+              comm_store_errmsg(none));
+    cr_assert_eq(comm_store_connect(addr, port, 2000, &wrong, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(comm_store_auth(wrong, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"),
+                 -1, "a wrong secret was taken");
+    cr_expect_eq(comm_store_add(wrong, "barrier", 1, &r), -1);
+    comm_store_close(none);
+    comm_store_close(wrong);
+    snprintf(err, sizeof err, "/v1/jobs/%ld", id);
+    th_resp jr = th_get(&d, err, tok);
+    cr_expect_str_eq(th_str(&jr, "state"), "RUNNING", "the attack came after the job's end");
+    th_free(&jr);
+
+    th_resp lr = succeeded_log(id, 150000);
+    const char *done = strstr(lr.body, "epoch 4 done");
+    const char *acc = done ? strstr(done, "accuracy ") : NULL;
+    cr_expect(acc && atof(acc + 9) > 90.0, "%s", lr.body);
+    th_free(&lr);
 }
 
 Test(agent, backfill_only_what_ends_before_the_blocked_head_starts)

@@ -240,7 +240,7 @@ Test(store, set_get_wait_add_between_clients)
     size_t n;
     int64_t r;
 
-    cr_assert_eq(comm_store_serve(0, &s, err, sizeof err), 0, "%s", err);
+    cr_assert_eq(comm_store_serve(0, NULL, &s, err, sizeof err), 0, "%s", err);
     int port = comm_store_server_port(s);
     cr_assert_eq(comm_store_connect("127.0.0.1", port, 2000, &a, err, sizeof err), 0);
     cr_assert_eq(comm_store_connect("127.0.0.1", port, 2000, &b, err, sizeof err), 0);
@@ -270,12 +270,61 @@ Test(store, set_get_wait_add_between_clients)
     comm_store_server_stop(s);
 }
 
+/* A stranger on the node's network (another tenant's job) reaches the
+ * port of an attempt's store: without the attempt's secret it reads
+ * nothing, writes nothing and waits on nothing, whether it presents no
+ * secret, a wrong one, or one that differs in its last byte only. */
+Test(store, a_store_with_a_secret_admits_only_clients_that_present_it)
+{
+    static const char secret[] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    comm_store_server *s;
+    comm_store *rank, *none, *wrong, *near;
+    char err[256], close_to[sizeof secret];
+    void *v;
+    size_t n;
+    int64_t r;
+
+    cr_assert_eq(comm_store_serve(0, secret, &s, err, sizeof err), 0, "%s", err);
+    int port = comm_store_server_port(s);
+    cr_assert_eq(comm_store_connect("127.0.0.1", port, 2000, &rank, err, sizeof err), 0);
+    cr_assert_eq(comm_store_auth(rank, secret), 0, "%s", comm_store_errmsg(rank));
+    cr_assert_eq(comm_store_set(rank, "rank/0", "10.0.0.1:4000", 13), 0);
+
+    cr_assert_eq(comm_store_connect("127.0.0.1", port, 2000, &none, err, sizeof err), 0);
+    cr_expect_eq(comm_store_get(none, "rank/0", 100, &v, &n), -1, "read without a secret");
+    cr_expect_eq(comm_store_set(none, "rank/0", "6.6.6.6:1", 9), -1);
+    cr_expect_eq(comm_store_add(none, "count", 1, &r), -1);
+
+    cr_assert_eq(comm_store_connect("127.0.0.1", port, 2000, &wrong, err, sizeof err), 0);
+    cr_expect_eq(comm_store_auth(wrong, "guess"), -1);
+    cr_expect(strstr(comm_store_errmsg(wrong), "refused this rank's secret") != NULL, "%s",
+              comm_store_errmsg(wrong));
+    cr_expect_eq(comm_store_set(wrong, "rank/0", "6.6.6.6:1", 9), -1);
+
+    memcpy(close_to, secret, sizeof secret);
+    close_to[sizeof secret - 2] = 'e';
+    cr_assert_eq(comm_store_connect("127.0.0.1", port, 2000, &near, err, sizeof err), 0);
+    cr_expect_eq(comm_store_auth(near, close_to), -1, "a secret one byte off was taken");
+
+    /* The rank's record is its own, and the stranger's counter never was. */
+    cr_assert_eq(comm_store_get(rank, "rank/0", 1000, &v, &n), 0, "%s", comm_store_errmsg(rank));
+    cr_expect(n == 13 && memcmp(v, "10.0.0.1:4000", 13) == 0, "the record was forged");
+    free(v);
+    cr_expect_eq(comm_store_add(rank, "count", 1, &r), 0);
+    cr_expect_eq(r, 1, "a stranger's add counted");
+    comm_store_close(rank);
+    comm_store_close(none);
+    comm_store_close(wrong);
+    comm_store_close(near);
+    comm_store_server_stop(s);
+}
+
 Test(store, wait_returns_when_another_client_sets)
 {
     comm_store_server *s;
     comm_store *a;
     char err[256];
-    cr_assert_eq(comm_store_serve(0, &s, err, sizeof err), 0);
+    cr_assert_eq(comm_store_serve(0, NULL, &s, err, sizeof err), 0);
     int port = comm_store_server_port(s);
     pid_t p = fork();
     if (p == 0) {
@@ -322,7 +371,7 @@ Test(store, garbage_and_oversized_frames_close_only_their_connection)
     char err[256];
     void *v;
     size_t n;
-    cr_assert_eq(comm_store_serve(0, &s, err, sizeof err), 0);
+    cr_assert_eq(comm_store_serve(0, NULL, &s, err, sizeof err), 0);
     int port = comm_store_server_port(s);
     cr_assert_eq(comm_store_connect("127.0.0.1", port, 2000, &good, err, sizeof err), 0);
     cr_assert_eq(comm_store_set(good, "k", "v", 1), 0);

@@ -78,6 +78,11 @@ int comm_config_from_env(struct comm_config *cfg, char *err, size_t errlen)
         env_int("COHORT_ROLL_CALL_MS", 0, 600000, 0, &cfg->roll_call_ms, err, errlen) < 0)
         return -1;
     cfg->timeout_ms = secs * 1000;
+    cfg->secret = getenv("COHORT_RDZV_SECRET");
+    if (cfg->secret && strlen(cfg->secret) > COMM_STORE_MAX_SECRET) {
+        seterr(err, errlen, "COHORT_RDZV_SECRET is longer than %u bytes", COMM_STORE_MAX_SECRET);
+        return -1;
+    }
     if (!b || !*b || !strcmp(b, "gloo")) {
         cfg->backend = COMM_BACKEND_GLOO;
     } else if (!strcmp(b, "nccl")) {
@@ -174,11 +179,16 @@ int comm_init(const struct comm_config *cfg, comm **out, char *err, size_t errle
         seterr(err, errlen, "MASTER_ADDR and MASTER_PORT are needed for %d ranks", c->size);
         goto fail;
     }
-    if (c->rank == 0 && comm_store_serve(cfg->master_port, &c->server, err, errlen) < 0)
+    if (c->rank == 0 &&
+        comm_store_serve(cfg->master_port, cfg->secret, &c->server, err, errlen) < 0)
         goto fail;
     if (comm_store_connect(cfg->master_addr, cfg->master_port, timeout, &c->store,
                            msg, sizeof msg) < 0) {
         seterr(err, errlen, "rank %d: %s", c->rank, msg);
+        goto fail;
+    }
+    if (cfg->secret && cfg->secret[0] && comm_store_auth(c->store, cfg->secret) < 0) {
+        seterr(err, errlen, "rank %d: %s", c->rank, comm_store_errmsg(c->store));
         goto fail;
     }
     if (cfg->backend == COMM_BACKEND_GLOO) {

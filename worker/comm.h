@@ -39,6 +39,9 @@ struct comm_config {
     /* How long a failed rank waits for the others to answer its roll call;
      * 0: a fifth of the timeout, at most 2 s (COHORT_ROLL_CALL_MS). */
     int roll_call_ms;
+    /* The attempt's rendezvous secret (COHORT_RDZV_SECRET), which rank 0's
+     * store asks of every rank; NULL outside Cohort (no secret asked). */
+    const char *secret;
 };
 
 /* Fills cfg from the environment.  Returns 0, or -1 with a message naming

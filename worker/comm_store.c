@@ -95,6 +95,7 @@ struct conn {
     size_t out_len, out_sent;
     char *wait_key;      /* parked WAIT, or NULL */
     int64_t wait_deadline;
+    int authed;          /* presented the server's secret */
 };
 
 struct comm_store_server {
@@ -107,6 +108,8 @@ struct comm_store_server {
     struct entry *ents;
     size_t nents, cap;
     int detached;  /* comm_store_server_detached: no socket, no thread */
+    char *secret;  /* what a client must present first; NULL: none */
+    size_t secret_len;
 };
 
 static struct entry *find(comm_store_server *s, const char *key)
@@ -185,6 +188,25 @@ static int reply(struct conn *c, int status, const void *payload, size_t len)
     return 0;
 }
 
+/* Equality of two buffers of n bytes in a time that does not depend on
+ * where they differ. */
+static int same_bytes(const uint8_t *a, const uint8_t *b, size_t n)
+{
+    uint8_t d = 0;
+    for (size_t i = 0; i < n; i++)
+        d |= a[i] ^ b[i];
+    return d == 0;
+}
+
+/* AUTH: the server's secret, or the connection closes.  0 or -1. */
+static int authenticate(comm_store_server *s, struct conn *c, const uint8_t *val, size_t vlen)
+{
+    if (s->secret && (vlen != s->secret_len || !same_bytes(val, (const uint8_t *)s->secret, vlen)))
+        return -1;
+    c->authed = 1;
+    return reply(c, COMM_STORE_OK, NULL, 0);
+}
+
 /* Handles one complete frame.  Returns 0, or -1 to close the connection. */
 static int handle(comm_store_server *s, struct conn *c)
 {
@@ -202,6 +224,10 @@ static int handle(comm_store_server *s, struct conn *c)
         return -1;
     val = b + BODY_MIN + klen;
     vlen = c->body_len - BODY_MIN - klen;
+    if (b[0] == COMM_STORE_AUTH)
+        return authenticate(s, c, val, vlen);
+    if (s->secret && !c->authed)
+        return -1; /* nothing is read or written before the secret */
 
     switch (b[0]) {
     case COMM_STORE_SET:
@@ -451,7 +477,8 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-int comm_store_serve(int port, comm_store_server **out, char *err, size_t errlen)
+int comm_store_serve(int port, const char *secret, comm_store_server **out, char *err,
+                     size_t errlen)
 {
     comm_store_server *s = calloc(1, sizeof *s);
     struct sockaddr_in6 a = { .sin6_family = AF_INET6, .sin6_addr = in6addr_any,
@@ -462,6 +489,15 @@ int comm_store_serve(int port, comm_store_server **out, char *err, size_t errlen
     if (!s) {
         seterr(err, errlen, "out of memory");
         return -1;
+    }
+    if (secret && secret[0]) {
+        s->secret_len = strlen(secret);
+        if (s->secret_len > COMM_STORE_MAX_SECRET || !(s->secret = strdup(secret))) {
+            seterr(err, errlen, "rendezvous store: a secret of %zu bytes (at most %u)",
+                   s->secret_len, COMM_STORE_MAX_SECRET);
+            free(s);
+            return -1;
+        }
     }
     s->lfd = -1;
     s->stop_pipe[0] = s->stop_pipe[1] = -1;
@@ -490,6 +526,7 @@ fail:
         close(s->stop_pipe[0]);
         close(s->stop_pipe[1]);
     }
+    free(s->secret);
     free(s);
     return -1;
 }
@@ -517,6 +554,7 @@ void comm_store_server_stop(comm_store_server *s)
         free(s->ents[i].val);
     }
     free(s->ents);
+    free(s->secret);
     if (!s->detached) {
         close(s->lfd);
         close(s->stop_pipe[0]);
@@ -695,6 +733,18 @@ int comm_store_set(comm_store *c, const char *key, const void *val, size_t len)
 {
     int st = call(c, COMM_STORE_SET, key, val, len, 0, NULL, NULL);
     return st == COMM_STORE_OK ? 0 : -1;
+}
+
+int comm_store_auth(comm_store *c, const char *secret)
+{
+    size_t n = strlen(secret);
+    if (n == 0 || n > COMM_STORE_MAX_SECRET)
+        return cfail(c, "rendezvous store: a secret of %zu bytes (1 to %u)", n,
+                     COMM_STORE_MAX_SECRET);
+    if (call(c, COMM_STORE_AUTH, "auth", secret, n, 0, NULL, NULL) == COMM_STORE_OK)
+        return 0;
+    return cfail(c, "rendezvous store at %s refused this rank's secret (COHORT_RDZV_SECRET: "
+                    "is it a rank of this attempt?)", c->where);
 }
 
 int comm_store_wait(comm_store *c, const char *key, int timeout_ms)
