@@ -50,6 +50,17 @@ static void repository(const char *ref, char *out, size_t n)
     snprintf(out, n, "%.*s", (int)r, ref);
 }
 
+int img_reference_pin(const char *ref, const char *digest, char *out, size_t n)
+{
+    char repo[IMG_REF_MAX + 1];
+    if (strncmp(digest, "sha256:", 7) || strlen(digest) != 71 ||
+        strspn(digest + 7, "0123456789abcdef") != 64)
+        return -1;
+    repository(ref, repo, sizeof repo);
+    int w = snprintf(out, n, "%s@%s", repo, digest);
+    return w > 0 && (size_t)w < n ? 0 : -1;
+}
+
 /* ---- running skopeo and umoci ---- */
 
 struct run {

@@ -64,6 +64,11 @@ int img_reference_valid(const char *ref);
 /* The host part of a reference ("127.0.0.1:5000"), into out. */
 void img_reference_host(const char *ref, char *out, size_t n);
 
+/* ref ("host/repo:tag" or "host/repo@sha256:HEX") pinned to digest
+ * ("sha256:" and 64 lower-case hex digits): "host/repo@digest" into out.
+ * 0, or -1 when digest is not one or the result does not fit. */
+int img_reference_pin(const char *ref, const char *digest, char *out, size_t n);
+
 /*
  * Makes sure src's image is unpacked in the cache and takes a shared lock
  * on it (release with img_release).  0, or -1 with a message for the job's

@@ -95,6 +95,15 @@ static int container_setup(const cJSON *ct, const cJSON *spec, shim_req *r, char
         snprintf(r->ref, sizeof r->ref, "%s/%s", reg ? reg : "127.0.0.1:5000", want);
     else
         snprintf(r->ref, sizeof r->ref, "%s", want);
+    /* The digest the job's first rank resolved: every later rank and
+     * attempt runs it, whatever the tag points at now. */
+    const char *pin = jget_str(spec, "image_digest");
+    if (pin) {
+        char tagged[sizeof r->ref];
+        memcpy(tagged, r->ref, sizeof tagged);
+        if (img_reference_pin(tagged, pin, r->ref, sizeof r->ref) != 0)
+            return bad(err, errlen, "the job's image digest %.80s is not sha256:HEX", pin);
+    }
     if (!img_reference_valid(r->ref))
         return bad(err, errlen, "image reference %.400s is not valid", r->ref);
     /* Never host root, never past the uid space. */

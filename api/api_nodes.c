@@ -582,6 +582,10 @@ static cJSON *launch_spec(api_ctx *ctx, const store_worker *w, const store_job *
         }
         memset(im.password, 0, sizeof im.password);
     }
+    /* Pinned by the first rank that resolved it: a re-tag mid-job changes
+     * nothing for the ranks and attempts still to start. */
+    if (j->image_digest[0])
+        cJSON_AddStringToObject(o, "image_digest", j->image_digest);
     /* The tenant's own host uid range: container root is API_UID_BASE +
      * tenant id x 65536 on the host, a range no other tenant shares. */
     if (j->tenant_id > 0 && j->tenant_id < API_UID_TENANTS)

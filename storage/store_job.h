@@ -71,7 +71,8 @@ typedef struct store_job {
     int64_t created_at, updated_at, started_at, finished_at; /* 0: not yet */
     /* Placement of the current attempt (0: not placed). */
     int64_t master_node_id, master_port, placed_per_node;
-    char image_digest[80]; /* what the current attempt's image resolved to; "" */
+    char image_digest[80]; /* what its image resolved to at its first rank's start, which
+                            * every later rank and attempt runs; "" before */
     char rdzv_secret[2 * STORE_RDZV_SECRET_BYTES + 1]; /* the placed attempt's; "" */
 } store_job;
 

@@ -337,9 +337,8 @@ int store_worker_digest(store_tx *tx, int64_t id, int64_t node_id, const char *d
     return worker_then_job(tx, id, node_id, digest,
                            "UPDATE workers SET image_digest = ?3 WHERE id = ?1 AND node_id = ?2"
                            " AND image_digest IS NULL",
-                           "UPDATE jobs SET image_digest = ?2"
-                           " WHERE id = (SELECT job_id FROM workers WHERE id = ?1)"
-                           " AND attempt = (SELECT attempt FROM workers WHERE id = ?1)");
+                           "UPDATE jobs SET image_digest = ?2 WHERE image_digest IS NULL"
+                           " AND id = (SELECT job_id FROM workers WHERE id = ?1)");
 }
 
 int store_worker_report(store_tx *tx, int64_t id, int64_t node_id, const char *state,

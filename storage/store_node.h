@@ -85,8 +85,9 @@ int store_worker_get(store *s, int64_t id, store_worker *out);
 /* A worker still starting (pulling its image): its message, and the reason
  * of its job while that is STARTING.  STORE_NOTFOUND when unchanged. */
 int store_worker_phase(store_tx *tx, int64_t id, int64_t node_id, const char *message);
-/* The image digest a worker runs, recorded once, and on its job for the
- * attempt.  STORE_NOTFOUND when known already. */
+/* The image digest a worker runs, recorded once, and on its job when the
+ * job has none yet: the first one pins the job's image (store_job).
+ * STORE_NOTFOUND when known already. */
 int store_worker_digest(store_tx *tx, int64_t id, int64_t node_id, const char *digest);
 int store_worker_report(store_tx *tx, int64_t id, int64_t node_id, const char *state,
                         int64_t exit_code, int64_t signal, const char *message, int64_t now_ms);

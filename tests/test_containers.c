@@ -1251,3 +1251,55 @@ Test(containers, an_image_whose_etc_is_a_link_out_creates_nothing_on_the_host)
     cr_expect(!absent_made, "the host's %s was made", absent);
     cr_expect_eq(kill(ag.pid, 0), 0, "the agent died");
 }
+
+/* A tag re-pushed while a job runs (a re-tag by whoever can push to it):
+ * the job's later attempt still runs the digest its first rank resolved,
+ * although the node asks the registry again for every worker. */
+Test(containers, a_retag_mid_job_changes_nothing_for_its_later_attempts, .timeout = 150)
+{
+    char seen[16], p[128], first[80];
+    const char *args[] = {"--cpus", "8", "--memory-mb", "65536", "--image-resolve-ttl", "0", NULL};
+    platform(args);
+    const char *one[] = {"--env", "MARK=one", NULL}, *two[] = {"--env", "MARK=two", NULL};
+    push_acme_image("pinned", one);
+    /* attempt 1 waits for "go", then fails; attempt 2 says which image it got */
+    th_put_text(&d, tok, "ws", "pin.sh",
+                "#!/bin/sh\nif [ ! -f first.txt ]; then echo \"$MARK\" > first.txt\n"
+                "  while [ ! -f go ]; do sleep 0.2; done; exit 1; fi\n"
+                "echo \"$MARK\" > second.txt\n",
+                "755");
+    long id = submit_as(tok, "pin.sh", "pinned", ",\"max_retries\":1");
+    th_resp f = {0};
+    for (int i = 0; i < 300 && f.status != 200; i++) {
+        th_free(&f);
+        usleep(100000);
+        f = th_get(&d, "/v1/workspaces/ws/files/first.txt", tok);
+    }
+    cr_assert_eq(f.status, 200, "attempt 1 never started");
+    cr_expect_str_eq(f.body, "one\n");
+    th_free(&f);
+    char *t;
+    snprintf(p, sizeof p, "/v1/jobs/%ld", id);
+    th_resp r = th_get(&d, p, tok);
+    snprintf(first, sizeof first, "%s", th_str(&r, "image_digest") ? th_str(&r, "image_digest") : "");
+    th_free(&r);
+    cr_assert(!strncmp(first, "sha256:", 7), "no digest pinned: '%s'", first);
+
+    cr_assert_eq(th_push_image("acme/pinned:1", two), 0, "re-pushing the tag");
+    th_put_text(&d, tok, "ws", "go", "", NULL);
+    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 60000, seen), "%s", seen);
+    t = fetch_as(tok, "second.txt");
+    cr_expect(t && !strcmp(t, "one\n"), "attempt 2 ran the re-tagged image: %s", t ? t : "");
+    free(t);
+    r = th_get(&d, p, tok);
+    cr_expect_str_eq(th_str(&r, "image_digest"), first);
+    cr_expect_eq(th_num(&r, "attempt"), 2);
+    th_free(&r);
+    /* Both attempts' workers ran the pinned digest. */
+    snprintf(p, sizeof p, "/v1/jobs/%ld/workers?attempt=2", id);
+    r = th_get(&d, p, tok);
+    const cJSON *w = cJSON_GetArrayItem(cJSON_GetObjectItem(r.json, "items"), 0);
+    const char *ran = cJSON_GetStringValue(cJSON_GetObjectItem(w, "image_digest"));
+    cr_expect(ran && !strcmp(ran, first), "attempt 2's worker: %s", r.body);
+    th_free(&r);
+}
