@@ -15,6 +15,7 @@ const char *const api_env_names[API_ENV_COUNT + 1] = {API_CONTRACT_ENV(API_ENV_N
 static const api_route routes[] = {
     R(GET, "/healthz", api_healthz, NONE, 0),
     R(GET, "/v1/whoami", api_whoami, NONE, 1),
+    R(GET, "/v1/registry/token", api_registry_token, NONE, 0),
     R(POST, "/v1/tenants", api_tenant_create, JSON, 1),
     R(GET, "/v1/tenants", api_tenant_list, NONE, 1),
     R(GET, "/v1/tenants/{}", api_tenant_get, NONE, 1),

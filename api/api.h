@@ -41,6 +41,7 @@ typedef struct api_ctx {
     int web_fd;              /* the console's web root (api_web_open); -1: none */
     struct api_log_budget *logs; /* stored output per job (api_logs_open); NULL: unbounded */
     struct api_beats *beats; /* liveness-only heartbeats (api_beats_open); NULL: each written */
+    struct regtoken *regtoken; /* the registry's token signer (regtoken.h); NULL: none */
 } api_ctx;
 
 #define API_DEFAULT_LOG_LIMIT ((int64_t)256 << 20)

@@ -187,6 +187,7 @@ void api_invoice(api_ctx *, const api_req *, api_resp *);
 void api_credit_add(api_ctx *, const api_req *, api_resp *);
 void api_budget_get(api_ctx *, const api_req *, api_resp *);
 void api_budget_put(api_ctx *, const api_req *, api_resp *);
+void api_registry_token(api_ctx *, const api_req *, api_resp *);
 /*
  * The worker contract: the variables the platform sets in every worker's
  * environment, which a job may not set itself.  One list, read by job

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "api/regtoken.h"
 #include "server/http.h"
 
 #define DEFAULT_LISTEN "127.0.0.1:8080"
@@ -425,6 +426,7 @@ static void ctx_close(api_ctx *ctx)
 {
     if (!ctx)
         return;
+    regtoken_close(ctx->regtoken);
     api_beats_close(ctx);
     if (ctx->st) {
         store_on_signal(ctx->st, NULL, NULL);
@@ -511,6 +513,11 @@ static api_ctx *ctx_open(const struct config *cfg)
     }
     if (api_beats_open(ctx, err, sizeof err) != 0) {
         fprintf(stderr, "cohortd: %s\n", err);
+        goto fail;
+    }
+    /* The registry's token signer: its key made at the first start. */
+    if (!(ctx->regtoken = regtoken_open(ctx->data_dir, err, sizeof err))) {
+        fprintf(stderr, "cohortd: registry tokens: %s\n", err);
         goto fail;
     }
     return ctx;

@@ -825,10 +825,11 @@ Test(containers, unused_images_are_evicted_past_the_bound_and_used_ones_stay, .t
     cr_assert(th_wait_state(&d, tok, again, "SUCCEEDED", 30000, seen), "%s", seen);
 }
 
-/* One try at starting the password registry on a port free a moment ago:
- * 0 once it asks for the password, -1 when it exited first (a process beside
- * this test took the port in between). */
-static int auth_registry_try(char *addr, size_t n)
+/* One try at starting a registry that asks who its clients are (auth, the
+ * lines of its auth: section) on a port free a moment ago: 0 once it asks,
+ * -1 when it exited first (a process beside this test took the port in
+ * between). */
+static int auth_registry_try(char *addr, size_t n, const char *auth)
 {
     char conf[600], cmd[1200];
     snprintf(addr, n, "127.0.0.1:%d", th_free_port());
@@ -836,9 +837,8 @@ static int auth_registry_try(char *addr, size_t n)
     FILE *f = fopen(conf, "w");
     cr_assert_not_null(f);
     fprintf(f, "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
-               "    rootdirectory: %s/auth-registry\nhttp:\n  addr: %s\nauth:\n  htpasswd:\n"
-               "    realm: cohort-test\n    path: %s/htpasswd\n",
-            d.dir, addr, d.dir);
+               "    rootdirectory: %s/auth-registry\nhttp:\n  addr: %s\nauth:\n%s",
+            d.dir, addr, auth);
     fclose(f);
     auth_pid = fork();
     cr_assert_geq(auth_pid, 0);
@@ -872,8 +872,11 @@ static void auth_registry(char *addr, size_t n)
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "htpasswd -Bbn robot right-pw > '%s/htpasswd'", d.dir);
     cr_assert_eq(system(cmd), 0, "htpasswd (apache2-utils) is needed");
+    char auth[700];
+    snprintf(auth, sizeof auth, "  htpasswd:\n    realm: cohort-test\n    path: %s/htpasswd\n",
+             d.dir);
     int tries = 0;
-    while (auth_registry_try(addr, n) != 0)
+    while (auth_registry_try(addr, n, auth) != 0)
         cr_assert_lt(++tries, 3, "the password registry lost its port three times");
     snprintf(cmd, sizeof cmd,
              "'%s/tests/make-test-image' %s acme/secret:1 --creds robot:right-pw >/dev/null",
@@ -1302,4 +1305,95 @@ Test(containers, a_retag_mid_job_changes_nothing_for_its_later_attempts, .timeou
     const char *ran = cJSON_GetStringValue(cJSON_GetObjectItem(w, "image_digest"));
     cr_expect(ran && !strcmp(ran, first), "attempt 2's worker: %s", r.body);
     th_free(&r);
+}
+
+/* ---- the registry's token authentication (cohortd its token server) ---- */
+
+/* A registry that takes cohortd's tokens only, at addr. */
+static void token_registry(char *addr, size_t n)
+{
+    char auth[900];
+    snprintf(auth, sizeof auth,
+             "  token:\n    realm: %s/v1/registry/token\n    service: cohort-registry\n"
+             "    issuer: cohortd\n    rootcertbundle: %s/registry-cert.pem\n",
+             d.base, d.dir);
+    int tries = 0;
+    while (auth_registry_try(addr, n, auth) != 0)
+        cr_assert_lt(++tries, 3, "the token registry lost its port three times");
+}
+
+/* Whether a push of the test image to addr/repo with the API token as the
+ * password (NULL: none) was taken. */
+static int push_with(const char *addr, const char *repo, const char *api_token)
+{
+    char cmd[1200], creds[120] = "";
+    if (api_token)
+        snprintf(creds, sizeof creds, " --creds 'anyone:%s'", api_token);
+    snprintf(cmd, sizeof cmd, "'%s/tests/make-test-image' %s %s%s >/dev/null 2>&1",
+             COHORT_SOURCE_DIR, addr, repo, creds);
+    return system(cmd) == 0;
+}
+
+/* Whether addr/repo's manifest could be read with the API token (NULL: as
+ * nobody). */
+static int pull_with(const char *addr, const char *repo, const char *api_token)
+{
+    char cmd[1200], creds[120] = "";
+    if (api_token)
+        snprintf(creds, sizeof creds, " --creds 'anyone:%s'", api_token);
+    snprintf(cmd, sizeof cmd,
+             "skopeo inspect --raw --tls-verify=false%s docker://%s/%s >/dev/null 2>&1", creds,
+             addr, repo);
+    return system(cmd) == 0;
+}
+
+/* The HTTP status of the registry's catalog with a token cohortd gave the
+ * API token for registry:catalog:*. */
+static int catalog_with(const char *addr, const char *api_token)
+{
+    char cmd[1600], out[64] = "";
+    snprintf(cmd, sizeof cmd,
+             "t=$(curl -s -m 5 -u 'anyone:%s' '%s/v1/registry/token?service=cohort-registry&"
+             "scope=registry:catalog:*' | sed -n 's/.*\"token\":\"\\([^\"]*\\)\".*/\\1/p'); "
+             "curl -s -m 5 -o /dev/null -w '%%{http_code}' -H \"Authorization: Bearer $t\" "
+             "http://%s/v2/_catalog > '%s/catalog.code'",
+             api_token, d.base, addr, d.dir);
+    if (system(cmd) != 0)
+        return -1;
+    snprintf(cmd, sizeof cmd, "%s/catalog.code", d.dir);
+    th_read_text(cmd, out, sizeof out);
+    return atoi(out);
+}
+
+/* Each tenant's repositories are its own: its tenant admins push there,
+ * its users pull, nobody else does either; cohort/ is pulled by anyone and
+ * pushed by a platform admin; the catalog is a platform admin's; an API
+ * token that is not one gets nothing. */
+Test(containers, the_registry_takes_cohort_tokens_and_keeps_tenants_apart, .timeout = 150)
+{
+    char addr[64], a_admin[80], b_admin[80];
+    platform_base();
+    th_user(&d, "acme", "root", "tenant_admin", a_admin);
+    th_user(&d, "globex", "groot", "tenant_admin", b_admin);
+    token_registry(addr, sizeof addr);
+
+    cr_expect(push_with(addr, "acme/app:1", a_admin), "acme's admin cannot push to acme/");
+    cr_expect(push_with(addr, "globex/app:1", b_admin), "globex's admin cannot push to globex/");
+    cr_expect(push_with(addr, "cohort/base:1", TH_ADMIN), "the platform admin cannot push cohort/");
+    cr_expect(!push_with(addr, "globex/app:1", a_admin), "acme's admin pushed to globex/");
+    cr_expect(!push_with(addr, "acme/app:2", tok), "a member pushed");
+    cr_expect(!push_with(addr, "cohort/base:1", a_admin), "a tenant admin pushed to cohort/");
+    cr_expect(!push_with(addr, "acme/app:3", NULL), "an anonymous push was taken");
+
+    cr_expect(pull_with(addr, "acme/app:1", tok), "acme's member cannot pull acme/");
+    cr_expect(!pull_with(addr, "acme/app:1", tok_b), "globex's member pulled acme/");
+    cr_expect(!pull_with(addr, "acme/app:1", b_admin), "globex's admin pulled acme/");
+    cr_expect(!pull_with(addr, "acme/app:1", NULL), "an anonymous pull of acme/");
+    cr_expect(!pull_with(addr, "acme/app:1", "coh_not-a-token-of-anyone-at-all-here-0123456789"),
+              "a made-up token pulled acme/");
+    cr_expect(pull_with(addr, "cohort/base:1", NULL), "cohort/ is not public");
+    cr_expect(pull_with(addr, "cohort/base:1", tok_b), "a member cannot pull cohort/");
+
+    cr_expect_eq(catalog_with(addr, TH_ADMIN), 200, "the platform admin's catalog");
+    cr_expect_eq(catalog_with(addr, a_admin), 401, "a tenant admin read the catalog");
 }

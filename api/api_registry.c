@@ -1,0 +1,161 @@
+/*
+ * api_registry: GET /v1/registry/token, the token endpoint of the
+ * registry's token authentication, and who may do what there.
+ *
+ * A client (skopeo, podman, docker login) that the registry answered 401
+ * asks here with the scope it needs and, to be someone, Basic credentials
+ * whose password is a Cohort API token (the user name is not read).  The
+ * answer is a token holding the part of that scope the caller may have:
+ *   cohort/NAME         anyone pulls (anonymous too); a platform admin pushes
+ *   TENANT/NAME         the tenant's users pull; its tenant admins push and
+ *                       delete
+ *   registry:catalog:*  a platform admin only
+ * A platform admin may do anything; nothing else is granted to anyone.
+ * Bad credentials answer 401, as the protocol wants; a scope the caller may
+ * not have is granted empty, and the registry then refuses the request.
+ */
+#include "api/api_int.h"
+#include "api/regtoken.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <openssl/evp.h>
+
+#include "storage/util.h"
+
+#define MAX_SCOPES 8
+#define SCOPE_MAX 1024
+#define CRED_MAX 512
+
+/* Who asks: *who filled and 1, 0 for nobody (no credentials), or -1 with
+ * rs set (401) for credentials that are not a live API token. */
+static int caller(api_ctx *ctx, const api_req *rq, store_principal *who, api_resp *rs)
+{
+    const char *h = rq->header(rq->h, "Authorization");
+    char bearer[CRED_MAX + 16];
+    unsigned char plain[CRED_MAX];
+    if (!h || !*h)
+        return 0;
+    if (!strncasecmp(h, "Bearer ", 7))
+        return api_authenticate(ctx, h, who, rs) == 0 ? 1 : -1;
+    size_t n = strncasecmp(h, "Basic ", 6) ? 0 : strlen(h + 6);
+    if (n == 0 || n > 4 * (CRED_MAX / 3) - 4) {
+        api_error(rs, 401, "unauthorized", NULL,
+                  "log in with any user name and a Cohort API token as the password");
+        return -1;
+    }
+    /* EVP_DecodeBlock counts the zero bytes of the padding */
+    int pad = (h[6 + n - 1] == '=') + (n > 1 && h[6 + n - 2] == '=');
+    int len = EVP_DecodeBlock(plain, (const unsigned char *)h + 6, (int)n);
+    if (len >= pad)
+        len -= pad;
+    const char *colon = len > 0 ? memchr(plain, ':', (size_t)len) : NULL;
+    if (!colon) {
+        api_error(rs, 401, "unauthorized", NULL, "the Basic credentials are not user:password");
+        return -1;
+    }
+    snprintf(bearer, sizeof bearer, "Bearer %.*s", (int)(len - (colon + 1 - (char *)plain)),
+             colon + 1);
+    return api_authenticate(ctx, bearer, who, rs) == 0 ? 1 : -1;
+}
+
+/* Whether who (NULL: anonymous) may do action on name of type. */
+static int allowed(const store_principal *who, const char *type, const char *name,
+                   const char *action)
+{
+    int admin = who && api_is_platform_admin(who);
+    if (!strcmp(type, "registry"))
+        return admin && !strcmp(name, "catalog");
+    if (strcmp(type, "repository"))
+        return 0;
+    if (admin)
+        return 1;
+    if (!strncmp(name, "cohort/", 7))
+        return !strcmp(action, "pull");
+    if (!who)
+        return 0;
+    size_t tl = strlen(who->user.tenant);
+    if (tl == 0 || strncmp(name, who->user.tenant, tl) || name[tl] != '/')
+        return 0;
+    if (!strcmp(action, "pull"))
+        return 1;
+    return api_is_tenant_admin(who, who->user.tenant_id) &&
+           (!strcmp(action, "push") || !strcmp(action, "delete") || !strcmp(action, "*"));
+}
+
+/* One scope, "type:name:action,action", cut in place into g with only the
+ * actions who may have.  0, or -1 when it is not a scope. */
+static int grant(char *scope, const store_principal *who, regtoken_access *g)
+{
+    char *first = strchr(scope, ':'), *last = strrchr(scope, ':');
+    if (!first || first == last || first == scope || last[1] == '\0')
+        return -1;
+    *first = '\0';
+    *last = '\0';
+    g->type = scope;
+    g->name = first + 1;
+    if (!g->name[0] || strlen(g->name) > 255 || strspn(g->name, "abcdefghijklmnopqrstuvwxyz"
+                                                               "0123456789._-/") !=
+                                                    strlen(g->name))
+        return -1;
+    int k = 0;
+    for (char *save = NULL, *a = strtok_r(last + 1, ",", &save); a && k < 3;
+         a = strtok_r(NULL, ",", &save))
+        if (allowed(who, g->type, g->name, a))
+            g->actions[k++] = a;
+    g->actions[k] = NULL;
+    return 0;
+}
+
+void api_registry_token(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    store_principal who;
+    char scopes[SCOPE_MAX + 1], subject[2 * UTIL_NAME_MAX + 2] = "", at[32];
+    regtoken_access g[MAX_SCOPES];
+    int n = 0;
+    if (!ctx->regtoken) {
+        api_error(rs, 404, "not_found", NULL, "this cohortd signs no registry tokens");
+        return;
+    }
+    const char *service = rq->query(rq->h, "service");
+    if (service && strcmp(service, REGTOKEN_SERVICE)) {
+        api_error(rs, 400, "invalid_value", "service", "this cohortd signs tokens for %s only",
+                  REGTOKEN_SERVICE);
+        return;
+    }
+    int known = caller(ctx, rq, &who, rs);
+    if (known < 0)
+        return;
+    const char *scope = rq->query(rq->h, "scope");
+    if (scope && strlen(scope) > SCOPE_MAX) {
+        api_error(rs, 400, "too_large", "scope", "a scope of at most %d bytes", SCOPE_MAX);
+        return;
+    }
+    snprintf(scopes, sizeof scopes, "%s", scope ? scope : "");
+    for (char *save = NULL, *s = strtok_r(scopes, " ", &save); s; s = strtok_r(NULL, " ", &save)) {
+        if (n == MAX_SCOPES || grant(s, known ? &who : NULL, &g[n]) != 0) {
+            api_error(rs, 400, "invalid_value", "scope",
+                      "at most %d scopes of the form repository:NAME:pull,push", MAX_SCOPES);
+            return;
+        }
+        n++;
+    }
+    if (known)
+        snprintf(subject, sizeof subject, "%s/%s", who.user.tenant, who.user.name);
+    int64_t now = util_now_ms();
+    char *token = regtoken_sign(ctx->regtoken, subject, g, n, now / 1000);
+    if (!token) {
+        api_error(rs, 500, "internal", NULL, "cannot sign the token");
+        return;
+    }
+    util_rfc3339(now, at);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "token", token);
+    cJSON_AddStringToObject(o, "access_token", token);
+    cJSON_AddNumberToObject(o, "expires_in", REGTOKEN_TTL_S);
+    cJSON_AddStringToObject(o, "issued_at", at);
+    free(token);
+    api_json(rs, 200, o);
+}
