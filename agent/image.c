@@ -512,7 +512,8 @@ static int prepare_root(const char *ref, const char *rootfs, char *err, size_t e
  * Fills argv[16] with a skopeo command: with dest, "copy" from to dest
  * quietly; without, "inspect" the raw manifest of from.  TLS is left
  * unverified for an insecure registry, and authfile (or NULL) gives the
- * credentials: options that copy names for its source.
+ * credentials, or else src's bearer token: options that copy names for its
+ * source.
  */
 static void skopeo_argv(char **argv, const img_cache *c, const img_source *src,
                         const char *authfile, char *from, char *dest)
@@ -526,6 +527,9 @@ static void skopeo_argv(char **argv, const img_cache *c, const img_source *src,
     if (authfile) {
         argv[n++] = dest ? "--src-authfile" : "--authfile";
         argv[n++] = (char *)authfile;
+    } else if (src->token) {
+        argv[n++] = dest ? "--src-registry-token" : "--registry-token";
+        argv[n++] = (char *)src->token;
     }
     argv[n++] = from;
     if (dest)

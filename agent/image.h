@@ -33,6 +33,9 @@ typedef struct img_source {
     const char *reference; /* HOST[:PORT]/REPO[:TAG] or HOST[:PORT]/REPO@sha256:HEX */
     const char *username;  /* NULL: anonymous */
     const char *password;
+    const char *token;     /* a bearer token of the registry's token server
+                            * (cohortd's, for its registry), used without a
+                            * username; NULL: none */
     int insecure;          /* plain HTTP, or TLS without verification */
 } img_source;
 

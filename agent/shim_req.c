@@ -271,6 +271,15 @@ int shim_req_parse(const char *text, shim_req *r, char *err, size_t errlen)
     r->auth = cJSON_DetachItemFromObjectCaseSensitive((cJSON *)spec, "registry_auth");
     while (cJSON_GetObjectItemCaseSensitive(spec, "registry_auth")) /* a repeated key too */
         cJSON_DeleteItemFromObjectCaseSensitive((cJSON *)spec, "registry_auth");
+    r->token = cJSON_DetachItemFromObjectCaseSensitive((cJSON *)spec, "registry_token");
+    while (cJSON_GetObjectItemCaseSensitive(spec, "registry_token"))
+        cJSON_DeleteItemFromObjectCaseSensitive((cJSON *)spec, "registry_token");
+    if (r->token && (!cJSON_IsString(r->token) || strlen(r->token->valuestring) > 8192 ||
+                     strspn(r->token->valuestring, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrs"
+                                                   "tuvwxyz0123456789-_.") !=
+                         strlen(r->token->valuestring)))
+        return bad(err, errlen, "the launch spec's registry token is not a JWT");
+    r->sp.image.token = r->token ? r->token->valuestring : NULL;
     r->sp.image.username = jget_str(r->auth, "username");
     r->sp.image.password = jget_str(r->auth, "password");
     r->note = cJSON_PrintUnformatted(spec);
@@ -285,6 +294,7 @@ void shim_req_free(shim_req *r)
         free(r->env[i]);
     free(r->note);
     cJSON_Delete(r->auth);
+    cJSON_Delete(r->token);
     cJSON_Delete(r->json);
     memset(r, 0, sizeof *r);
 }

@@ -14,7 +14,8 @@
  *    references without a host), "insecure" (hosts spoken to over plain HTTP),
  *    "seccomp" (the OCI seccomp object, or absent)})}
  * The launch spec of a container worker carries "image_ref", "uid_base" and,
- * for a private image with credentials, "registry_auth" {"username", "password"}.
+ * for a private image with credentials, "registry_auth" {"username", "password"};
+ * for an image of cohortd's own registry, "registry_token" (a pull token).
  */
 #ifndef COHORT_AGENT_SHIM_REQ_H
 #define COHORT_AGENT_SHIM_REQ_H
@@ -34,6 +35,7 @@ typedef struct shim_req {
     char *note;      /* the spec for dir/spec.json, credentials removed; owned */
     cJSON *json;     /* the parsed request; owned */
     cJSON *auth;     /* registry_auth, taken out of the spec; owned */
+    cJSON *token;    /* registry_token, taken out of the spec; owned */
     int nenv, nenv_malloced;
     char *env[SHIM_REQ_MAX_ENV + 8]; /* env[0 .. nenv_malloced) are owned */
     char *args[SHIM_MAX_ARGS + 1];

@@ -42,6 +42,7 @@ typedef struct api_ctx {
     struct api_log_budget *logs; /* stored output per job (api_logs_open); NULL: unbounded */
     struct api_beats *beats; /* liveness-only heartbeats (api_beats_open); NULL: each written */
     struct regtoken *regtoken; /* the registry's token signer (regtoken.h); NULL: none */
+    char registry[256];      /* HOST:PORT of the registry it signs for (--registry) */
 } api_ctx;
 
 #define API_DEFAULT_LOG_LIMIT ((int64_t)256 << 20)

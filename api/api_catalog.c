@@ -234,6 +234,16 @@ void api_image_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
                   "HOST[:PORT]/REPOSITORY@sha256:DIGEST (lower-case repository)");
         goto out;
     }
+    /* cohortd's own registry: a tenant's images come from its namespace,
+     * or from cohort/ (its tokens would not pull anything else anyway). */
+    char repo[256];
+    if (!platform && api_registry_repo(ctx, ref, repo, sizeof repo) &&
+        !api_registry_tenant_may_pull(rq->who->user.tenant, repo)) {
+        api_error(rs, 422, "invalid_value", "reference",
+                  "an image of this platform's registry must lie in %s/ or cohort/",
+                  rq->who->user.tenant);
+        goto out;
+    }
     if (!user != !pass || (user && (!user[0] || strchr(user, ':')))) {
         api_error(rs, 422, "invalid_value", user ? "username" : "password",
                   "username and password go together; the username is not empty and has no ':'");

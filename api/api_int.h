@@ -188,6 +188,18 @@ void api_credit_add(api_ctx *, const api_req *, api_resp *);
 void api_budget_get(api_ctx *, const api_req *, api_resp *);
 void api_budget_put(api_ctx *, const api_req *, api_resp *);
 void api_registry_token(api_ctx *, const api_req *, api_resp *);
+
+/* ---- cohortd's registry (api_registry.c) ---- */
+
+/* The repository of ref ("acme/app", without host, tag or digest) when ref
+ * lies in cohortd's registry (no host, or ctx->registry's), into repo: 1;
+ * 0 when it lies elsewhere. */
+int api_registry_repo(const api_ctx *ctx, const char *ref, char *repo, size_t n);
+/* Whether the jobs of tenant may pull repo of cohortd's registry: its own
+ * namespace and cohort/. */
+int api_registry_tenant_may_pull(const char *tenant, const char *repo);
+/* A token pulling repo for subject, for an agent: malloc'd, or NULL. */
+char *api_registry_pull_token(const api_ctx *ctx, const char *subject, const char *repo);
 /*
  * The worker contract: the variables the platform sets in every worker's
  * environment, which a job may not set itself.  One list, read by job

@@ -558,6 +558,22 @@ struct desired {
     int failed;
 };
 
+/* A token pulling the job's image from cohortd's registry, for minutes, when
+ * the image lies there in a repository the job's tenant may pull (its own
+ * namespace, or cohort/): the agent has no other credentials for it. */
+static void add_pull_token(api_ctx *ctx, const store_job *j, const char *ref, cJSON *o)
+{
+    char repo[256], subject[64];
+    if (!api_registry_repo(ctx, ref, repo, sizeof repo) ||
+        !api_registry_tenant_may_pull(j->tenant, repo))
+        return;
+    snprintf(subject, sizeof subject, "job/%lld", (long long)j->id);
+    char *t = api_registry_pull_token(ctx, subject, repo);
+    if (t)
+        cJSON_AddStringToObject(o, "registry_token", t);
+    free(t);
+}
+
 /* The complete launch spec of one worker. */
 static cJSON *launch_spec(api_ctx *ctx, const store_worker *w, const store_job *j,
                           const store_node *master)
@@ -575,6 +591,8 @@ static cJSON *launch_spec(api_ctx *ctx, const store_worker *w, const store_job *
     store_image im;
     if (store_image_get(ctx->st, j->tenant_id, j->image, &im) == STORE_OK && im.reference[0]) {
         cJSON_AddStringToObject(o, "image_ref", im.reference);
+        if (!im.username[0])
+            add_pull_token(ctx, j, im.reference, o);
         if (im.username[0]) {
             cJSON *auth = cJSON_AddObjectToObject(o, "registry_auth");
             cJSON_AddStringToObject(auth, "username", im.username);

@@ -85,6 +85,42 @@ static int allowed(const store_principal *who, const char *type, const char *nam
            (!strcmp(action, "push") || !strcmp(action, "delete") || !strcmp(action, "*"));
 }
 
+int api_registry_repo(const api_ctx *ctx, const char *ref, char *repo, size_t n)
+{
+    size_t first = strcspn(ref, "/");
+    int has_host = ref[first] == '/' && (memchr(ref, '.', first) || memchr(ref, ':', first) ||
+                                         (first == 9 && !strncmp(ref, "localhost", 9)));
+    const char *path = ref;
+    if (has_host) {
+        if (!ctx->registry[0] || strlen(ctx->registry) != first ||
+            strncmp(ref, ctx->registry, first))
+            return 0;
+        path = ref + first + 1;
+    }
+    /* the repository ends at its tag or digest (no ':' or '@' in a path) */
+    size_t len = strcspn(path, ":@");
+    if (len == 0 || len >= n)
+        return 0;
+    memcpy(repo, path, len);
+    repo[len] = '\0';
+    return 1;
+}
+
+int api_registry_tenant_may_pull(const char *tenant, const char *repo)
+{
+    size_t tl = strlen(tenant);
+    return !strncmp(repo, "cohort/", 7) ||
+           (tl > 0 && !strncmp(repo, tenant, tl) && repo[tl] == '/');
+}
+
+char *api_registry_pull_token(const api_ctx *ctx, const char *subject, const char *repo)
+{
+    if (!ctx->regtoken)
+        return NULL;
+    regtoken_access g = {"repository", repo, {"pull", NULL}};
+    return regtoken_sign(ctx->regtoken, subject, &g, 1, util_now_ms() / 1000);
+}
+
 /* One scope, "type:name:action,action", cut in place into g with only the
  * actions who may have.  0, or -1 when it is not a scope. */
 static int grant(char *scope, const store_principal *who, regtoken_access *g)

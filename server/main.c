@@ -42,6 +42,7 @@ struct config {
     int64_t min_hold_s;
     int64_t budget_grace_s;
     const char *web_dir;   /* NULL: the built-in default, when it exists */
+    const char *registry;  /* HOST:PORT of the registry cohortd signs tokens for */
     int max_conns, max_conns_per_ip, idle_timeout_s, header_timeout_s;
     int64_t log_limit;
     double rate_per_s, rate_burst;
@@ -68,6 +69,9 @@ static void usage(FILE *f)
             "                         this long's price (default %d)\n"
             "  --budget-grace SECONDS such jobs are stopped (SIGTERM) while this long's price is\n"
             "                         still left in their tenant's budget (default %d)\n"
+            "  --registry HOST:PORT   the registry cohortd is the token server of, where image\n"
+            "                         references without a host lie (env COHORT_REGISTRY;\n"
+            "                         default 127.0.0.1:5000)\n"
             "  --web-dir DIR          the console's files (env COHORT_WEB_DIR; default %s;\n"
             "                         'off' serves no console)\n"
             "  --access-log FILE      one line per request; '-' for stderr (default), 'off'\n"
@@ -146,6 +150,7 @@ static int parse_args(int argc, char **argv, struct config *c)
         {"min-hold", required_argument, NULL, 'M'},
         {"budget-grace", required_argument, NULL, 'G'},
         {"web-dir", required_argument, NULL, 'W'},
+        {"registry", required_argument, NULL, 'E'},
         {"max-conns", required_argument, NULL, 'C'},
         {"log-limit", required_argument, NULL, 'g'},
         {"rate-limit", required_argument, NULL, 'R'},
@@ -163,6 +168,8 @@ static int parse_args(int argc, char **argv, struct config *c)
     const char *sd = getenv("COHORT_STORE");
     c->store = sd && *sd ? sd : NULL;
     c->web_dir = wd && *wd ? wd : NULL;
+    const char *reg = getenv("COHORT_REGISTRY");
+    c->registry = reg && *reg ? reg : "127.0.0.1:5000";
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     long long v;
     c->data_dir = dd && *dd ? dd : DEFAULT_DATA_DIR;
@@ -192,6 +199,13 @@ static int parse_args(int argc, char **argv, struct config *c)
             break;
         case 'd':
             c->data_dir = optarg;
+            break;
+        case 'E':
+            if (!*optarg || strlen(optarg) >= 256 || strchr(optarg, '/')) {
+                fprintf(stderr, "cohortd: --registry wants HOST:PORT: %s\n", optarg);
+                return -1;
+            }
+            c->registry = optarg;
             break;
         case 'S':
             c->store = optarg;
@@ -516,6 +530,7 @@ static api_ctx *ctx_open(const struct config *cfg)
         goto fail;
     }
     /* The registry's token signer: its key made at the first start. */
+    snprintf(ctx->registry, sizeof ctx->registry, "%s", cfg->registry);
     if (!(ctx->regtoken = regtoken_open(ctx->data_dir, err, sizeof err))) {
         fprintf(stderr, "cohortd: registry tokens: %s\n", err);
         goto fail;

@@ -1396,4 +1396,28 @@ Test(containers, the_registry_takes_cohort_tokens_and_keeps_tenants_apart, .time
 
     cr_expect_eq(catalog_with(addr, TH_ADMIN), 200, "the platform admin's catalog");
     cr_expect_eq(catalog_with(addr, a_admin), 401, "a tenant admin read the catalog");
+
+    /* Images of this registry lie in their tenant's namespace (or cohort/). */
+    th_expect_error(th_post(&d, "/v1/images", b_admin,
+                            "{\"name\":\"stolen\",\"reference\":\"acme/app:1\","
+                            "\"framework\":\"native\"}"),
+                    422, "invalid_value", "reference");
+    th_expect_error(th_post(&d, "/v1/images", b_admin,
+                            "{\"name\":\"stolen\",\"reference\":\"127.0.0.1:5000/acme/app:1\","
+                            "\"framework\":\"native\"}"),
+                    422, "invalid_value", "reference");
+    /* A job of acme's runs its image: the agent, which has no credentials
+     * of its own, pulls with the token its launch spec carries. */
+    const char *args[] = {"--cpus", "8", "--registry", addr, "--insecure-registry", addr, NULL};
+    th_agent_start(&ag, &d, "n1", args);
+    th_must(th_post(&d, "/v1/images", a_admin,
+                    "{\"name\":\"app\",\"reference\":\"acme/app:1\",\"framework\":\"native\"}"),
+            201);
+    th_put_text(&d, tok, "ws", "ok.sh", "#!/bin/sh\necho ran\n", "755");
+    char seen[16], cmd[1200];
+    long id = submit_as(tok, "ok.sh", "app", NULL);
+    cr_expect(th_wait_state(&d, tok, id, "SUCCEEDED", 60000, seen), "the job is %s", seen);
+    /* The token stays out of the worker's files on the node. */
+    snprintf(cmd, sizeof cmd, "grep -rqs -e registry_token -e eyJ0eXAi '%s/workers'", ag.dir);
+    cr_expect_neq(system(cmd), 0, "a registry token lies in the worker's files");
 }

@@ -56,7 +56,8 @@ static void check(const shim_req *r, int container)
     for (int i = 0; i < sp->ndatasets; i++)
         fuzz_check(util_name_valid(sp->ds_name[i]) && sp->ds_path[i], "a dataset without a name");
     cJSON *note = cJSON_Parse(r->note);
-    fuzz_check(note && !cJSON_GetObjectItemCaseSensitive(note, "registry_auth"),
+    fuzz_check(note && !cJSON_GetObjectItemCaseSensitive(note, "registry_auth") &&
+                   !cJSON_GetObjectItemCaseSensitive(note, "registry_token"),
                "credentials left in spec.json");
     cJSON_Delete(note);
     if (container) {
