@@ -42,6 +42,7 @@ typedef struct api_ctx {
     struct api_log_budget *logs; /* stored output per job (api_logs_open); NULL: unbounded */
     struct api_beats *beats; /* liveness-only heartbeats (api_beats_open); NULL: each written */
     struct regtoken *regtoken; /* the registry's token signer (regtoken.h); NULL: none */
+    struct seal *seal;       /* what seals secrets at rest (seal.h); NULL: none */
     char registry[256];      /* HOST:PORT of the registry it signs for (--registry) */
 } api_ctx;
 
@@ -160,6 +161,10 @@ int api_authenticate(api_ctx *ctx, const char *authorization, store_principal *w
 /* Resolves an agent's "Bearer <node token>"; 0, or -1 with rs set to 401. */
 int api_authenticate_node(api_ctx *ctx, const char *authorization, store_node *node,
                           api_resp *rs);
+
+/* Seals the registry passwords of images kept in the clear by an earlier
+ * cohortd (at start): 0, or -1 with err set. */
+int api_images_reseal(api_ctx *ctx, char *err, size_t errlen);
 
 /* First start: creates the platform admin with token (or a generated one,
  * written to out).  Sets *created to 1 when it did. */

@@ -6,9 +6,11 @@
  */
 #include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api/api_int.h"
+#include "api/seal.h"
 #include "storage/store_catalog.h"
 
 #define PRICE_MAX 1000000000LL /* minor units per worker-hour */
@@ -188,6 +190,72 @@ static store_rc image_write(store_tx *tx, void *arg)
     return store_image_insert(tx, arg, NULL);
 }
 
+/* Passwords kept before they were sealed, sealed now (once, at start). */
+struct reseal {
+    const seal *seal;
+    struct {
+        int64_t id;
+        char sealed[STORE_CRED_SEALED_MAX + 1];
+    } *v;
+    size_t n, cap;
+    int64_t last;
+    int failed;
+};
+
+static void reseal_row(void *arg, const store_image *im)
+{
+    struct reseal *r = arg;
+    r->last = im->id;
+    if (!im->username[0] || !im->password[0] || seal_is_sealed(im->password))
+        return;
+    if (r->n == r->cap) {
+        size_t nc = r->cap ? r->cap * 2 : 16;
+        void *nv = realloc(r->v, nc * sizeof *r->v);
+        if (!nv) {
+            r->failed = 1;
+            return;
+        }
+        r->v = nv;
+        r->cap = nc;
+    }
+    r->v[r->n].id = im->id;
+    if (seal_encrypt(r->seal, im->password, r->v[r->n].sealed, sizeof r->v[r->n].sealed) != 0)
+        r->failed = 1;
+    else
+        r->n++;
+}
+
+static store_rc reseal_write(store_tx *tx, void *arg)
+{
+    struct reseal *r = arg;
+    int rc = STORE_OK;
+    for (size_t i = 0; rc == STORE_OK && i < r->n; i++)
+        rc = store_image_set_password(tx, r->v[i].id, r->v[i].sealed);
+    return rc;
+}
+
+int api_images_reseal(api_ctx *ctx, char *err, size_t errlen)
+{
+    struct reseal r = {ctx->seal, NULL, 0, 0, 0, 0};
+    int rc = STORE_OK;
+    for (int64_t before = -1; rc == STORE_OK && r.last != before && !r.failed;) {
+        before = r.last;
+        rc = store_image_list(ctx->st, -1, r.last, 500, reseal_row, &r);
+    }
+    if (rc == STORE_OK && !r.failed && r.n > 0)
+        rc = store_write(ctx->st, reseal_write, &r);
+    if (rc != STORE_OK || r.failed)
+        snprintf(err, errlen, "cannot seal the registry passwords kept before: %s",
+                 r.failed ? "out of memory" : store_rc_name(rc));
+    else if (r.n > 0)
+        fprintf(stderr, "cohortd: sealed %zu registry password(s) kept in the clear before\n",
+                r.n);
+    for (size_t i = 0; i < r.n; i++)
+        memset(r.v[i].sealed, 0, sizeof r.v[i].sealed);
+    free(r.v);
+    return rc == STORE_OK && !r.failed ? 0 : -1;
+}
+
 /* A reference as the API takes it: with a registry host, or without one
  * (then the node's default registry serves it). */
 static int reference_valid(const char *ref)
@@ -255,7 +323,11 @@ void api_image_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
     snprintf(im.framework, sizeof im.framework, "%s", fw);
     if (user) {
         snprintf(im.username, sizeof im.username, "%s", user);
-        snprintf(im.password, sizeof im.password, "%s", pass);
+        /* kept sealed: the database alone holds no registry password */
+        if (!ctx->seal || seal_encrypt(ctx->seal, pass, im.password, sizeof im.password) != 0) {
+            api_error(rs, 500, "internal", NULL, "cannot seal the password");
+            goto out;
+        }
     }
     im.created_at = util_now_ms();
     if (api_write(ctx, rs, image_write, &im, "image"))

@@ -14,6 +14,7 @@
 
 #include "api/api_cache.h"
 #include "api/api_int.h"
+#include "api/seal.h"
 #include "scheduler/sched_life.h"
 #include "storage/store_catalog.h"
 #include "storage/store_job.h"
@@ -558,6 +559,22 @@ struct desired {
     int failed;
 };
 
+/* The password of im as the agent needs it: opened when sealed, as kept
+ * when it predates sealing.  0, or -1 (said on stderr: the pull will be
+ * refused, and the job's reason says so). */
+static int open_password(api_ctx *ctx, const store_image *im, char *out, size_t n)
+{
+    if (!seal_is_sealed(im->password)) {
+        snprintf(out, n, "%s", im->password);
+        return 0;
+    }
+    if (ctx->seal && seal_decrypt(ctx->seal, im->password, out, n) == 0)
+        return 0;
+    fprintf(stderr, "cohortd: the password of image %s cannot be opened with this cohortd's "
+                    "secrets.key\n", im->name);
+    return -1;
+}
+
 /* A token pulling the job's image from cohortd's registry, for minutes, when
  * the image lies there in a repository the job's tenant may pull (its own
  * namespace, or cohort/): the agent has no other credentials for it. */
@@ -593,11 +610,13 @@ static cJSON *launch_spec(api_ctx *ctx, const store_worker *w, const store_job *
         cJSON_AddStringToObject(o, "image_ref", im.reference);
         if (!im.username[0])
             add_pull_token(ctx, j, im.reference, o);
-        if (im.username[0]) {
+        char plain[STORE_CRED_SEALED_MAX + 1] = "";
+        if (im.username[0] && open_password(ctx, &im, plain, sizeof plain) == 0) {
             cJSON *auth = cJSON_AddObjectToObject(o, "registry_auth");
             cJSON_AddStringToObject(auth, "username", im.username);
-            cJSON_AddStringToObject(auth, "password", im.password);
+            cJSON_AddStringToObject(auth, "password", plain);
         }
+        memset(plain, 0, sizeof plain);
         memset(im.password, 0, sizeof im.password);
     }
     /* Pinned by the first rank that resolved it: a re-tag mid-job changes

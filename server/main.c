@@ -21,6 +21,7 @@
 
 #include "api/api.h"
 #include "api/regtoken.h"
+#include "api/seal.h"
 #include "server/http.h"
 
 #define DEFAULT_LISTEN "127.0.0.1:8080"
@@ -435,11 +436,38 @@ static alog *open_access_log(const struct config *cfg, int *failed)
     return a;
 }
 
+/* ctx's registry token signer (regtoken.h) and secrets key (seal.h), under
+ * an exclusive lock of DATA_DIR/keys.lock: of several cohortd sharing the
+ * data dir (PostgreSQL), one makes them and the others read them.  0, or
+ * -1 with err set. */
+static int open_keys(api_ctx *ctx, char *err, size_t errlen)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/keys.lock", ctx->data_dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 || flock(fd, LOCK_EX) != 0) {
+        snprintf(err, errlen, "%.300s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    int rc = -1;
+    if (!(ctx->regtoken = regtoken_open(ctx->data_dir, err, errlen)))
+        goto out;
+    if (!(ctx->seal = seal_open(ctx->data_dir, err, errlen)))
+        goto out;
+    rc = 0;
+out:
+    close(fd); /* and the lock with it */
+    return rc;
+}
+
 /* Closes what ctx_open opened, in reverse; NULL is fine. */
 static void ctx_close(api_ctx *ctx)
 {
     if (!ctx)
         return;
+    seal_close(ctx->seal);
     regtoken_close(ctx->regtoken);
     api_beats_close(ctx);
     if (ctx->st) {
@@ -529,10 +557,11 @@ static api_ctx *ctx_open(const struct config *cfg)
         fprintf(stderr, "cohortd: %s\n", err);
         goto fail;
     }
-    /* The registry's token signer: its key made at the first start. */
+    /* The registry's token signer and the key of secrets at rest, made at
+     * the first start; several cohortd on one data dir make them once. */
     snprintf(ctx->registry, sizeof ctx->registry, "%s", cfg->registry);
-    if (!(ctx->regtoken = regtoken_open(ctx->data_dir, err, sizeof err))) {
-        fprintf(stderr, "cohortd: registry tokens: %s\n", err);
+    if (open_keys(ctx, err, sizeof err) != 0 || api_images_reseal(ctx, err, sizeof err) != 0) {
+        fprintf(stderr, "cohortd: %s\n", err);
         goto fail;
     }
     return ctx;

@@ -117,6 +117,12 @@ int store_image_list(store *s, int64_t tenant_id, int64_t after, int limit,
             STORE_I(tenant_id))), image_rows, &r);
 }
 
+int store_image_set_password(store_tx *tx, int64_t id, const char *password)
+{
+    static const char sql[] = "UPDATE images SET password = ?2 WHERE id = ?1";
+    return store_exec(store_tx_conn(tx), NULL, sql, STORE_ARGS(STORE_I(id), STORE_T(password)));
+}
+
 int store_image_insert(store_tx *tx, const store_image *im, int64_t *id)
 {
     static const char sql[] =

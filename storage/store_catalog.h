@@ -24,6 +24,7 @@ typedef struct store_spec {
 
 #define STORE_IMAGE_REF_MAX 511
 #define STORE_CRED_MAX 255
+#define STORE_CRED_SEALED_MAX 511 /* a password as kept: sealed (api/seal.h) */
 
 typedef struct store_image {
     int64_t id;
@@ -32,9 +33,13 @@ typedef struct store_image {
     char reference[STORE_IMAGE_REF_MAX + 1]; /* "" when none */
     char framework[16];
     char username[STORE_CRED_MAX + 1];    /* "" when anonymous */
-    char password[STORE_CRED_MAX + 1];    /* never leaves cohortd but for the agent */
+    char password[STORE_CRED_SEALED_MAX + 1]; /* sealed at rest (api/seal.h); never
+                                               * leaves cohortd but for the agent */
     int64_t created_at;
 } store_image;
+
+/* The password of image id, as kept (sealed): 0 or a STORE_ code. */
+int store_image_set_password(store_tx *tx, int64_t id, const char *password);
 
 int store_spec_get(store *s, const char *name, store_spec *out);
 /* Lists with id > after, in id order, at most limit. */

@@ -1421,3 +1421,60 @@ Test(containers, the_registry_takes_cohort_tokens_and_keeps_tenants_apart, .time
     snprintf(cmd, sizeof cmd, "grep -rqs -e registry_token -e eyJ0eXAi '%s/workers'", ag.dir);
     cr_expect_neq(system(cmd), 0, "a registry token lies in the worker's files");
 }
+
+/* A private image's registry password is sealed at rest (secrets.key beside
+ * the registry's key, 0600 both, neither in the database): the database
+ * holds no password, one kept in the clear by an earlier cohortd is sealed
+ * at the next start, and jobs of both images still pull with it. */
+Test(containers, registry_passwords_are_sealed_at_rest_and_still_pull, .timeout = 150)
+{
+    char addr[64], admin[80], listen[32], insecure[160], out[4096], sql[1024], seen[16], p[700];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", th_free_port());
+    const char *dargs[] = {"--listen", listen, NULL};
+    cohortd_args = dargs;
+    platform_base();
+    auth_registry(addr, sizeof addr);
+    th_user(&d, "acme", "root", "tenant_admin", admin);
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"name\":\"sealed\",\"reference\":\"%s/acme/secret:1\",\"framework\":\"native\","
+             "\"username\":\"robot\",\"password\":\"right-pw\"}", addr);
+    th_must(th_post(&d, "/v1/images", admin, body), 201);
+    long acme = th_id(&d, "/v1/tenants/acme", TH_ADMIN);
+    snprintf(sql, sizeof sql,
+             "INSERT INTO images(tenant_id, name, reference, framework, username, password,"
+             " created_at) VALUES (%ld, 'legacy', '%s/acme/secret:1', 'native', 'robot',"
+             " 'right-pw', 0)", acme, addr);
+    th_db_query(&d, sql, out, sizeof out);
+    th_db_query(&d, "SELECT name, password FROM images WHERE username IS NOT NULL ORDER BY name",
+                out, sizeof out);
+    cr_expect(strstr(out, "sealed|enc1:") != NULL, "not sealed: %s", out);
+    cr_expect(strstr(out, "legacy|right-pw") != NULL, "the old row: %s", out);
+
+    cr_assert_eq(th_stop(&d), 0);
+    th_restart(&d, dargs);
+    th_db_query(&d, "SELECT name, password FROM images WHERE username IS NOT NULL ORDER BY name",
+                out, sizeof out);
+    cr_expect(strstr(out, "right-pw") == NULL, "a password in the clear: %s", out);
+    cr_expect(strstr(out, "legacy|enc1:") != NULL && strstr(out, "sealed|enc1:") != NULL,
+              "not both sealed: %s", out);
+    static const char *const keys[] = {"secrets.key", "registry-key.pem"};
+    for (int i = 0; i < 2; i++) {
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/%s", d.dir, keys[i]);
+        cr_assert_eq(stat(p, &sb), 0, "%s", p);
+        cr_expect_eq(sb.st_mode & 0777, 0600, "%s is %o", keys[i], (unsigned)(sb.st_mode & 0777));
+    }
+
+    snprintf(insecure, sizeof insecure, "%s,%s", th_registry(), addr);
+    const char *args[] = {"--cpus", "8", "--registry", th_registry(), "--insecure-registry",
+                          insecure, NULL};
+    th_agent_start(&ag, &d, "n1", args);
+    th_put_text(&d, tok, "ws", "x.sh", "#!/bin/sh\nexit 0\n", "755");
+    static const char *const images[] = {"sealed", "legacy"};
+    for (int i = 0; i < 2; i++) {
+        long id = submit_as(tok, "x.sh", images[i], NULL);
+        cr_expect(th_wait_state(&d, tok, id, "SUCCEEDED", 60000, seen), "%s: %s", images[i],
+                  seen);
+    }
+}

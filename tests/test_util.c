@@ -551,3 +551,38 @@ Test(shim_req, arguments_paths_and_variables_past_their_bounds_are_refused)
         shim_req_free(&r);
     }
 }
+
+/* ---- seal: secrets at rest ---- */
+
+#include "api/seal.h"
+
+Test(seal, a_sealed_value_opens_with_its_key_only_and_not_once_changed)
+{
+    char dir1[] = "/tmp/cohort-seal-XXXXXX", dir2[] = "/tmp/cohort-seal-XXXXXX", err[256];
+    cr_assert_not_null(mkdtemp(dir1));
+    cr_assert_not_null(mkdtemp(dir2));
+    seal *a = seal_open(dir1, err, sizeof err), *b = seal_open(dir2, err, sizeof err);
+    cr_assert(a && b, "%s", err);
+    char plain[256], sealed[SEAL_LEN(255)], opened[256];
+    memset(plain, 'p', 255);
+    plain[255] = '\0';
+    cr_assert_eq(seal_encrypt(a, plain, sealed, sizeof sealed), 0, "255 bytes do not fit");
+    cr_expect(seal_is_sealed(sealed) && !strstr(sealed, "ppp"), "%s", sealed);
+    cr_assert_eq(seal_decrypt(a, sealed, opened, sizeof opened), 0);
+    cr_expect_str_eq(opened, plain);
+    cr_expect_eq(seal_decrypt(b, sealed, opened, sizeof opened), -1, "another key opened it");
+    char again[SEAL_LEN(255)];
+    cr_assert_eq(seal_encrypt(a, plain, again, sizeof again), 0);
+    cr_expect_str_neq(again, sealed, "the same value sealed twice looks the same");
+    sealed[10] = sealed[10] == 'A' ? 'B' : 'A';
+    cr_expect_eq(seal_decrypt(a, sealed, opened, sizeof opened), -1, "a changed value opened");
+    seal_close(a);
+    seal *a2 = seal_open(dir1, err, sizeof err); /* the key file, read back */
+    cr_assert_not_null(a2, "%s", err);
+    cr_assert_eq(seal_decrypt(a2, again, opened, sizeof opened), 0, "the kept key does not open");
+    seal_close(a2);
+    seal_close(b);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", dir1, dir2);
+    cr_expect_eq(system(cmd), 0);
+}
