@@ -152,6 +152,11 @@ void api_user_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
                   "role must be tenant_admin, member or viewer");
         goto out;
     }
+    /* No one makes a role above its own. */
+    if (platform_role && !api_is_platform_admin(rq->who)) {
+        api_forbid(rs, "platform_admin");
+        goto out;
+    }
     u.tenant_id = t.id;
     if (api_write(ctx, rs, user_write, &u, "user"))
         goto out;
@@ -184,8 +189,13 @@ void api_user_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
 }
 
 /* Self, or an admin of the user's tenant. */
+/* A user's own tokens, or those of a user of a tenant p administers: but a
+ * platform admin's tokens are its own and other platform admins' alone (a
+ * tenant admin of the platform tenant would otherwise mint one). */
 static int may_manage_tokens(const store_principal *p, const store_user *u)
 {
+    if (!strcmp(u->role, "platform_admin"))
+        return p->user.id == u->id || api_is_platform_admin(p);
     return p->user.id == u->id || api_is_tenant_admin(p, u->tenant_id);
 }
 
@@ -278,7 +288,12 @@ void api_token_delete(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_store_error(rs, rc, "token");
         return;
     }
-    if (rq->who->user.id != t.user_id && !api_is_tenant_admin(rq->who, t.tenant_id)) {
+    store_user owner;
+    if ((rc = store_user_get(ctx->st, t.user_id, &owner)) != STORE_OK) {
+        api_store_error(rs, rc, "token");
+        return;
+    }
+    if (!may_manage_tokens(rq->who, &owner)) {
         api_forbid(rs, "tenant_admin");
         return;
     }

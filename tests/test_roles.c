@@ -77,6 +77,35 @@ Test(roles, member_cannot_manage_users_or_others_tokens)
                   "{\"name\":\"boss\",\"role\":\"platform_admin\"}");
 }
 
+/* A tenant admin of the platform tenant is still no platform admin: it
+ * makes none, mints no token of one, and reads or revokes none of theirs. */
+Test(roles, the_platform_tenants_admin_cannot_become_a_platform_admin)
+{
+    char padmin[80], boss[80], p[96];
+    th_user(&d, "platform", "pat", "tenant_admin", padmin);
+    long boss_id = th_user(&d, "platform", "boss", "platform_admin", boss);
+    expect_status(403, "POST", "/v1/tenants/platform/users", padmin,
+                  "{\"name\":\"usurper\",\"role\":\"platform_admin\"}");
+    snprintf(p, sizeof p, "/v1/users/%ld/tokens", boss_id);
+    expect_status(403, "POST", p, padmin, "{\"name\":\"stolen\"}");
+    expect_status(403, "GET", p, padmin, NULL);
+    th_resp r = th_get(&d, "/v1/whoami", boss);
+    char tp[64];
+    snprintf(tp, sizeof tp, "/v1/tokens/%ld", (long)th_num(&r, "token_id"));
+    th_free(&r);
+    expect_status(403, "DELETE", tp, padmin, NULL);
+    /* and so its own token still reads as a tenant admin's, the boss's lives */
+    r = th_get(&d, "/v1/whoami", padmin);
+    cr_expect_str_eq(th_str(&r, "role"), "tenant_admin");
+    th_free(&r);
+    expect_status(200, "GET", "/v1/whoami", boss, NULL);
+    expect_status(403, "POST", "/v1/tenants", padmin, "{\"name\":\"newco\"}");
+    /* a platform admin still does both */
+    expect_status(201, "POST", "/v1/tenants/platform/users", boss,
+                  "{\"name\":\"second\",\"role\":\"platform_admin\"}");
+    expect_status(201, "POST", p, boss, "{\"name\":\"mine\"}");
+}
+
 Test(roles, tenant_admin_cannot_touch_other_tenants_or_catalog)
 {
     expect_status(404, "POST", "/v1/tenants/globex/users", tadmin,
