@@ -36,7 +36,7 @@
 
 struct config {
     const char *server, *join_token, *name, *address, *data_dir, *mount_root, *shim, *cgroup;
-    const char *runtime, *registry, *insecure, *image_cache, *seccomp;
+    const char *runtime, *registry, *insecure, *image_cache, *seccomp, *network;
     long long image_cache_max_mb, resolve_ttl_s, start_timeout_s;
     char gpu_type[64];
     long long cpus, memory_mb, gpus, port_lo, port_hi, grace_s, keep_s, pids_max;
@@ -84,6 +84,9 @@ static void usage(FILE *f)
             "  --worker-pids N       processes and threads one worker may have (pids.max;\n"
             "                        default 4096)\n"
             "  --shim PATH           the cohort-shim program (default: beside this one)\n"
+            "  --network job|host    job (default): a job whose ranks all run on this node gets\n"
+            "                        a network namespace of its own (loopback only); host:\n"
+            "                        jobs share the node's network, for a trusted node\n"
             "  --runtime crun|host   crun (default): each worker in an OCI container from its\n"
             "                        job's image, in a user namespace of its tenant's uids;\n"
             "                        host: workers as root processes on the host's files,\n"
@@ -149,6 +152,33 @@ static unsigned hash32(const char *text)
     return h;
 }
 
+/* --network: "job" gives the container settings what a shim needs to put a
+ * job on one node into a network of its own (netns.h); "host" says what
+ * that costs.  0, or -1 (said). */
+static int job_network(const struct config *cfg, cJSON *container)
+{
+    char ip[PATH_MAX], prefix[96];
+    if (!strcmp(cfg->network, "host")) {
+        fprintf(stderr, "cohort-agent: WARNING: --network host: every job shares this node's "
+                        "network: its services, and every other job's ports, are reachable "
+                        "from any job. Use it only on a trusted single-tenant node.\n");
+        return 0;
+    }
+    if (rt_find_program("ip", ip, sizeof ip) != 0) {
+        fprintf(stderr, "cohort-agent: --network job needs iproute2's ip (apt-get install "
+                        "iproute2), or --network host on a trusted node\n");
+        return -1;
+    }
+    snprintf(prefix, sizeof prefix, "cohort-%.40s-%08x", cfg->name, hash32(cfg->data_dir));
+    cJSON_AddStringToObject(container, "network", "job");
+    cJSON_AddStringToObject(container, "netns_prefix", prefix);
+    cJSON_AddStringToObject(container, "ip", ip);
+    printf("cohort-agent: a job whose ranks all run here gets a network of its own "
+           "(loopback only: %s/%s-j<job>-a<attempt>); jobs over several nodes share the "
+           "node's\n", "/run/netns", prefix);
+    return 0;
+}
+
 /* The local address this machine uses to reach host. */
 static int route_address(const char *server, char *out, size_t n)
 {
@@ -196,6 +226,7 @@ static int parse_args(int argc, char **argv, struct config *c)
         {"image-resolve-ttl", required_argument, NULL, 'L'},
         {"start-timeout", required_argument, NULL, 'W'},
         {"worker-pids", required_argument, NULL, 'N'},
+        {"network", required_argument, NULL, 'O'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     c->data_dir = "/var/lib/cohort-agent";
@@ -215,6 +246,7 @@ static int parse_args(int argc, char **argv, struct config *c)
     c->resolve_ttl_s = 10;
     c->start_timeout_s = 15;
     c->pids_max = 4096;
+    c->network = "job";
     int o;
     char *end;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -233,6 +265,11 @@ static int parse_args(int argc, char **argv, struct config *c)
             c->runtime = optarg;
             break;
         case 'E': c->registry = optarg; break;
+        case 'O':
+            if (strcmp(optarg, "job") && strcmp(optarg, "host"))
+                goto bad;
+            c->network = optarg;
+            break;
         case 'I': c->insecure = optarg; break;
         case 'i': c->image_cache = optarg; break;
         case 'P': c->seccomp = optarg; break;
@@ -301,6 +338,7 @@ bad:
             : o == 'T' ? "gpu-type"
             : o == 'K' ? "keep-finished"
             : o == 'N' ? "worker-pids"
+            : o == 'O' ? "network"
             : o == 'G' ? "stop-grace"
                        : "capacity",
             optarg);
@@ -579,6 +617,8 @@ static sup *open_sup(const struct config *cfg, cg_root *cg, struct sup_paths *sp
         }
         printf("cohort-agent: workers run in containers (crun); images without a registry "
                "come from %s\n", cfg->registry);
+        if (job_network(cfg, *container) != 0)
+            return NULL;
         const cJSON *drv = cJSON_GetObjectItem(*container, "gpu_driver");
         int nlibs = cJSON_GetArraySize(cJSON_GetObjectItem(drv, "libs")),
             nbins = cJSON_GetArraySize(cJSON_GetObjectItem(drv, "bins"));

@@ -136,6 +136,12 @@ char *oci_config(const oci_spec *s, char *err, size_t errlen)
         cJSON_AddStringToObject(o, "type", kinds[i]);
         cJSON_AddItemToArray(ns, o);
     }
+    if (s->netns) { /* the job's own network on this node (netns.h) */
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "type", "network");
+        cJSON_AddStringToObject(o, "path", s->netns);
+        cJSON_AddItemToArray(ns, o);
+    }
     cJSON_AddItemToObject(l, "maskedPaths", strings(masked));
     cJSON_AddItemToObject(l, "readonlyPaths", strings(readonly));
     /* GPU device nodes: allowed (crun's device cgroup is off with the cgroup

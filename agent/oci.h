@@ -50,6 +50,7 @@ typedef struct oci_spec {
     const char *const *devices; /* host device nodes given to it (GPUs), NULL-terminated */
     int64_t shm_mb;         /* size of /dev/shm */
     int64_t tmp_mb;         /* size of /tmp (0: the kernel's default, half the RAM) */
+    const char *netns;      /* path of the network namespace to join; NULL: the node's */
     const cJSON *seccomp;   /* an OCI seccomp object, or NULL for none */
 } oci_spec;
 

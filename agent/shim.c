@@ -5,6 +5,7 @@
 #include "agent/shim.h"
 
 #include "agent/fileutil.h"
+#include "agent/netns.h"
 #include "agent/oci.h"
 #include "storage/clock.h"
 
@@ -1102,8 +1103,11 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
     }
     if (b.failed || drv.failed)
         give_up(dfd, "out of memory listing the container's mounts");
-    char rootfs[4300], init_at[4200];
+    char rootfs[4300], init_at[4200], netns[300];
     snprintf(rootfs, sizeof rootfs, "%s/rootfs", use.bundle);
+    /* before seal_rootfs: /run/netns must be made in the node's mounts */
+    if (sp->netns && netns_ensure(sp->ip, sp->netns, netns, sizeof netns, err, sizeof err) != 0)
+        give_up(dfd, "%s", err);
     if (seal_rootfs(rootfs, err, sizeof err) != 0)
         give_up(dfd, "%s", err);
     path_join(init_at, sizeof init_at, sp->mount_root, ".init");
@@ -1112,7 +1116,8 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
                    .mount_root = sp->mount_root, .argv = argv, .env = env, .cwd = ws,
                    .hostname = host, .uid_base = sp->uid_base, .binds = b.v, .nbinds = b.n,
                    .files = drv.v, .nfiles = drv.n, .devices = sp->devices,
-                   .shm_mb = sp->shm_mb, .tmp_mb = sp->tmp_mb, .seccomp = sp->seccomp};
+                   .shm_mb = sp->shm_mb, .tmp_mb = sp->tmp_mb,
+                   .netns = sp->netns ? netns : NULL, .seccomp = sp->seccomp};
     char *config = env && argv ? oci_config(&os, err, sizeof err) : NULL;
     cJSON_Delete(img);
     free(env);

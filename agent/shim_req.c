@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "agent/jget.h"
+#include "agent/netns.h"
 #include "storage/util.h"
 
 static int bad(char *err, size_t errlen, const char *fmt, ...)
@@ -63,6 +64,81 @@ static const char **gpu_devices(const cJSON *spec, shim_req *r)
             list[n++] = ctl[i];
     list[n] = NULL;
     return n ? list : NULL;
+}
+
+/* The value of name in the spec's env as a number, or -1. */
+static long long env_number(const cJSON *spec, const char *name)
+{
+    const char *v = jget_str(cJSON_GetObjectItemCaseSensitive(spec, "env"), name);
+    char *end;
+    long long n = v ? strtoll(v, &end, 10) : -1;
+    return v && *v && !*end ? n : -1;
+}
+
+/*
+ * The job's own network on this node (netns.h): where the agent gives jobs
+ * networks of their own ("network": "job") and all of the attempt's ranks
+ * run here (WORKER_PER_NODE >= WORLD_SIZE).  A job spread over several
+ * nodes keeps the node's network until jobs have an overlay between nodes.
+ */
+static int job_network(const cJSON *ct, const cJSON *spec, shim_req *r, char *err,
+                       size_t errlen)
+{
+    const char *net = jget_str(ct, "network"), *prefix = jget_str(ct, "netns_prefix");
+    r->sp.ip = jget_str(ct, "ip");
+    long long world = env_number(spec, "WORLD_SIZE"), per = env_number(spec, "WORKER_PER_NODE");
+    if (!net || strcmp(net, "job") || world < 1 || per < world)
+        return 0;
+    if (!prefix || !r->sp.ip || r->sp.ip[0] != '/' ||
+        netns_name(prefix, jget_int(spec, "job_id", 0), jget_int(spec, "attempt", 0), r->netns,
+                   sizeof r->netns) != 0)
+        return bad(err, errlen, "the agent's job network settings are incomplete");
+    r->sp.netns = r->netns;
+    return 0;
+}
+
+/* s with every "from" replaced by "to": a malloc'd string, or NULL. */
+static char *replaced(const char *s, const char *from, const char *to)
+{
+    size_t fl = strlen(from), tl = strlen(to), n = 0;
+    for (const char *p = s; (p = strstr(p, from)) != NULL; p += fl)
+        n++;
+    char *out = malloc(strlen(s) + n * (tl > fl ? tl - fl : 0) + 1), *o = out;
+    for (const char *p = s, *q; out; p = q + fl) {
+        if (!(q = strstr(p, from))) {
+            memcpy(o, p, strlen(p) + 1);
+            break;
+        }
+        memcpy(o, p, (size_t)(q - p));
+        o += q - p;
+        memcpy(o, to, tl);
+        o += tl;
+    }
+    return out;
+}
+
+/* In a job's own network its ranks meet over the loopback: MASTER_ADDR,
+ * and the node's address in TF_CONFIG, become 127.0.0.1. */
+static int loopback_env(shim_req *r, char *err, size_t errlen)
+{
+    char from[300] = "";
+    for (int i = 0; i < r->nenv_malloced; i++)
+        if (!strncmp(r->env[i], "MASTER_ADDR=", 12))
+            snprintf(from, sizeof from, "\"%s:", r->env[i] + 12);
+    for (int i = 0; i < r->nenv_malloced; i++) {
+        char *v = NULL;
+        if (!strncmp(r->env[i], "MASTER_ADDR=", 12))
+            v = strdup("MASTER_ADDR=127.0.0.1");
+        else if (!strncmp(r->env[i], "TF_CONFIG=", 10) && from[1] != ':')
+            v = replaced(r->env[i], from, "\"127.0.0.1:");
+        else
+            continue;
+        if (!v)
+            return bad(err, errlen, "out of memory");
+        free(r->env[i]);
+        r->env[i] = v;
+    }
+    return 0;
 }
 
 /* The container settings of the request and the spec into r->sp. */
@@ -122,6 +198,8 @@ static int container_setup(const cJSON *ct, const cJSON *spec, shim_req *r, char
         sp->shm_mb = 64;
     sp->tmp_mb = jget_int(res, "memory_mb", 0);
     sp->devices = gpu_devices(spec, r);
+    if (job_network(ct, spec, r, err, errlen) != 0)
+        return -1;
     sp->gpu_driver = cJSON_GetObjectItemCaseSensitive(ct, "gpu_driver");
     /* The OCI seccomp object the agent converted once (runtime.c). */
     const cJSON *sc = cJSON_GetObjectItemCaseSensitive(ct, "seccomp");
@@ -240,7 +318,7 @@ int shim_req_parse(const char *text, shim_req *r, char *err, size_t errlen)
     }
     if (jget_str(r->json, "agent_dir"))
         r->sp.hide[r->sp.nhide++] = jget_str(r->json, "agent_dir");
-    if (environment(spec, r, err, errlen) != 0)
+    if (environment(spec, r, err, errlen) != 0 || (r->sp.netns && loopback_env(r, err, errlen)))
         return -1;
     cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "args"))
     {

@@ -41,6 +41,7 @@ typedef struct shim_req {
     char *args[SHIM_MAX_ARGS + 1];
     char home[4200];
     char ref[IMG_REF_MAX + 300];
+    char netns[128];
     char gpu_name[72][32];
     const char *gpu_list[72];
 } shim_req;

@@ -19,6 +19,7 @@
 
 #include "agent/fileutil.h"
 #include "agent/jget.h"
+#include "agent/netns.h"
 #include "storage/util.h"
 
 #define MAX_WORKERS 4096
@@ -54,6 +55,7 @@ struct sup {
     sup_config cfg;
     struct worker w[MAX_WORKERS];
     int n;
+    int64_t netns_tidied; /* when netns_tidy last ran */
 };
 
 static struct worker *find(sup *s, int64_t id)
@@ -333,8 +335,14 @@ void sup_set_lease(sup *s, int64_t lease_ms)
     s->cfg.lease_ms = lease_ms;
 }
 
+static void netns_tidy(sup *s, int64_t now);
+
 void sup_close(sup *s)
 {
+    if (s) {
+        s->netns_tidied = 0; /* now: the workers' networks go with them */
+        netns_tidy(s, INT64_MAX);
+    }
     free(s);
 }
 
@@ -621,9 +629,33 @@ void sup_reconcile(sup *s, const cJSON *workers)
             stop(&s->w[i]);
 }
 
+/* 1 while a worker of the job's attempt is here and not ended. */
+static int attempt_live(void *arg, int64_t job, int64_t attempt)
+{
+    const sup *s = arg;
+    for (int i = 0; i < s->n; i++)
+        if (s->w[i].job_id == job && s->w[i].attempt == attempt &&
+            (s->w[i].state == W_STARTING || s->w[i].state == W_RUNNING))
+            return 1;
+    return 0;
+}
+
+/* The network namespaces of attempts with no worker left (netns.h), every
+ * few seconds. */
+static void netns_tidy(sup *s, int64_t now)
+{
+    const char *prefix = jget_str(s->cfg.container, "netns_prefix");
+    const char *ip = jget_str(s->cfg.container, "ip");
+    if (!prefix || !ip || now - s->netns_tidied < 5000)
+        return;
+    s->netns_tidied = now;
+    netns_gc(ip, prefix, attempt_live, s);
+}
+
 void sup_tick(sup *s)
 {
     int64_t now = util_mono_ms();
+    netns_tidy(s, now);
     for (int i = 0; i < s->n; i++) {
         struct worker *w = &s->w[i];
         if (w->stop_at && !w->killed && w->pid > 0 && w->state == W_RUNNING &&

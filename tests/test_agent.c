@@ -1745,7 +1745,12 @@ Test(agent, a_stranger_cannot_use_a_jobs_rendezvous_store, .timeout = 180)
 {
     char seen[16], err[256];
     platform(NULL);
-    agents(1, "8");
+    /* the node's network, as jobs over several nodes have it today (a job on
+     * one node has a network of its own, which no stranger reaches) */
+    const char *extra[] = {"--cpus", "8", "--memory-mb", "65536", "--port-range", "31000-31099",
+                           "--network", "host", NULL};
+    th_agent_start(&ag[0], &d, "n1", extra);
+    nagents = 1;
     synth_dataset(2000, 500);
     trainer_image();
     /* rank 1 comes late: rank 0's store waits for it, and the stranger

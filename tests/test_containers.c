@@ -1478,3 +1478,88 @@ Test(containers, registry_passwords_are_sealed_at_rest_and_still_pull, .timeout 
                   seen);
     }
 }
+
+/* ---- a network of the job's own ---- */
+
+/* A job's ranks on one node meet over their own loopback, and a job of
+ * another tenant on the same node reaches neither them nor the node's
+ * services (cohortd, the registry), nor does the node itself reach them. */
+Test(containers, a_job_on_one_node_has_a_network_of_its_own, .timeout = 120)
+{
+    char seen[16], env[512], path[700], text[65536];
+    platform(NULL);
+    /* acme: rank 0 listens on MASTER_PORT, rank 1 says hello after 8 s */
+    th_put_text(&d, tok, "ws", "pair.sh",
+                "#!/bin/sh\nif [ \"$RANK\" = 0 ]; then nc -l -p \"$MASTER_PORT\" > got.txt; "
+                "else sleep 8; echo \"hello from rank 1 via $MASTER_ADDR\" | "
+                "nc \"$MASTER_ADDR\" \"$MASTER_PORT\"; fi\n",
+                "755");
+    long victim = th_submit(&d, tok,
+                            "{\"name\":\"pair\",\"image\":\"native\",\"workspace\":\"ws\","
+                            "\"code_path\":\"pair.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":1,"
+                            "\"worker_spec\":\"cpu-small\",\"worker_count\":2}");
+    cr_assert(th_wait_state(&d, tok, victim, "RUNNING", 30000, seen), "%s", seen);
+    /* its port, as the agent was told it */
+    snprintf(path, sizeof path, "/v1/jobs/%ld/workers", victim);
+    th_resp r = th_get(&d, path, TH_ADMIN);
+    long wid = (long)cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(r.json, "items"),
+                                                            0), "id")->valuedouble;
+    th_free(&r);
+    snprintf(path, sizeof path, "%s/workers/%ld/spec.json", ag.dir, wid);
+    cr_assert_eq(th_read_text(path, text, sizeof text), 0, "%s", path);
+    cJSON *spec = cJSON_Parse(text);
+    const char *port = cJSON_GetStringValue(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(spec, "env"), "MASTER_PORT"));
+    cr_assert_not_null(port);
+    const char *cport = strrchr(d.base, ':') + 1;
+    snprintf(env, sizeof env,
+             ",\"env\":{\"VICTIM_PORT\":\"%s\",\"COHORTD_PORT\":\"%s\",\"REGISTRY\":\"%s\"}",
+             port, cport, th_registry());
+    /* globex, on the same node, tries the port, cohortd and the registry */
+    th_put_text(&d, tok_b, "ws", "reach.sh",
+                "#!/bin/sh\nt() { k=$1; shift; if \"$@\" > /dev/null 2>&1; then echo \"$k=reached\"; "
+                "else echo \"$k=no\"; fi; }\n"
+                "{ t VICTIM sh -c \"echo evil | nc -w 2 127.0.0.1 $VICTIM_PORT\"\n"
+                "  t COHORTD wget -q -T 2 -O - http://127.0.0.1:$COHORTD_PORT/healthz\n"
+                "  t REGISTRY wget -q -T 2 -O - http://$REGISTRY/v2/\n"
+                "  t LO sh -c 'nc -l -p 40000 & sleep 0.3; echo x | nc -w 2 127.0.0.1 40000'\n"
+                "} > reach.txt\n",
+                "755");
+    long attacker = submit_as(tok_b, "reach.sh", "native", env);
+    cr_assert(th_wait_state(&d, tok_b, attacker, "SUCCEEDED", 30000, seen), "%s", seen);
+    /* the node itself does not reach it either */
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "echo host | nc -w 2 127.0.0.1 %s >/dev/null 2>&1", port);
+    int host_reached = system(cmd) == 0;
+    cJSON_Delete(spec);
+    cr_assert(th_wait_state(&d, tok, victim, "SUCCEEDED", 30000, seen), "%s", seen);
+
+    char *got = th_get_body(&d, "/v1/workspaces/ws/files/got.txt", tok);
+    cr_expect_str_eq(got, "hello from rank 1 via 127.0.0.1\n", "rank 0 heard: %s", got);
+    free(got);
+    char *t = th_get_body(&d, "/v1/workspaces/ws/files/reach.txt", tok_b);
+    static const char *const want[] = {"VICTIM=no", "COHORTD=no", "REGISTRY=no", "LO=reached"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        cr_expect(strstr(t, want[i]) != NULL, "not %s: %s", want[i], t);
+    free(t);
+    cr_expect(!host_reached, "the node reached the job's port %s", port);
+    /* The namespace goes with the attempt's last worker (the agent's log
+     * names its prefix). */
+    char prefix[200] = "", line[1024], ns[300];
+    snprintf(path, sizeof path, "%s.log", ag.dir);
+    FILE *f = fopen(path, "r");
+    while (f && fgets(line, sizeof line, f)) {
+        char *at = strstr(line, "/run/netns/"), *end = at ? strstr(at, "-j<job>") : NULL;
+        if (end) /* "/run/netns/cohort-n1-HASH-j<job>-a<attempt>" */
+            snprintf(prefix, sizeof prefix, "%.*s", (int)(end - at), at);
+    }
+    if (f)
+        fclose(f);
+    cr_assert(prefix[0], "the agent did not say where jobs' networks lie");
+    snprintf(ns, sizeof ns, "%s-j%ld-a1", prefix, victim);
+    struct stat sb;
+    int gone = 0;
+    for (int i = 0; i < 100 && !gone; i++, usleep(100000))
+        gone = stat(ns, &sb) != 0;
+    cr_expect(gone, "%s is still there", ns);
+}
