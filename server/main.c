@@ -334,6 +334,24 @@ static int open_console(api_ctx *ctx, const char *dir)
     return 0;
 }
 
+/* The data dir neither listed, read nor written by other users: its
+ * group's and others' read and write bits off (the search bit stays, for
+ * the containers' uids that walk to the image cache below it). */
+static int keep_private(const char *dir)
+{
+    struct stat sb;
+    if (stat(dir, &sb) != 0)
+        return -1;
+    mode_t want = sb.st_mode & 07711;
+    if ((sb.st_mode & 07777) == want)
+        return 0;
+    if (chmod(dir, want) != 0)
+        return -1;
+    printf("cohortd: %s was mode %o, now %o: no other user lists or reads it\n", dir,
+           (unsigned)(sb.st_mode & 07777), (unsigned)want);
+    return 0;
+}
+
 static int mkdir_p(const char *dir)
 {
     char p[PATH_MAX];
@@ -606,7 +624,7 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (mkdir_p(cfg.data_dir) != 0) {
+    if (mkdir_p(cfg.data_dir) != 0 || keep_private(cfg.data_dir) != 0) {
         fprintf(stderr, "cohortd: cannot create data dir %s: %s\n", cfg.data_dir, strerror(errno));
         return 1;
     }

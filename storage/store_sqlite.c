@@ -7,10 +7,12 @@
  */
 #include "storage/store_int.h"
 
+#include <errno.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "storage/util.h"
 
@@ -55,6 +57,29 @@ static void lite_setup(void)
     sqlite3_config(SQLITE_CONFIG_MULTITHREAD);
     sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
     sqlite3_initialize();
+}
+
+
+/* The database file and its WAL and shared-memory files, cohortd's alone:
+ * mode 0600 (SQLite gives those it makes later the database's own mode).
+ * Files not there yet (":memory:", a WAL not made yet) are left.  0, or -1
+ * with err set. */
+static int keep_private(const char *path, char *err, size_t errlen)
+{
+    static const char *const tails[] = {"", "-wal", "-shm"};
+    char p[4200];
+    for (size_t i = 0; i < sizeof tails / sizeof *tails; i++) {
+        struct stat sb;
+        if (snprintf(p, sizeof p, "%s%s", path, tails[i]) >= (int)sizeof p)
+            continue;
+        if (stat(p, &sb) != 0 || (sb.st_mode & 077) == 0)
+            continue;
+        if (chmod(p, sb.st_mode & 07700) != 0) {
+            snprintf(err, errlen, "cannot make %s private: %s", p, strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
 }
 
 /* Maps a SQLite result code to STORE_*. */
@@ -112,6 +137,8 @@ static store_conn *lite_open(const char *path, int mode, char *err, size_t errle
     }
     sqlite3_extended_result_codes(c->db, 1);
     sqlite3_busy_timeout(c->db, BUSY_TIMEOUT_MS);
+    if (writer && keep_private(path, err, errlen) != 0)
+        goto fail;
     if (lite_exec_db(c->db,
                      "PRAGMA journal_mode=WAL;"
                      "PRAGMA synchronous=FULL;"

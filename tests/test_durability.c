@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -174,6 +175,39 @@ Test(durability, one_cohortd_per_data_dir)
     th_resp r = th_get(&d, "/healthz", NULL);
     cr_expect_eq(r.status, 200, "the first one was disturbed");
     th_free(&r);
+}
+
+/* What cohortd keeps is its own: a data dir made 0755 by someone else
+ * loses its read and write bits for others (its search bit stays), and the
+ * database, made 0644 by someone else, and its WAL are 0600: no other user
+ * of the machine reads tokens' hashes, jobs or bills there. */
+Test(durability, the_data_dir_and_the_database_are_cohortds_alone)
+{
+    char dir[] = "/tmp/cohort-private-XXXXXX", path[200];
+    struct stat sb;
+    cr_assert_not_null(mkdtemp(dir));
+    cr_assert_eq(chmod(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/cohort.db", dir);
+    int fd = open(path, O_WRONLY | O_CREAT, 0644); /* an empty file is an empty database */
+    cr_assert_geq(fd, 0);
+    fchmod(fd, 0644);
+    close(fd);
+    th_daemon own = {0};
+    th_start_in(&own, dir, NULL);
+    th_must(th_post(&own, "/v1/tenants", TH_ADMIN, "{\"name\":\"kept\"}"), 201);
+    cr_assert_eq(stat(dir, &sb), 0);
+    cr_expect_eq(sb.st_mode & 0777, 0711, "the data dir is %o", (unsigned)(sb.st_mode & 0777));
+    static const char *const files[] = {"cohort.db", "cohort.db-wal", "secrets.key",
+                                        "registry-key.pem"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        if (th_pg() && i < 2)
+            continue; /* the database lives in PostgreSQL there */
+        cr_assert_eq(stat(path, &sb), 0, "%s", path);
+        cr_expect_eq(sb.st_mode & 077, 0, "%s is %o", files[i], (unsigned)(sb.st_mode & 0777));
+    }
+    th_stop(&own);
+    th_cleanup(&own);
 }
 
 Test(durability, help_lists_every_option)
