@@ -61,6 +61,11 @@ static int caller(api_ctx *ctx, const api_req *rq, store_principal *who, api_res
     return api_authenticate(ctx, bearer, who, rs) == 0 ? 1 : -1;
 }
 
+static int islower_or_digit(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+
 /* Whether who (NULL: anonymous) may do action on name of type. */
 static int allowed(const store_principal *who, const char *type, const char *name,
                    const char *action)
@@ -85,6 +90,26 @@ static int allowed(const store_principal *who, const char *type, const char *nam
            (!strcmp(action, "push") || !strcmp(action, "delete") || !strcmp(action, "*"));
 }
 
+/* 1 when host[hl] ("HOST:PORT") names the loopback: localhost, 127.*. */
+static int loopback_host(const char *host, size_t hl)
+{
+    return (hl > 10 && !strncmp(host, "localhost:", 10)) ||
+           (hl > 4 && !strncmp(host, "127.", 4));
+}
+
+/* 1 when host[hl] names the registry at reg ("HOST:PORT"): the same text,
+ * or both on the loopback with the same port (localhost:5000 is
+ * 127.0.0.1:5000). */
+static int same_registry(const char *host, size_t hl, const char *reg)
+{
+    size_t rl = strlen(reg);
+    if (rl == hl && !strncmp(host, reg, hl))
+        return 1;
+    const char *hp = memchr(host, ':', hl), *rp = strrchr(reg, ':');
+    return hp && rp && loopback_host(host, hl) && loopback_host(reg, rl) &&
+           (size_t)(host + hl - hp) == strlen(rp) && !strncmp(hp, rp, strlen(rp));
+}
+
 int api_registry_repo(const api_ctx *ctx, const char *ref, char *repo, size_t n)
 {
     size_t first = strcspn(ref, "/");
@@ -92,8 +117,7 @@ int api_registry_repo(const api_ctx *ctx, const char *ref, char *repo, size_t n)
                                          (first == 9 && !strncmp(ref, "localhost", 9)));
     const char *path = ref;
     if (has_host) {
-        if (!ctx->registry[0] || strlen(ctx->registry) != first ||
-            strncmp(ref, ctx->registry, first))
+        if (!ctx->registry[0] || !same_registry(ref, first, ctx->registry))
             return 0;
         path = ref + first + 1;
     }
@@ -121,6 +145,32 @@ char *api_registry_pull_token(const api_ctx *ctx, const char *subject, const cha
     return regtoken_sign(ctx->regtoken, subject, &g, 1, util_now_ms() / 1000);
 }
 
+/* A repository name as the registry takes it: components of lower-case
+ * letters and digits, joined inside by '.', '_', '__' or dashes, separated
+ * by single '/' (no "..", no empty component), at most 255 bytes. */
+static int repository_name_valid(const char *name)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > 255)
+        return 0;
+    for (const char *c = name; *c;) {
+        size_t len = strcspn(c, "/");
+        if (len == 0 || !islower_or_digit(c[0]) || !islower_or_digit(c[len - 1]))
+            return 0;
+        for (size_t i = 0; i < len; i++) {
+            char ch = c[i];
+            if (!islower_or_digit(ch) && ch != '.' && ch != '_' && ch != '-')
+                return 0;
+            if (ch == '.' && (c[i + 1] == '.' || c[i + 1] == '_' || c[i + 1] == '-'))
+                return 0;
+        }
+        c += len;
+        if (*c == '/' && !*++c)
+            return 0; /* a trailing '/' */
+    }
+    return 1;
+}
+
 /* One scope, "type:name:action,action", cut in place into g with only the
  * actions who may have.  0, or -1 when it is not a scope. */
 static int grant(char *scope, const store_principal *who, regtoken_access *g)
@@ -132,9 +182,7 @@ static int grant(char *scope, const store_principal *who, regtoken_access *g)
     *last = '\0';
     g->type = scope;
     g->name = first + 1;
-    if (!g->name[0] || strlen(g->name) > 255 || strspn(g->name, "abcdefghijklmnopqrstuvwxyz"
-                                                               "0123456789._-/") !=
-                                                    strlen(g->name))
+    if (!repository_name_valid(g->name))
         return -1;
     int k = 0;
     for (char *save = NULL, *a = strtok_r(last + 1, ",", &save); a && k < 3;

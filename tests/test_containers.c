@@ -1402,10 +1402,21 @@ Test(containers, the_registry_takes_cohort_tokens_and_keeps_tenants_apart, .time
                             "{\"name\":\"stolen\",\"reference\":\"acme/app:1\","
                             "\"framework\":\"native\"}"),
                     422, "invalid_value", "reference");
-    th_expect_error(th_post(&d, "/v1/images", b_admin,
-                            "{\"name\":\"stolen\",\"reference\":\"127.0.0.1:5000/acme/app:1\","
-                            "\"framework\":\"native\"}"),
-                    422, "invalid_value", "reference");
+    static const char *const aliases[] = {"127.0.0.1:5000/", "localhost:5000/",
+                                          "127.0.0.2:5000/"};
+    for (size_t i = 0; i < sizeof aliases / sizeof *aliases; i++) {
+        char stolen[256];
+        snprintf(stolen, sizeof stolen,
+                 "{\"name\":\"stolen\",\"reference\":\"%sacme/app:1\",\"framework\":\"native\"}",
+                 aliases[i]);
+        th_expect_error(th_post(&d, "/v1/images", b_admin, stolen), 422, "invalid_value",
+                        "reference");
+    }
+    /* a name the registry would not take is no scope (found by a probe:
+     * evil/../acme/secret was signed with push) */
+    th_expect_error(th_get(&d, "/v1/registry/token?scope=repository:globex/../acme/app:push",
+                           b_admin),
+                    400, "invalid_value", "scope");
     /* A job of acme's runs its image: the agent, which has no credentials
      * of its own, pulls with the token its launch spec carries. */
     const char *args[] = {"--cpus", "8", "--registry", addr, "--insecure-registry", addr, NULL};
