@@ -9,11 +9,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/bpf.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/vfs.h>
 #include <time.h>
@@ -215,13 +217,16 @@ int cg_open(const char *want, const char *tag, cg_root *out, char *err, size_t e
         return 0;
     if (open_v2(want, tag, out, err, errlen) != 0)
         return -1;
+    /* Devices: an eBPF device program on each worker's v2 directory, and
+     * the v1 devices controller beside it where the host has one. */
+    out->devices = out->path[0] != 0;
     if (want)
         return 0;
     /* What v2 does not hold, v1 may: a hybrid host, or v1 alone. */
     int *on[CG_V1_N] = {&out->cpu, NULL, &out->memory, &out->pids, &out->devices};
     int v2_cpu = out->cpu;
     for (int c = 0; c < CG_V1_N; c++) {
-        if (c == CG_V1_CPUACCT ? v2_cpu : *on[c])
+        if (c == CG_V1_CPUACCT ? v2_cpu : c != CG_V1_DEVICES && *on[c])
             continue; /* v2 has it (its cpu.stat counts what cpuacct would) */
         open_v1(c, tag, out, err, errlen);
         if (on[c] && out->v1[c][0])
@@ -279,6 +284,117 @@ static int allow_devices(const char *dir, const cg_limits *lim, const char **wha
     return rc;
 }
 
+/* ---- the device allow-list on cgroup v2: an eBPF program ---- */
+
+#define DEV_ANY (-1)
+#define MAX_DEV_RULES 64
+
+struct dev_rule {
+    int type; /* BPF_DEVCG_DEV_CHAR or BPF_DEVCG_DEV_BLOCK */
+    long long major, minor; /* DEV_ANY: every one */
+};
+
+static struct bpf_insn insn(unsigned char code, int dst, int src, short off, int imm)
+{
+    struct bpf_insn i;
+    memset(&i, 0, sizeof i);
+    i.code = code;
+    i.dst_reg = dst & 0xf;
+    i.src_reg = src & 0xf;
+    i.off = off;
+    i.imm = imm;
+    return i;
+}
+
+/* The standard devices and lim's own as rules, into r: how many, or -errno. */
+static int dev_rules(const cg_limits *lim, struct dev_rule *r)
+{
+    static const struct dev_rule std[] = {
+        {BPF_DEVCG_DEV_CHAR, 1, 3},   {BPF_DEVCG_DEV_CHAR, 1, 5}, {BPF_DEVCG_DEV_CHAR, 1, 7},
+        {BPF_DEVCG_DEV_CHAR, 1, 8},   {BPF_DEVCG_DEV_CHAR, 1, 9}, {BPF_DEVCG_DEV_CHAR, 5, 0},
+        {BPF_DEVCG_DEV_CHAR, 5, 2},   {BPF_DEVCG_DEV_CHAR, 136, DEV_ANY}};
+    int n = (int)(sizeof std / sizeof *std);
+    memcpy(r, std, sizeof std);
+    for (int i = 0; lim->devices && lim->devices[i]; i++) {
+        struct stat sb;
+        if (n == MAX_DEV_RULES)
+            return -E2BIG;
+        if (stat(lim->devices[i], &sb) != 0)
+            return -errno;
+        if (!S_ISCHR(sb.st_mode) && !S_ISBLK(sb.st_mode))
+            return -ENODEV;
+        r[n++] = (struct dev_rule){S_ISCHR(sb.st_mode) ? BPF_DEVCG_DEV_CHAR : BPF_DEVCG_DEV_BLOCK,
+                                   major(sb.st_rdev), minor(sb.st_rdev)};
+    }
+    return n;
+}
+
+/*
+ * The program: r2 the device's type, r4 its major, r5 its minor (from
+ * struct bpf_cgroup_dev_ctx); each rule a run of "if it differs, skip to
+ * the next rule", then allow (r0 = 1); past the last rule, deny.  Any
+ * access (read, write, mknod) of an allowed device is allowed.
+ */
+static int dev_program(const struct dev_rule *r, int n, struct bpf_insn *p)
+{
+    int k = 0;
+    p[k++] = insn(BPF_LDX | BPF_MEM | BPF_W, 2, 1, 0, 0); /* access_type */
+    p[k++] = insn(BPF_ALU64 | BPF_AND | BPF_K, 2, 0, 0, 0xffff);
+    p[k++] = insn(BPF_LDX | BPF_MEM | BPF_W, 4, 1, 4, 0); /* major */
+    p[k++] = insn(BPF_LDX | BPF_MEM | BPF_W, 5, 1, 8, 0); /* minor */
+    for (int i = 0; i < n; i++) {
+        int checks = 1 + (r[i].major != DEV_ANY) + (r[i].minor != DEV_ANY);
+        int left = checks + 2; /* this rule's instructions from its first check */
+        p[k++] = insn(BPF_JMP | BPF_JNE | BPF_K, 2, 0, (short)(--left), r[i].type);
+        if (r[i].major != DEV_ANY)
+            p[k++] = insn(BPF_JMP | BPF_JNE | BPF_K, 4, 0, (short)(--left), (int)r[i].major);
+        if (r[i].minor != DEV_ANY)
+            p[k++] = insn(BPF_JMP | BPF_JNE | BPF_K, 5, 0, (short)(--left), (int)r[i].minor);
+        p[k++] = insn(BPF_ALU64 | BPF_MOV | BPF_K, 0, 0, 0, 1);
+        p[k++] = insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0);
+    }
+    p[k++] = insn(BPF_ALU64 | BPF_MOV | BPF_K, 0, 0, 0, 0);
+    p[k++] = insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0);
+    return k;
+}
+
+/* lim's allow-list as a device program attached to the v2 directory dir
+ * (as crun and the kubelet do on cgroup v2).  0 or -errno. */
+static int attach_device_program(const char *dir, const cg_limits *lim)
+{
+    struct dev_rule r[MAX_DEV_RULES];
+    struct bpf_insn p[6 + 5 * MAX_DEV_RULES];
+    int n = dev_rules(lim, r);
+    if (n < 0)
+        return n;
+    int k = dev_program(r, n, p), rc = 0;
+    union bpf_attr a;
+    memset(&a, 0, sizeof a);
+    a.prog_type = BPF_PROG_TYPE_CGROUP_DEVICE;
+    a.insns = (uint64_t)(uintptr_t)p;
+    a.insn_cnt = (uint32_t)k;
+    a.license = (uint64_t)(uintptr_t) "Apache-2.0";
+    int prog = (int)syscall(SYS_bpf, BPF_PROG_LOAD, &a, sizeof a);
+    int cg = prog >= 0 ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    if (prog < 0 || cg < 0) {
+        rc = -errno;
+        goto out;
+    }
+    memset(&a, 0, sizeof a);
+    a.target_fd = (uint32_t)cg;
+    a.attach_bpf_fd = (uint32_t)prog;
+    a.attach_type = BPF_CGROUP_DEVICE;
+    if (syscall(SYS_bpf, BPF_PROG_ATTACH, &a, sizeof a) != 0)
+        rc = -errno;
+out:
+    /* attached, the cgroup holds the program; it goes with the cgroup */
+    if (cg >= 0)
+        close(cg);
+    if (prog >= 0)
+        close(prog);
+    return rc;
+}
+
 /* lim's limits in w's v2 directory: 0 or -errno, *what the file. */
 static int limit_v2(const cg_root *root, const cg_worker *w, const cg_limits *lim,
                     const char **what)
@@ -303,6 +419,13 @@ static int limit_v2(const cg_root *root, const cg_worker *w, const cg_limits *li
         snprintf(v, sizeof v, "%lld", (long long)lim->pids_max);
         *what = "pids.max";
         rc = write_file(w->path, "pids.max", v);
+    }
+    if (rc == 0 && lim->restrict_devices) {
+        *what = "the device allow-list (an eBPF device program)";
+        rc = attach_device_program(w->path, lim);
+        /* where v1 holds the devices controller, its list stands alone */
+        if (rc != 0 && root->v1[CG_V1_DEVICES][0])
+            rc = 0;
     }
     return rc;
 }

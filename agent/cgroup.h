@@ -10,10 +10,10 @@
  * crun and the kubelet use v1 where the host keeps it there).  Each
  * worker's shim then owns one directory below each of them
  * (cg_worker_make, cg_join, cg_worker_end): the worker spec's CPUs and
- * memory, a bound on its processes, the device allow-list where the devices
- * controller is in v1 (on v2 it is an eBPF program that nothing here
- * attaches: there the image's root is nodev and its device files are
- * dropped at unpack), and, when the worker ends, what the kernel counted
+ * memory, a bound on its processes, the device allow-list (an eBPF device
+ * program on the worker's v2 directory, as crun and the kubelet attach on
+ * cgroup v2, and the v1 devices controller too where the host has it), and,
+ * when the worker ends, what the kernel counted
  * (CPU time, peak memory, OOM kills) before the directories are removed.
  *
  * On a machine with no cgroup at all (or with --cgroup off) workers run

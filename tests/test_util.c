@@ -586,3 +586,64 @@ Test(seal, a_sealed_value_opens_with_its_key_only_and_not_once_changed)
     snprintf(cmd, sizeof cmd, "rm -rf %s %s", dir1, dir2);
     cr_expect_eq(system(cmd), 0);
 }
+
+/* ---- cgroup: the device allow-list on cgroup v2 ---- */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include "agent/cgroup.h"
+
+/* In a child joined to w: 0 when open(path) succeeds, else its errno. */
+static int open_in(cg_worker *w, const char *path)
+{
+    pid_t p = fork();
+    if (p == 0) {
+        if (cg_join(w) != 0)
+            _exit(200);
+        int fd = open(path, O_RDONLY | O_NONBLOCK);
+        _exit(fd >= 0 ? 0 : errno);
+    }
+    int st = 0;
+    waitpid(p, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 255;
+}
+
+/* A worker's cgroup v2 directory carries an eBPF device program: inside
+ * it the standard devices open and a host device off the list does not
+ * (EPERM), until the list names it (a GPU's node, say). */
+Test(cgroup, a_v2_workers_devices_are_an_allow_list)
+{
+    char mnt[512] = "", line[1024], dev[256], dir[512], type[64], base[600], err[512];
+    if (geteuid() != 0)
+        cr_skip_test("needs root");
+    FILE *f = fopen("/proc/self/mounts", "r");
+    while (f && !mnt[0] && fgets(line, sizeof line, f))
+        if (sscanf(line, "%255s %511s %63s", dev, dir, type) == 3 && !strcmp(type, "cgroup2"))
+            snprintf(mnt, sizeof mnt, "%s", dir);
+    if (f)
+        fclose(f);
+    if (!mnt[0])
+        cr_skip_test("no cgroup v2 hierarchy is mounted here");
+    snprintf(base, sizeof base, "%s/cohort-devtest-%d", mnt, (int)getpid());
+    cr_assert(mkdir(base, 0755) == 0 || errno == EEXIST, "%s: %s", base, strerror(errno));
+    cg_root root;
+    cr_assert_eq(cg_open(base, "t", &root, err, sizeof err), 0, "%s", err);
+    cr_expect(root.devices, "no device program on cgroup v2");
+    static const char *const kmsg[] = {"/dev/kmsg", NULL};
+    const cg_limits plain = {0, 0, 0, NULL, 1}, with_kmsg = {0, 0, 0, kmsg, 1};
+    cg_worker w;
+    cr_assert_eq(cg_worker_make(&root, 1, &plain, &w, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(open_in(&w, "/dev/null"), 0, "/dev/null refused");
+    cr_expect_eq(open_in(&w, "/dev/urandom"), 0, "/dev/urandom refused");
+    cr_expect_eq(open_in(&w, "/dev/kmsg"), EPERM, "/dev/kmsg opened off the list");
+    cg_usage u;
+    cg_worker_end(&w, &u, 1000);
+    cr_assert_eq(cg_worker_make(&root, 2, &with_kmsg, &w, err, sizeof err), 0, "%s", err);
+    cr_expect_eq(open_in(&w, "/dev/kmsg"), 0, "/dev/kmsg refused though listed");
+    cg_worker_end(&w, &u, 1000);
+    cg_close(&root);
+    rmdir(base);
+}
