@@ -29,10 +29,11 @@ int netns_name(const char *prefix, int64_t job, int64_t attempt, char *out, size
 int netns_ensure(const char *ip, const char *name, char *path, size_t n, char *err,
                  size_t errlen);
 
-/* Removes each namespace of prefix whose attempt live(arg, job, attempt)
- * says has no worker left here.  How many it removed. */
+/* Removes the namespaces of prefix whose attempt live(arg, job, attempt)
+ * says has no worker left here, at most max of them (each costs an exec of
+ * ip: the caller's loop is not held up for long).  How many it removed. */
 int netns_gc(const char *ip, const char *prefix, int (*live)(void *arg, int64_t job,
                                                              int64_t attempt),
-             void *arg);
+             void *arg, int max);
 
 #endif

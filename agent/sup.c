@@ -640,16 +640,18 @@ static int attempt_live(void *arg, int64_t job, int64_t attempt)
     return 0;
 }
 
-/* The network namespaces of attempts with no worker left (netns.h), every
- * few seconds. */
+/* The network namespaces of attempts with no worker left (netns.h): up
+ * to 8 a second, and all of them when the agent stops (now INT64_MAX). */
 static void netns_tidy(sup *s, int64_t now)
 {
     const char *prefix = jget_str(s->cfg.container, "netns_prefix");
     const char *ip = jget_str(s->cfg.container, "ip");
-    if (!prefix || !ip || now - s->netns_tidied < 5000)
+    if (!prefix || !ip || now - s->netns_tidied < 1000)
         return;
     s->netns_tidied = now;
-    netns_gc(ip, prefix, attempt_live, s);
+    /* a few a second, so that ending many jobs never holds the agent up;
+     * all of them when it stops */
+    netns_gc(ip, prefix, attempt_live, s, now == INT64_MAX ? INT32_MAX : 8);
 }
 
 void sup_tick(sup *s)

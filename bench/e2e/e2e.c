@@ -11,7 +11,8 @@
  * Workers run in containers (crun) from a busybox image in a registry of
  * the bench's own, cached on the node by a warm-up job before anything is
  * timed; COHORT_E2E_RUNTIME=host runs them as host processes instead (the
- * agent's --runtime host), to compare.
+ * agent's --runtime host), to compare, and COHORT_E2E_NETWORK=job|host sets
+ * the agent's --network.
  * usage: bench_e2e BUILD_DIR [JOBS] [PACED] [RATE]
  */
 #include <arpa/inet.h>
@@ -198,12 +199,19 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, "%s/agent.log", dir);
     char *aargs[] = {agent, "--server", base, "--join-token", join, "--name", "bench",
                      "--data-dir", adir, "--cpus", "64", "--memory-mb", "262144",
-                     "--address", "127.0.0.1", NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+                     "--address", "127.0.0.1", NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                     NULL, NULL};
     int na = 15;
     /* COHORT_E2E_CGROUP=off|DIR: the agent's --cgroup, to see what cgroups cost */
     if (getenv("COHORT_E2E_CGROUP")) {
         aargs[na++] = "--cgroup";
         aargs[na++] = getenv("COHORT_E2E_CGROUP");
+    }
+    /* COHORT_E2E_NETWORK=job|host: the agent's --network, to see what a
+     * network of the job's own costs its start */
+    if (getenv("COHORT_E2E_NETWORK")) {
+        aargs[na++] = "--network";
+        aargs[na++] = getenv("COHORT_E2E_NETWORK");
     }
     if (!strcmp(runtime, "host")) {
         aargs[na++] = "--runtime";
