@@ -216,8 +216,10 @@ static void pull_error(const char *ref, const char *what, const struct run *r, c
     if (strstr(t, "manifest unknown") || strstr(t, "name unknown") ||
         strstr(t, "not found") || strstr(t, "NAME_UNKNOWN") || strstr(t, "MANIFEST_UNKNOWN"))
         snprintf(err, errlen, "image %.300s: no such image or tag in the registry", ref);
+    /* not a bare "401": a registry on port 40165 is no refusal */
     else if (strstr(t, "unauthorized") || strstr(t, "authentication required") ||
-             strstr(t, "401") || strstr(t, "denied"))
+             strstr(t, "401 Unauthorized") || strstr(t, "status code 401") ||
+             strstr(t, "denied"))
         snprintf(err, errlen, "image %.300s: the registry %.100s refused the credentials", ref,
                  host);
     else if (strstr(t, "connection refused") || strstr(t, "no such host") ||
