@@ -323,6 +323,7 @@ struct scan {
     struct entry *e;
     size_t n, cap;
     int truncated;
+    int64_t unlisted; /* files (or directories) whose names are not UTF-8 */
 };
 
 static void scan_dir(int fd, const char *prefix, struct scan *sc, int depth)
@@ -337,6 +338,13 @@ static void scan_dir(int fd, const char *prefix, struct scan *sc, int depth)
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
             !strncmp(de->d_name, TMP_PREFIX, strlen(TMP_PREFIX)))
             continue;
+        /* A job may name a file anything; JSON holds UTF-8 only, and the
+         * API's paths are UTF-8: such a name is counted, not listed. */
+        size_t nl = strlen(de->d_name);
+        if (util_utf8_invalid_at(de->d_name, nl) != nl) {
+            sc->unlisted++;
+            continue;
+        }
         struct stat sb;
         if (fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
             continue;
@@ -432,6 +440,8 @@ static void file_list(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_k
     else
         cJSON_AddNullToObject(o, "next_cursor");
     cJSON_AddBoolToObject(o, "truncated", sc.truncated);
+    if (sc.unlisted > 0)
+        cJSON_AddNumberToObject(o, "unlisted_not_utf8", (double)sc.unlisted);
     api_json(rs, 200, o);
     for (size_t i = 0; i < sc.n; i++)
         free(sc.e[i].path);

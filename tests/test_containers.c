@@ -1574,3 +1574,24 @@ Test(containers, a_job_on_one_node_has_a_network_of_its_own, .timeout = 120)
         gone = stat(ns, &sb) != 0;
     cr_expect(gone, "%s is still there", ns);
 }
+
+/* A job names files with bytes that are not UTF-8: the workspace's listing
+ * is still JSON, lists the rest, and says how many it could not list. */
+Test(containers, a_file_named_in_bytes_not_utf8_leaves_the_listing_json)
+{
+    char seen[16];
+    platform(NULL);
+    th_put_text(&d, tok, "ws", "names.sh",
+                "#!/bin/sh\nprintf x > \"$(printf 'bad\\377name')\"\n"
+                "mkdir \"$(printf 'dir\\376')\" && printf y > \"$(printf 'dir\\376')/in.txt\"\n"
+                "printf z > good.txt\n",
+                "755");
+    long id = submit_as(tok, "names.sh", "native", NULL);
+    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 30000, seen), "%s", seen);
+    th_resp r = th_get(&d, "/v1/workspaces/ws/files", tok);
+    cr_assert_eq(r.status, 200);
+    cr_assert_not_null(r.json, "not JSON: %s", r.body);
+    cr_expect(strstr(r.body, "good.txt") != NULL, "%s", r.body);
+    cr_expect_eq(th_num(&r, "unlisted_not_utf8"), 2, "%s", r.body);
+    th_free(&r);
+}
