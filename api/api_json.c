@@ -98,6 +98,12 @@ cJSON *api_parse_object(const api_req *rq, api_resp *rs)
         api_error(rs, 400, "invalid_json", NULL, "strings may not contain NUL (\\u0000)");
         return NULL;
     }
+    /* A raw NUL is no JSON anywhere (inside a string a control byte must
+     * be escaped), and it would cut a C string short: "ab\0cd" named "ab". */
+    if (memchr(rq->body, '\0', rq->body_len)) {
+        api_error(rs, 400, "invalid_json", NULL, "the body holds a NUL byte");
+        return NULL;
+    }
     const char *end = NULL;
     cJSON *o = cJSON_ParseWithLengthOpts(rq->body, rq->body_len, &end, 0);
     if (!o) {

@@ -71,6 +71,25 @@ static void submit_bad(const struct bad *b)
     th_free(&r);
 }
 
+/* A raw NUL byte in a body (which JSON never holds) is refused, not taken
+ * for the end of a name: "ab\0cd" was created as tenant "ab" (201). */
+Test(bad_input, a_raw_nul_in_a_body_is_refused)
+{
+    static const char ws[] = "{\"name\":\"ab\0cd\"}";
+    th_resp r = th_req(&d, "POST", "/v1/workspaces", tok, "application/json", ws,
+                       sizeof ws - 1, NULL);
+    cr_expect_eq(r.status, 400, "%ld %s", r.status, r.body);
+    cr_expect_str_eq(th_err_code(&r), "invalid_json", "%s", r.body);
+    th_free(&r);
+    static const char job[] = "{" BASE ",\"env\":{\"A\":\"x\0y\"}}";
+    r = th_req(&d, "POST", "/v1/jobs", tok, "application/json", job, sizeof job - 1, NULL);
+    cr_expect_eq(r.status, 400, "%ld %s", r.status, r.body);
+    th_free(&r);
+    r = th_get(&d, "/v1/workspaces/ab", tok);
+    cr_expect_eq(r.status, 404, "a workspace 'ab' was made: %s", r.body);
+    th_free(&r);
+}
+
 Test(bad_input, job_bodies)
 {
     static const struct bad cases[] = {
