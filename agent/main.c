@@ -25,6 +25,7 @@
 
 #include "agent/cgroup.h"
 #include "agent/client.h"
+#include "agent/netns.h"
 #include "agent/runtime.h"
 #include "agent/sup.h"
 #include "storage/util.h"
@@ -84,9 +85,10 @@ static void usage(FILE *f)
             "  --worker-pids N       processes and threads one worker may have (pids.max;\n"
             "                        default 4096)\n"
             "  --shim PATH           the cohort-shim program (default: beside this one)\n"
-            "  --network job|host    job (default): a job whose ranks all run on this node gets\n"
-            "                        a network namespace of its own (loopback only); host:\n"
-            "                        jobs share the node's network, for a trusted node\n"
+            "  --network job|host    job (default): each job gets a network namespace of its\n"
+            "                        own here: loopback only, joined to its other nodes by a\n"
+            "                        VXLAN overlay (UDP 4789) where they give jobs theirs too;\n"
+            "                        host: jobs share the node's network, for a trusted node\n"
             "  --runtime crun|host   crun (default): each worker in an OCI container from its\n"
             "                        job's image, in a user namespace of its tenant's uids;\n"
             "                        host: workers as root processes on the host's files,\n"
@@ -157,25 +159,27 @@ static unsigned hash32(const char *text)
  * that costs.  0, or -1 (said). */
 static int job_network(const struct config *cfg, cJSON *container)
 {
-    char ip[PATH_MAX], prefix[96];
+    char ip[PATH_MAX], bridge[PATH_MAX], prefix[96];
     if (!strcmp(cfg->network, "host")) {
         fprintf(stderr, "cohort-agent: WARNING: --network host: every job shares this node's "
                         "network: its services, and every other job's ports, are reachable "
                         "from any job. Use it only on a trusted single-tenant node.\n");
         return 0;
     }
-    if (rt_find_program("ip", ip, sizeof ip) != 0) {
-        fprintf(stderr, "cohort-agent: --network job needs iproute2's ip (apt-get install "
-                        "iproute2), or --network host on a trusted node\n");
+    if (rt_find_program("ip", ip, sizeof ip) != 0 ||
+        rt_find_program("bridge", bridge, sizeof bridge) != 0) {
+        fprintf(stderr, "cohort-agent: --network job needs iproute2's ip and bridge (apt-get "
+                        "install iproute2), or --network host on a trusted node\n");
         return -1;
     }
     snprintf(prefix, sizeof prefix, "cohort-%.40s-%08x", cfg->name, hash32(cfg->data_dir));
     cJSON_AddStringToObject(container, "network", "job");
     cJSON_AddStringToObject(container, "netns_prefix", prefix);
     cJSON_AddStringToObject(container, "ip", ip);
-    printf("cohort-agent: a job whose ranks all run here gets a network of its own "
-           "(loopback only: %s/%s-j<job>-a<attempt>); jobs over several nodes share the "
-           "node's\n", "/run/netns", prefix);
+    cJSON_AddStringToObject(container, "bridge", bridge);
+    printf("cohort-agent: every job gets a network of its own here (%s/%s-j<job>-a<attempt>): "
+           "loopback only, and a VXLAN overlay (UDP %s) to its other nodes where they give "
+           "jobs theirs too\n", "/run/netns", prefix, NETNS_VXLAN_PORT);
     return 0;
 }
 
@@ -389,6 +393,10 @@ static int identity(struct config *c, client *cl, char *token, size_t tn, long l
         cJSON_AddStringToObject(body, "gpu_type", c->gpu_type);
     cJSON_AddNumberToObject(body, "port_lo", (double)c->port_lo);
     cJSON_AddNumberToObject(body, "port_hi", (double)c->port_hi);
+    /* Containers only: host processes share the node's network whatever --network says. */
+    cJSON_AddStringToObject(body, "network",
+                            strcmp(c->runtime, "host") && !strcmp(c->network, "job") ? "job"
+                                                                                    : "host");
     cJSON *out = NULL;
     long st = client_call(cl, "POST", "/v1/agent/register", body, &out, CALL_TIMEOUT_MS, err,
                           sizeof err);

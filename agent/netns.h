@@ -9,6 +9,16 @@
  * networks).  They are made with iproute2 (`ip netns add`, so they lie at
  * /run/netns/NAME) by the first shim of the attempt, under a lock, and
  * removed by the agent once no worker of the attempt is left (netns_gc).
+ *
+ * An attempt over several nodes gets the same namespace on each, and in it
+ * one more device, eth0: a VXLAN device of the attempt's VNI (cohortd's
+ * api/jobnet.h), made in the node's own namespace (where its UDP socket,
+ * port 4789 on the node's address, stays) and then moved into the job's.
+ * Its peers are static: a neighbour entry and a forwarding entry for each
+ * other node of the attempt, whose MAC address follows from its overlay
+ * address, so nothing is learnt or flooded.  The namespace's only routes
+ * are the loopback and the overlay's subnet: the ranks reach each other,
+ * and nothing of the node or of any other network.
  */
 #ifndef COHORT_AGENT_NETNS_H
 #define COHORT_AGENT_NETNS_H
@@ -18,16 +28,33 @@
 
 #define NETNS_DIR "/run/netns"
 #define NETNS_NAME_MAX 128
+#define NETNS_PEERS_MAX 4096 /* other nodes of one attempt */
+#define NETNS_VXLAN_PORT "4789"
+
+/* An overlay address and the node's own address behind it, both IPv4. */
+typedef struct netns_peer {
+    char address[16], node[16];
+} netns_peer;
+
+/* The attempt's overlay on this node, as cohortd gave it. */
+typedef struct netns_overlay {
+    uint32_t vni;              /* 1 .. 2^24-1 */
+    char address[16], local[16]; /* this node's overlay and own addresses */
+    int prefix_len;            /* of the overlay's subnet, 8 .. 30 */
+    int npeers;
+    netns_peer *peers;         /* owned by whoever filled it in */
+} netns_overlay;
 
 /* PREFIX-j<job>-a<attempt> into out: 0, or -1 when it does not fit. */
 int netns_name(const char *prefix, int64_t job, int64_t attempt, char *out, size_t n);
 
 /*
- * Makes the namespace name (with its loopback up) unless it exists, with the
- * iproute2 program ip; its path goes to path.  0, or -1 with err set.
+ * Makes the namespace name (with its loopback up, and the overlay ov unless
+ * NULL) unless it exists, with iproute2's ip and bridge programs; its path
+ * goes to path.  0, or -1 with err set (and nothing left behind).
  */
-int netns_ensure(const char *ip, const char *name, char *path, size_t n, char *err,
-                 size_t errlen);
+int netns_ensure(const char *ip, const char *bridge, const char *name, const netns_overlay *ov,
+                 char *path, size_t n, char *err, size_t errlen);
 
 /* Removes the namespaces of prefix whose attempt live(arg, job, attempt)
  * says has no worker left here, at most max of them (each costs an exec of

@@ -77,8 +77,11 @@ typedef struct shim_spec {
     const cJSON *seccomp;  /* OCI seccomp object, or NULL */
     int64_t shm_mb, tmp_mb; /* sizes of the container's /dev/shm and /tmp */
     const char *ip;             /* iproute2's ip program */
+    const char *bridge;         /* and its bridge program */
     const char *netns;          /* the job's network namespace on this node
                                  * (netns.h), or NULL: the node's network */
+    const struct netns_overlay *overlay; /* its overlay to the attempt's other
+                                          * nodes, or NULL: loopback only */
     const char *const *devices; /* GPU device nodes, NULL-terminated */
     const cJSON *gpu_driver;    /* the host driver's files (nvdriver.h), bound into
                                  * containers that get devices */

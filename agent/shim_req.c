@@ -5,6 +5,7 @@
  */
 #include "agent/shim_req.h"
 
+#include <arpa/inet.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,25 +76,70 @@ static long long env_number(const cJSON *spec, const char *name)
     return v && *v && !*end ? n : -1;
 }
 
+/* An IPv4 address in dotted form, copied into out[16]: 0, or -1. */
+static int ipv4(const char *s, char out[16])
+{
+    struct in_addr a;
+    if (!s || inet_pton(AF_INET, s, &a) != 1 || !inet_ntop(AF_INET, &a, out, 16))
+        return -1;
+    return 0;
+}
+
+/* cohortd's "job_network" (api/jobnet.h) into r->overlay. */
+static int overlay_parse(const cJSON *jn, shim_req *r, char *err, size_t errlen)
+{
+    netns_overlay *ov = &r->overlay;
+    const cJSON *peers = cJSON_GetObjectItemCaseSensitive(jn, "peers"), *p;
+    int64_t vni = jget_int(jn, "vni", 0), plen = jget_int(jn, "prefix_len", 0);
+    int n = cJSON_GetArraySize(peers);
+    if (vni < 1 || vni > 16777215 || plen < 8 || plen > 30 ||
+        ipv4(jget_str(jn, "address"), ov->address) || ipv4(jget_str(jn, "local"), ov->local) ||
+        !cJSON_IsArray(peers) || n < 1)
+        return bad(err, errlen, "the job's network from cohortd is not valid");
+    if (n > NETNS_PEERS_MAX)
+        return bad(err, errlen, "the job spans %d nodes; an overlay joins at most %d", n + 1,
+                   NETNS_PEERS_MAX + 1);
+    if (!(ov->peers = calloc((size_t)n, sizeof *ov->peers)))
+        return bad(err, errlen, "out of memory");
+    ov->vni = (uint32_t)vni;
+    ov->prefix_len = (int)plen;
+    cJSON_ArrayForEach(p, peers)
+    {
+        netns_peer *e = &ov->peers[ov->npeers++];
+        if (ipv4(jget_str(p, "address"), e->address) || ipv4(jget_str(p, "node"), e->node))
+            return bad(err, errlen, "peer %d of the job's network is not valid", ov->npeers);
+    }
+    return 0;
+}
+
 /*
- * The job's own network on this node (netns.h): where the agent gives jobs
- * networks of their own ("network": "job") and all of the attempt's ranks
- * run here (WORKER_PER_NODE >= WORLD_SIZE).  A job spread over several
- * nodes keeps the node's network until jobs have an overlay between nodes.
+ * The job's own network on this node (netns.h), where the agent gives jobs
+ * networks of their own ("network": "job"): loopback only when all of the
+ * attempt's ranks run here (WORKER_PER_NODE >= WORLD_SIZE), or with the
+ * overlay cohortd gave ("job_network").  An attempt over several nodes
+ * without one (a node of it keeps the host's network) keeps the node's.
  */
 static int job_network(const cJSON *ct, const cJSON *spec, shim_req *r, char *err,
                        size_t errlen)
 {
     const char *net = jget_str(ct, "network"), *prefix = jget_str(ct, "netns_prefix");
+    const cJSON *jn = cJSON_GetObjectItemCaseSensitive(spec, "job_network");
     r->sp.ip = jget_str(ct, "ip");
+    r->sp.bridge = jget_str(ct, "bridge");
     long long world = env_number(spec, "WORLD_SIZE"), per = env_number(spec, "WORKER_PER_NODE");
-    if (!net || strcmp(net, "job") || world < 1 || per < world)
+    int local = world >= 1 && per >= world;
+    if (!net || strcmp(net, "job") || (!local && !cJSON_IsObject(jn)))
         return 0;
     if (!prefix || !r->sp.ip || r->sp.ip[0] != '/' ||
         netns_name(prefix, jget_int(spec, "job_id", 0), jget_int(spec, "attempt", 0), r->netns,
                    sizeof r->netns) != 0)
         return bad(err, errlen, "the agent's job network settings are incomplete");
     r->sp.netns = r->netns;
+    if (local)
+        return 0;
+    if (overlay_parse(jn, r, err, errlen) != 0)
+        return -1;
+    r->sp.overlay = &r->overlay;
     return 0;
 }
 
@@ -318,7 +364,7 @@ int shim_req_parse(const char *text, shim_req *r, char *err, size_t errlen)
     }
     if (jget_str(r->json, "agent_dir"))
         r->sp.hide[r->sp.nhide++] = jget_str(r->json, "agent_dir");
-    if (environment(spec, r, err, errlen) != 0 || (r->sp.netns && loopback_env(r, err, errlen)))
+    if (environment(spec, r, err, errlen) != 0 || (r->sp.netns && !r->sp.overlay && loopback_env(r, err, errlen)))
         return -1;
     cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "args"))
     {
@@ -374,5 +420,6 @@ void shim_req_free(shim_req *r)
     cJSON_Delete(r->auth);
     cJSON_Delete(r->token);
     cJSON_Delete(r->json);
+    free(r->overlay.peers);
     memset(r, 0, sizeof *r);
 }

@@ -12,10 +12,13 @@
  *    on a trusted node that runs host processes: {"crun", "crun_root", "init",
  *    "skopeo", "umoci", "image_cache", "image_cache_max", "resolve_ttl", "registry" (for
  *    references without a host), "insecure" (hosts spoken to over plain HTTP),
- *    "seccomp" (the OCI seccomp object, or absent)})}
+ *    "seccomp" (the OCI seccomp object, or absent), "network" ("job" gives
+ *    jobs networks of their own: netns.h), "netns_prefix", "ip", "bridge"})}
  * The launch spec of a container worker carries "image_ref", "uid_base" and,
  * for a private image with credentials, "registry_auth" {"username", "password"};
- * for an image of cohortd's own registry, "registry_token" (a pull token).
+ * for an image of cohortd's own registry, "registry_token" (a pull token);
+ * for an attempt over several nodes of job networks, "job_network" {"vni",
+ * "address", "prefix_len", "local", "peers" [{"address", "node"}]}.
  */
 #ifndef COHORT_AGENT_SHIM_REQ_H
 #define COHORT_AGENT_SHIM_REQ_H
@@ -25,6 +28,7 @@
 #include <cjson/cJSON.h>
 
 #include "agent/image.h"
+#include "agent/netns.h"
 #include "agent/shim.h"
 
 #define SHIM_REQ_MAX_ENV 280   /* the job's and the platform's variables */
@@ -42,6 +46,7 @@ typedef struct shim_req {
     char home[4200];
     char ref[IMG_REF_MAX + 300];
     char netns[128];
+    netns_overlay overlay; /* its peers are owned */
     char gpu_name[72][32];
     const char *gpu_list[72];
 } shim_req;

@@ -14,6 +14,7 @@
 
 #include "api/api_cache.h"
 #include "api/api_int.h"
+#include "api/jobnet.h"
 #include "api/seal.h"
 #include "scheduler/sched_life.h"
 #include "storage/store_catalog.h"
@@ -27,6 +28,7 @@ static cJSON *node_json(const store_node *n)
     cJSON_AddStringToObject(o, "address", n->address);
     cJSON_AddStringToObject(o, "state", n->state);
     cJSON_AddBoolToObject(o, "drained", n->drained);
+    cJSON_AddStringToObject(o, "network", n->network);
     api_add_resources(cJSON_AddObjectToObject(o, "capacity"), n->cpus, n->memory_mb, n->gpus,
                       n->gpu_type);
     cJSON *a = cJSON_AddObjectToObject(o, "allocated");
@@ -298,10 +300,11 @@ static store_rc node_write(store_tx *tx, void *arg)
 void api_agent_register(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     static const char *const fields[] = {"join_token", "name", "address", "cpus", "memory_mb",
-                                         "gpus", "gpu_type", "port_lo", "port_hi", NULL};
+                                         "gpus", "gpu_type", "port_lo", "port_hi", "network",
+                                         NULL};
     cJSON *in = NULL;
     struct node_new nn = {0};
-    const char *join, *name, *addr, *gpu_type = NULL;
+    const char *join, *name, *addr, *gpu_type = NULL, *network = NULL;
     char secret[UTIL_TOKEN_LEN + 1];
     if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs) ||
         api_str(in, "join_token", 1, 256, &join, rs) < 0)
@@ -319,8 +322,14 @@ void api_agent_register(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_int(in, "gpus", 0, 0, 1024, &nn.n.gpus, rs) < 0 ||
         api_name(in, "gpu_type", 0, &gpu_type, rs) < 0 ||
         api_int(in, "port_lo", 1, 1024, 65535, &nn.n.port_lo, rs) < 0 ||
-        api_int(in, "port_hi", 1, 1024, 65535, &nn.n.port_hi, rs) < 0)
+        api_int(in, "port_hi", 1, 1024, 65535, &nn.n.port_hi, rs) < 0 ||
+        api_str(in, "network", 0, 8, &network, rs) < 0)
         goto out;
+    if (network && strcmp(network, "job") && strcmp(network, "host")) {
+        api_error(rs, 422, "invalid_value", "network", "network must be \"job\" or \"host\"");
+        goto out;
+    }
+    snprintf(nn.n.network, sizeof nn.n.network, "%s", network ? network : "host");
     if (nn.n.port_hi < nn.n.port_lo) {
         api_error(rs, 422, "invalid_value", "port_hi", "port_hi is below port_lo");
         goto out;
@@ -530,8 +539,9 @@ static void tf_port_row(void *arg, int64_t rank, const char *address, int64_t po
 /* TF_CONFIG: every worker of the attempt at its node's address and the
  * port reserved for its rank there, and this worker's index. */
 static void tf_config(api_ctx *ctx, const store_job *j, const store_worker *w,
-                      const store_node *master, cJSON *env)
+                      const store_node *master, const jobnet *net, cJSON *env)
 {
+    char ov[24];
     struct tf_ports t = {j->worker_count, calloc((size_t)j->worker_count, sizeof *t.addr),
                          calloc((size_t)j->worker_count, sizeof *t.port)};
     util_buf tf = {0};
@@ -542,7 +552,8 @@ static void tf_config(api_ctx *ctx, const store_job *j, const store_worker *w,
         /* A placement from before ports per rank existed: rank 0's node and
          * the ports after MASTER_PORT, as then. */
         int known = t.port && t.port[r] > 0;
-        util_buf_printf(&tf, "%s\"%s:%lld\"", r ? "," : "", known ? t.addr[r] : master->address,
+        util_buf_printf(&tf, "%s\"%s:%lld\"", r ? "," : "",
+                        jobnet_map(net, known ? t.addr[r] : master->address, ov, sizeof ov),
                         (long long)(known ? t.port[r] : j->master_port + r));
     }
     util_buf_printf(&tf, "]},\"task\":{\"type\":\"worker\",\"index\":%lld}}", (long long)w->rank);
@@ -557,6 +568,7 @@ struct desired {
     const store_node *node;
     cJSON *items;
     int failed;
+    jobnet net; /* of the last attempt seen: a node's workers come by job */
 };
 
 /* The password of im as the agent needs it: opened when sealed, as kept
@@ -593,9 +605,9 @@ static void add_pull_token(api_ctx *ctx, const store_job *j, const char *ref, cJ
 
 /* The complete launch spec of one worker. */
 static cJSON *launch_spec(api_ctx *ctx, const store_worker *w, const store_job *j,
-                          const store_node *master)
+                          const store_node *master, const jobnet *net)
 {
-    char path[4400], buf[64];
+    char path[4400], buf[64], ov[24];
     store_volume ws;
     cJSON *o = api_object(w->id, NULL);
     cJSON_AddNumberToObject(o, "job_id", (double)j->id);
@@ -670,7 +682,7 @@ static cJSON *launch_spec(api_ctx *ctx, const store_worker *w, const store_job *
 
     /* The worker contract's environment, then the job's own variables. */
     cJSON *env = cJSON_AddObjectToObject(o, "env");
-    env_add(env, API_ENV(MASTER_ADDR), master->address);
+    env_add(env, API_ENV(MASTER_ADDR), jobnet_map(net, master->address, ov, sizeof ov));
     env_addi(env, API_ENV(MASTER_PORT), j->master_port);
     env_addi(env, API_ENV(WORLD_SIZE), j->worker_count);
     env_addi(env, API_ENV(RANK), w->rank);
@@ -690,7 +702,7 @@ static cJSON *launch_spec(api_ctx *ctx, const store_worker *w, const store_job *
         env_add(env, API_ENV(COHORT_RDZV_SECRET), j->rdzv_secret);
     free(dl.buf);
     if (!strcmp(j->framework, "tensorflow"))
-        tf_config(ctx, j, w, master, env);
+        tf_config(ctx, j, w, master, net, env);
     cJSON *user_env = cJSON_Parse(j->env_json);
     const cJSON *e;
     cJSON_ArrayForEach(e, user_env)
@@ -726,11 +738,21 @@ static void desired_row(void *arg, const store_worker *w)
         d->failed = 1;
         return;
     }
+    if (d->net.job_id != w->job_id || d->net.attempt != w->attempt) {
+        jobnet_clear(&d->net);
+        if (jobnet_load(d->ctx->st, w->job_id, w->attempt, &d->net) != STORE_OK)
+            d->failed = 1;
+    }
     /* The node of rank 0 was recorded when the gang was placed. */
-    if (store_node_get(d->ctx->st, j.master_node_id, &master) == STORE_OK)
-        cJSON_AddItemToArray(d->items, launch_spec(d->ctx, w, &j, &master));
-    else
+    if (!d->failed && store_node_get(d->ctx->st, j.master_node_id, &master) == STORE_OK) {
+        cJSON *spec = launch_spec(d->ctx, w, &j, &master, &d->net);
+        cJSON *net = jobnet_spec(&d->net, w->node_rank);
+        if (net)
+            cJSON_AddItemToObject(spec, "job_network", net);
+        cJSON_AddItemToArray(d->items, spec);
+    } else {
         d->failed = 1;
+    }
     store_job_clear(&j);
 }
 
@@ -760,9 +782,10 @@ void api_agent_desired(api_ctx *ctx, const api_req *rq, api_resp *rs)
      * drain is read again. */
     store_node now = *rq->node;
     int rc = rq->waited ? store_node_get(ctx->st, now.id, &now) : STORE_OK;
-    struct desired d = {ctx, rq->node, cJSON_CreateArray(), 0};
+    struct desired d = {ctx, rq->node, cJSON_CreateArray(), 0, {0}};
     if (rc == STORE_OK)
         rc = store_worker_desired(ctx->st, rq->node->id, desired_row, &d);
+    jobnet_clear(&d.net);
     if (rc != STORE_OK || d.failed) {
         cJSON_Delete(d.items);
         api_store_error(rs, rc != STORE_OK ? rc : STORE_EIO, "desired state");

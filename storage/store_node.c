@@ -17,7 +17,7 @@
     "SELECT n.id, n.name, n.address, n.cpus, n.memory_mb, n.gpus, coalesce(n.gpu_type, ''),"  \
     " n.port_lo, n.port_hi, n.state, n.drained, n.registered_at, n.last_heartbeat,"          \
     " coalesce(sum(j.cpus), 0), coalesce(sum(j.memory_mb), 0), coalesce(sum(j.gpus), 0),"     \
-    " count(w.id)"                                                                            \
+    " count(w.id), n.network"                                                                 \
     " FROM nodes n LEFT JOIN workers w ON w.node_id = n.id"                                   \
     "  AND w.state IN ('assigned', 'running')"                                                \
     " LEFT JOIN jobs j ON j.id = w.job_id"
@@ -42,6 +42,7 @@ static void node_row(store_st *st, void *out)
     n->used_memory_mb = store_col_int64(st, 14);
     n->used_gpus = store_col_int64(st, 15);
     n->used_workers = store_col_int64(st, 16);
+    store_col_copy(st, 17, n->network, sizeof n->network);
 }
 
 STORE_ROWS(node_rows, store_node, node_row)
@@ -87,8 +88,8 @@ int store_node_insert(store_tx *tx, store_node *n, const uint8_t token_hash[UTIL
 {
     static const char sql[] =
         "INSERT INTO nodes(name, address, cpus, memory_mb, gpus, gpu_type, port_lo, port_hi,"
-        " token_hash, registered_at, last_heartbeat)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10) RETURNING id";
+        " token_hash, registered_at, last_heartbeat, network)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11) RETURNING id";
     store_conn *c = store_tx_conn(tx);
     store_st *st = store_stmt(c, sql);
     if (!st)
@@ -104,6 +105,7 @@ int store_node_insert(store_tx *tx, store_node *n, const uint8_t token_hash[UTIL
     store_bind_int64(st, 8, n->port_hi);
     store_bind_blob(st, 9, token_hash, UTIL_SHA256_LEN);
     store_bind_int64(st, 10, now);
+    store_bind_text(st, 11, !strcmp(n->network, "job") ? "job" : "host");
     n->registered_at = n->last_heartbeat = now;
     snprintf(n->state, sizeof n->state, "up");
     return store_step_change(c, st, &n->id);

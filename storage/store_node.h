@@ -21,6 +21,7 @@ typedef struct store_node {
     int64_t port_lo, port_hi;
     char state[8]; /* up | down */
     int drained;
+    char network[8]; /* what its agent gives jobs: host | job (migration 014) */
     int64_t registered_at, last_heartbeat;
     /* Held by live workers (assigned or running): derived on reads. */
     int64_t used_cpus, used_memory_mb, used_gpus, used_workers;

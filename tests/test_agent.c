@@ -1414,6 +1414,8 @@ static void put_source_file(const char *src, const char *name)
 /* Two hosts of the test's own: network namespaces on a bridge, each with an
  * agent of cpus CPUs (n1 at .2, n2 at .3); cohortd listens on the bridge.
  * The platform() of the other tests, with the agents. */
+static char hosts_registry[64]; /* the registry two_hosts started on the bridge */
+
 static void two_hosts(const char *cpus)
 {
     if (!th_can_sandbox())
@@ -1440,6 +1442,7 @@ static void two_hosts(const char *cpus)
     char bridge[32];
     snprintf(bridge, sizeof bridge, "10.211.%d.1", net);
     const char *reg = th_registry_on(bridge);
+    snprintf(hosts_registry, sizeof hosts_registry, "%s", reg);
     /* One machine: its agents share one image cache (one pull, one unpack). */
     const char *cache = th_shared_image_cache();
     for (int i = 0; i < 2; i++) {
@@ -1469,7 +1472,9 @@ Test(agent, ranks_meet_across_two_network_namespaces, .timeout = 90)
     char p[128];
     snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=1", id);
     th_resp r = th_get(&d, p, tok);
-    cr_expect(strstr(r.body, "rank 1 reached rank 0 at 10.211.") != NULL, "rank 1 said: %s", r.body);
+    /* over the job's overlay: rank 0's node is 10.77.0.1 there */
+    cr_expect(strstr(r.body, "rank 1 reached rank 0 at 10.77.0.1:") != NULL, "rank 1 said: %s",
+              r.body);
     th_free(&r);
     snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=0", id);
     r = th_get(&d, p, tok);
@@ -1482,6 +1487,84 @@ Test(agent, ranks_meet_across_two_network_namespaces, .timeout = 90)
     cr_expect_neq(cJSON_GetObjectItem(cJSON_GetArrayItem(items, 0), "node_id")->valuedouble,
                   cJSON_GetObjectItem(cJSON_GetArrayItem(items, 1), "node_id")->valuedouble);
     th_free(&r);
+}
+
+/* What a job over two hosts reaches, as a hostile tenant would try it.
+ * acme's pair meets over its own overlay (rank 0 listens on MASTER_PORT on
+ * one host, rank 1 says hello from the other); globex's pair, on the same
+ * two hosts, reaches its own ranks and nothing else: not acme's port at
+ * either host's address or at acme's overlay address, not cohortd, not the
+ * registry.  Nor does the host side reach acme's port. */
+Test(agent, a_job_over_two_hosts_reaches_its_own_ranks_and_nothing_else, .timeout = 180)
+{
+    char tok_b[80], seen[16], env[512], cmd[256];
+    two_hosts("2");
+    const char *bridge = d.base + strlen("http://"); /* 10.211.N.1:PORT */
+    char net[32];
+    snprintf(net, sizeof net, "%.*s", (int)(strrchr(bridge, '.') - bridge), bridge);
+    th_user(&d, "globex", "bob", "member", tok_b);
+    th_must(th_post(&d, "/v1/workspaces", tok_b, "{\"name\":\"ws\"}"), 201);
+    long victim = submit_sh("pair", "pair.sh",
+                            "#!/bin/sh\nif [ \"$RANK\" = 0 ]; then echo \"$MASTER_PORT\" > "
+                            "port.txt; nc -l -p \"$MASTER_PORT\" > got.txt; else sleep 10; "
+                            "echo \"hello from rank 1 via $MASTER_ADDR\" | nc -w 5 "
+                            "\"$MASTER_ADDR\" \"$MASTER_PORT\"; fi\n",
+                            2, "\"workers_per_node\":1");
+    cr_assert(th_wait_state(&d, tok, victim, "RUNNING", 60000, seen), "%s", seen);
+    char *port = NULL;
+    for (int i = 0; i < 100 && !port; i++) {
+        th_resp r = th_get(&d, "/v1/workspaces/ws/files/port.txt", tok);
+        if (r.status == 200 && atoi(r.body) > 0)
+            port = strdup(r.body);
+        th_free(&r);
+        if (!port)
+            usleep(100000);
+    }
+    cr_assert_not_null(port, "acme's rank 0 never wrote its port");
+    port[strcspn(port, "\n")] = '\0';
+    snprintf(env, sizeof env,
+             ",\"workers_per_node\":1,\"env\":{\"VICTIM_PORT\":\"%s\",\"NET\":\"%s\","
+             "\"COHORTD\":\"%s\",\"REGISTRY\":\"%s\"}",
+             port, net, bridge, hosts_registry);
+    th_put_text(&d, tok_b, "ws", "reach.sh",
+                "#!/bin/sh\nif [ \"$RANK\" = 0 ]; then nc -l -p \"$MASTER_PORT\" > peer.txt; "
+                "exit 0; fi\nsleep 2\n"
+                "t() { k=$1; shift; if \"$@\" > /dev/null 2>&1; then echo \"$k=reached\"; "
+                "else echo \"$k=no\"; fi; }\n"
+                "{ t HOST1 sh -c \"echo evil | nc -w 2 $NET.2 $VICTIM_PORT\"\n"
+                "  t HOST2 sh -c \"echo evil | nc -w 2 $NET.3 $VICTIM_PORT\"\n"
+                "  t OVERLAY sh -c \"echo evil | nc -w 2 10.77.0.1 $VICTIM_PORT\"\n"
+                "  t COHORTD wget -q -T 2 -O - http://$COHORTD/healthz\n"
+                "  t REGISTRY wget -q -T 2 -O - http://$REGISTRY/v2/\n"
+                "  t PEER sh -c \"echo peer | nc -w 2 $MASTER_ADDR $MASTER_PORT\"\n"
+                "} > reach.txt\n",
+                "755");
+    char body[1024];
+    snprintf(body, sizeof body,
+             "{\"name\":\"reach\",\"image\":\"native\",\"workspace\":\"ws\","
+             "\"code_path\":\"reach.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":1,"
+             "\"worker_spec\":\"cpu-small\",\"worker_count\":2%s}",
+             env);
+    long attacker = th_submit(&d, tok_b, body);
+    cr_assert(th_wait_state(&d, tok_b, attacker, "SUCCEEDED", 60000, seen), "%s", seen);
+    /* the host side, at either host's address */
+    int host_reached = 0;
+    for (int h = 2; h <= 3; h++) {
+        snprintf(cmd, sizeof cmd, "echo host | nc -w 2 %s.%d %s >/dev/null 2>&1", net, h, port);
+        host_reached |= system(cmd) == 0;
+    }
+    cr_assert(th_wait_state(&d, tok, victim, "SUCCEEDED", 60000, seen), "%s", seen);
+    char *got = th_get_body(&d, "/v1/workspaces/ws/files/got.txt", tok);
+    cr_expect_str_eq(got, "hello from rank 1 via 10.77.0.1\n", "acme's rank 0 heard: %s", got);
+    free(got);
+    char *t = th_get_body(&d, "/v1/workspaces/ws/files/reach.txt", tok_b);
+    static const char *const want[] = {"HOST1=no",    "HOST2=no",     "OVERLAY=no",
+                                       "COHORTD=no",  "REGISTRY=no",  "PEER=reached"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        cr_expect(strstr(t, want[i]) != NULL, "not %s: %s", want[i], t);
+    free(t);
+    cr_expect(!host_reached, "the host side reached acme's port %s", port);
+    free(port);
 }
 
 /* cohort-worker from its image, one rank on each of two hosts (network
@@ -1538,18 +1621,19 @@ Test(agent, tensorflow_workers_reach_each_other_through_tf_config, .timeout = 30
     }
     cr_assert(ok, "job ended %s; rank 0: %s rank 1: %s rank 2: %s rank 3: %s", seen, logs[0],
               logs[1], logs[2], logs[3]);
-    /* Ranks 0 and 1 listen on n1 (.2), ranks 2 and 3 on n2 (.3), each at a
-     * port of its own. */
+    /* Ranks 0 and 1 listen on one host, ranks 2 and 3 on the other, each at
+     * a port of its own, at their host's address on the job's overlay
+     * (10.77.0.1 and 10.77.0.2). */
     int ports[4] = {0}, hosts[4] = {0}, master_port = 0;
     for (int r = 0; r < 4; r++) {
         char want[64];
         snprintf(want, sizeof want, "worker %d met all 4 workers", r);
         cr_expect_not_null(strstr(logs[r], want), "rank %d said: %s", r, logs[r]);
-        const char *at = strstr(logs[r], "listening at 10.211.");
+        const char *at = strstr(logs[r], "listening at 10.77.0.");
         cr_assert_not_null(at, "rank %d said: %s", r, logs[r]);
-        int net, mp;
-        cr_assert_eq(sscanf(at, "listening at 10.211.%d.%d:%d, MASTER_PORT %d", &net, &hosts[r],
-                            &ports[r], &mp), 4);
+        int mp;
+        cr_assert_eq(sscanf(at, "listening at 10.77.0.%d:%d, MASTER_PORT %d", &hosts[r],
+                            &ports[r], &mp), 3);
         for (int q = 0; q < r; q++)
             cr_expect(hosts[q] != hosts[r] || ports[q] != ports[r],
                       "ranks %d and %d share .%d:%d", q, r, hosts[r], ports[r]);

@@ -5,6 +5,8 @@
  * algbw = bytes / time, busbw = algbw * 2 (n - 1) / n.
  *
  *   bench_allreduce [RANKS] [PORT]
+ *   bench_allreduce RANKS PORT MASTER_ADDR RANK   one rank, the others run
+ *                                                 elsewhere (bench/overlay)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,9 +24,9 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int run_rank(int rank, int n, int port)
+static int run_rank(int rank, int n, int port, const char *master)
 {
-    struct comm_config cfg = { .master_addr = "127.0.0.1", .master_port = port,
+    struct comm_config cfg = { .master_addr = master, .master_port = port,
                                .world_size = n, .rank = rank, .local_rank = rank,
                                .backend = COMM_BACKEND_GLOO, .timeout_ms = 60000 };
     comm *c;
@@ -39,8 +41,8 @@ static int run_rank(int rank, int n, int port)
     for (size_t i = 0; i < max / sizeof(float); i++)
         buf[i] = (float)(i % 7);
     if (rank == 0)
-        printf("%12s %10s %12s %12s   (%d ranks, gloo, loopback)\n", "bytes", "us/op",
-               "algbw GB/s", "busbw GB/s", n);
+        printf("%12s %10s %12s %12s   (%d ranks, gloo, rank 0 at %s)\n", "bytes", "us/op",
+               "algbw GB/s", "busbw GB/s", n, master);
     for (size_t bytes = 4096; bytes <= max; bytes *= 4) {
         size_t count = bytes / sizeof(float);
         int iters = bytes <= (1u << 20) ? 200 : bytes <= (16u << 20) ? 20 : 5;
@@ -76,15 +78,20 @@ int main(int argc, char **argv)
     int n = argc > 1 ? atoi(argv[1]) : 2;
     int port = argc > 2 ? atoi(argv[2]) : 29400 + (int)(getpid() % 500);
     int status = 0;
-    if (n < 2 || n > 64 || port <= 0 || port > 65535) {
-        fprintf(stderr, "usage: bench_allreduce [RANKS 2-64] [PORT]\n");
+    int one = argc > 4 ? atoi(argv[4]) : -1;
+    if (n < 2 || n > 64 || port <= 0 || port > 65535 || argc == 4 || argc > 5 ||
+        (argc == 5 && (one < 0 || one >= n))) {
+        fprintf(stderr, "usage: bench_allreduce [RANKS 2-64] [PORT]\n"
+                        "       bench_allreduce RANKS PORT MASTER_ADDR RANK\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc == 5)
+        return run_rank(one, n, port, argv[3]);
     for (int r = 0; r < n; r++) {
         pid_t p = fork();
         if (p == 0)
-            _exit(run_rank(r, n, port));
+            _exit(run_rank(r, n, port, "127.0.0.1"));
         if (p < 0) {
             perror("fork");
             return 1;
