@@ -25,6 +25,7 @@
 
 #include "agent/cgroup.h"
 #include "agent/client.h"
+#include "agent/egress.h"
 #include "agent/netns.h"
 #include "agent/runtime.h"
 #include "agent/sup.h"
@@ -38,6 +39,7 @@
 struct config {
     const char *server, *join_token, *name, *address, *data_dir, *mount_root, *shim, *cgroup;
     const char *runtime, *registry, *insecure, *image_cache, *seccomp, *network;
+    const char *egress, *egress_subnet, *egress_deny;
     long long image_cache_max_mb, resolve_ttl_s, start_timeout_s;
     char gpu_type[64];
     long long cpus, memory_mb, gpus, port_lo, port_hi, grace_s, keep_s, pids_max;
@@ -89,6 +91,12 @@ static void usage(FILE *f)
             "                        own here: loopback only, joined to its other nodes by a\n"
             "                        VXLAN overlay (UDP 4789) where they give jobs theirs too;\n"
             "                        host: jobs share the node's network, for a trusted node\n"
+            "  --egress on|off       off (default): jobs' networks have no route out; on: out\n"
+            "                        through NAT on this node, never to the node itself, to\n"
+            "                        other jobs, or to private, link-local (cloud metadata)\n"
+            "                        or multicast ranges\n"
+            "  --egress-subnet CIDR  the addresses of jobs' way out here (10.78.0.0/16)\n"
+            "  --egress-deny CIDR,.. more ranges jobs may not reach (the cluster's public ones)\n"
             "  --runtime crun|host   crun (default): each worker in an OCI container from its\n"
             "                        job's image, in a user namespace of its tenant's uids;\n"
             "                        host: workers as root processes on the host's files,\n"
@@ -157,7 +165,7 @@ static unsigned hash32(const char *text)
 /* --network: "job" gives the container settings what a shim needs to put a
  * job on one node into a network of its own (netns.h); "host" says what
  * that costs.  0, or -1 (said). */
-static int job_network(const struct config *cfg, cJSON *container)
+static int job_network(const struct config *cfg, cJSON *container, egress *eg)
 {
     char ip[PATH_MAX], bridge[PATH_MAX], prefix[96];
     if (!strcmp(cfg->network, "host")) {
@@ -177,6 +185,16 @@ static int job_network(const struct config *cfg, cJSON *container)
     cJSON_AddStringToObject(container, "netns_prefix", prefix);
     cJSON_AddStringToObject(container, "ip", ip);
     cJSON_AddStringToObject(container, "bridge", bridge);
+    if (!strcmp(cfg->egress, "on")) {
+        char err[512];
+        if (egress_open(eg, hash32(cfg->data_dir), cfg->egress_subnet, cfg->egress_deny,
+                        "/run/cohort", container, err, sizeof err) != 0) {
+            fprintf(stderr, "cohort-agent: %s\n", err);
+            return -1;
+        }
+        printf("cohort-agent: jobs' networks go out through NAT on bridge %s (%s; nftables "
+               "table inet %s)\n", eg->bridge, cfg->egress_subnet, eg->table);
+    }
     printf("cohort-agent: every job gets a network of its own here (%s/%s-j<job>-a<attempt>): "
            "loopback only, and a VXLAN overlay (UDP %s) to its other nodes where they give "
            "jobs theirs too\n", "/run/netns", prefix, NETNS_VXLAN_PORT);
@@ -231,6 +249,9 @@ static int parse_args(int argc, char **argv, struct config *c)
         {"start-timeout", required_argument, NULL, 'W'},
         {"worker-pids", required_argument, NULL, 'N'},
         {"network", required_argument, NULL, 'O'},
+        {"egress", required_argument, NULL, 'X'},
+        {"egress-subnet", required_argument, NULL, 'Y'},
+        {"egress-deny", required_argument, NULL, 'Z'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
     };
     c->data_dir = "/var/lib/cohort-agent";
@@ -251,6 +272,8 @@ static int parse_args(int argc, char **argv, struct config *c)
     c->start_timeout_s = 15;
     c->pids_max = 4096;
     c->network = "job";
+    c->egress = "off";
+    c->egress_subnet = "10.78.0.0/16";
     int o;
     char *end;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -274,6 +297,13 @@ static int parse_args(int argc, char **argv, struct config *c)
                 goto bad;
             c->network = optarg;
             break;
+        case 'X':
+            if (strcmp(optarg, "on") && strcmp(optarg, "off"))
+                goto bad;
+            c->egress = optarg;
+            break;
+        case 'Y': c->egress_subnet = optarg; break;
+        case 'Z': c->egress_deny = optarg; break;
         case 'I': c->insecure = optarg; break;
         case 'i': c->image_cache = optarg; break;
         case 'P': c->seccomp = optarg; break;
@@ -331,6 +361,11 @@ static int parse_args(int argc, char **argv, struct config *c)
         fprintf(stderr, "cohort-agent: --server and a valid --name are required\n");
         return -1;
     }
+    if (!strcmp(c->egress, "on") && (strcmp(c->network, "job") || !strcmp(c->runtime, "host"))) {
+        fprintf(stderr, "cohort-agent: --egress on is for jobs' own networks: --network job "
+                        "and --runtime crun\n");
+        return -1;
+    }
     return 0;
 bad:
     fprintf(stderr, "cohort-agent: bad value for --%s: %s\n",
@@ -343,6 +378,7 @@ bad:
             : o == 'K' ? "keep-finished"
             : o == 'N' ? "worker-pids"
             : o == 'O' ? "network"
+            : o == 'X' ? "egress"
             : o == 'G' ? "stop-grace"
                        : "capacity",
             optarg);
@@ -592,7 +628,7 @@ struct sup_paths {
  * *container, which the caller deletes) and the launchers.  NULL, and why
  * on stderr, on failure. */
 static sup *open_sup(const struct config *cfg, cg_root *cg, struct sup_paths *sp,
-                     cJSON **container)
+                     cJSON **container, egress *eg)
 {
     char err[512];
     sup_config sc = {0};
@@ -625,7 +661,7 @@ static sup *open_sup(const struct config *cfg, cg_root *cg, struct sup_paths *sp
         }
         printf("cohort-agent: workers run in containers (crun); images without a registry "
                "come from %s\n", cfg->registry);
-        if (job_network(cfg, *container) != 0)
+        if (job_network(cfg, *container, eg) != 0)
             return NULL;
         const cJSON *drv = cJSON_GetObjectItem(*container, "gpu_driver");
         int nlibs = cJSON_GetArraySize(cJSON_GetObjectItem(drv, "libs")),
@@ -807,6 +843,7 @@ int main(int argc, char **argv)
     static struct sup_paths paths;  /* what the sup's configuration points at */
     static struct poller pl;        /* its thread outlives main's return */
     cJSON *container = NULL;        /* the launch requests' container settings */
+    static egress eg;               /* the jobs' way out, when given */
     if (parse_args(argc, argv, &cfg))
         return 2;
     if (cfg.gpus < 0)
@@ -850,7 +887,7 @@ int main(int argc, char **argv)
     if (!cl || identity(&cfg, cl, token, sizeof token, &node_id) != 0)
         goto out;
     client_set_token(cl, token);
-    if (!(s = open_sup(&cfg, &cg, &paths, &container)))
+    if (!(s = open_sup(&cfg, &cg, &paths, &container, &eg)))
         goto out;
     printf("cohort-agent: node %lld serving %s (mount root %s)\n", node_id, cfg.server,
            cfg.mount_root);
@@ -862,6 +899,10 @@ int main(int argc, char **argv)
     printf("cohort-agent: stopped\n");
     rc = 0;
 out:
+    /* The way out goes when no worker is left to use it (after a stop
+     * that ended them all; a start that failed made none). */
+    if (!s || sup_running(s) == 0)
+        egress_close(&eg);
     sup_close(s);
     cJSON_Delete(container);
     cg_close(&cg);

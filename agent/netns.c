@@ -15,6 +15,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -39,11 +40,56 @@ static int text_fd(const char *text, size_t len)
 }
 
 /*
- * Runs prog with its arguments (at most 14), input (or nothing) on its
- * stdin; what it says on stderr goes to why (its first line), the rest is
- * dropped.  Its exit status, or -1.
+ * Runs prog (stdin in, stderr errfd, stdout /dev/null) and waits for it:
+ * its exit status, or -1.  A caller that lets the kernel reap its children
+ * (the agent, SA_NOCLDWAIT) cannot wait for one, so a child of ours runs
+ * it, waits for it, and says how it ended over a pipe.
  */
-static int run_tool(const char *prog, const char *const *args, const char *input, char *why,
+static int spawn_wait(const char *prog, char *const *argv, int in, int errfd)
+{
+    int sp[2], code = -1;
+    ssize_t r;
+    if (pipe2(sp, O_CLOEXEC) != 0)
+        return -1;
+    pid_t a = fork();
+    if (a == 0) {
+        struct sigaction dfl = {0};
+        dfl.sa_handler = SIG_DFL;
+        sigaction(SIGCHLD, &dfl, NULL);
+        pid_t b = fork(), w = -1;
+        if (b == 0) {
+            int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+            if (null >= 0)
+                dup2(null, 1);
+            dup2(in, 0);
+            dup2(errfd, 2);
+            execv(prog, argv);
+            _exit(127);
+        }
+        int st = 0;
+        while (b > 0 && (w = waitpid(b, &st, 0)) < 0 && errno == EINTR)
+            ;
+        code = w == b && b > 0 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+        r = write(sp[1], &code, sizeof code);
+        _exit(r == sizeof code ? 0 : 1);
+    }
+    close(sp[1]);
+    while (a > 0 && (r = read(sp[0], &code, sizeof code)) < 0 && errno == EINTR)
+        ;
+    if (a <= 0 || r != sizeof code)
+        code = -1;
+    close(sp[0]);
+    /* Where the kernel reaps, waitpid would wait for every child of ours
+     * (shims still pulling an image among them): the pipe said enough. */
+    struct sigaction cur;
+    if (a > 0 && sigaction(SIGCHLD, NULL, &cur) == 0 && !(cur.sa_flags & SA_NOCLDWAIT) &&
+        cur.sa_handler != SIG_IGN)
+        while (waitpid(a, NULL, 0) < 0 && errno == EINTR)
+            ;
+    return code;
+}
+
+int netns_run(const char *prog, const char *const *args, const char *input, char *why,
                     size_t whylen)
 {
     const char *argv[16];
@@ -64,26 +110,7 @@ static int run_tool(const char *prog, const char *const *args, const char *input
         st = -1;
         goto out;
     }
-    pid_t p = fork();
-    if (p < 0) {
-        st = -1;
-        goto out;
-    }
-    if (p == 0) {
-        int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-        if (null >= 0)
-            dup2(null, 1);
-        dup2(in, 0);
-        dup2(errfd, 2);
-        execv(prog, (char *const *)argv);
-        _exit(127);
-    }
-    while (waitpid(p, &st, 0) < 0)
-        if (errno != EINTR) {
-            st = -1;
-            goto out;
-        }
-    st = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    st = spawn_wait(prog, (char *const *)argv, in, errfd);
     if (why && whylen > 1 && lseek(errfd, 0, SEEK_SET) == 0) {
         ssize_t r = read(errfd, why, whylen - 1);
         why[r > 0 ? r : 0] = '\0';
@@ -99,7 +126,76 @@ out:
 
 static int run_ip(const char *ip, const char *const *args)
 {
-    return run_tool(ip, args, NULL, NULL, 0);
+    return netns_run(ip, args, NULL, NULL, 0);
+}
+
+/* The namespace at NETNS_DIR/name exists. */
+static int ns_exists(const char *name)
+{
+    char path[NETNS_NAME_MAX + 32];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s", NETNS_DIR, name);
+    return stat(path, &sb) == 0;
+}
+
+/* A free index of eg's subnet leased to name (2 .. size-2: the bridge is
+ * 1): the index, or -1.  Under the caller's lock; a lease whose namespace
+ * is gone is taken back. */
+static int lease(const netns_egress *eg, const char *name)
+{
+    char path[4200], held[NETNS_NAME_MAX + 1];
+    int64_t size = (int64_t)1 << (32 - eg->prefix_len);
+    if (mkdir(eg->leases, 0700) != 0 && errno != EEXIST)
+        return -1;
+    for (int64_t i = 2; i < size - 1; i++) {
+        snprintf(path, sizeof path, "%s/%lld", eg->leases, (long long)i);
+        if (symlink(name, path) == 0)
+            return (int)i;
+        ssize_t n = errno == EEXIST ? readlink(path, held, sizeof held - 1) : -1;
+        if (n <= 0)
+            continue;
+        held[n] = '\0';
+        if (!ns_exists(held) && unlink(path) == 0 && symlink(name, path) == 0)
+            return (int)i;
+    }
+    return -1;
+}
+
+/* out0 in the namespace name: a veth to eg's bridge, isolated there, with a
+ * leased address and the default route through the bridge.  0, or -1 with
+ * err set (the veth goes with the namespace; the lease with the next gc). */
+static int egress_up(const char *ip, const char *bridge, const char *name,
+                     const netns_egress *eg, char *err, size_t errlen)
+{
+    char host[32], why[256], in[256];
+    int i = lease(eg, name);
+    if (i < 0) {
+        snprintf(err, errlen, "no address is free in the agent's egress subnet");
+        return -1;
+    }
+    uint32_t a = eg->subnet + (uint32_t)i, gw = eg->subnet + 1;
+    if (snprintf(host, sizeof host, "%s%d", eg->veth_prefix, i) >= 16) {
+        snprintf(err, errlen, "the egress device's name is too long");
+        return -1;
+    }
+    const char *add[] = {"link", "add", host, "type", "veth", "peer", "name", "out0", "netns",
+                         name, NULL};
+    const char *up[] = {"link", "set", host, "master", eg->bridge, "up", NULL};
+    const char *iso[] = {"link", "set", "dev", host, "isolated", "on", NULL};
+    snprintf(in, sizeof in,
+             "addr add %u.%u.%u.%u/%d dev out0\nlink set out0 up\n"
+             "route add default via %u.%u.%u.%u\n",
+             a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255, eg->prefix_len, gw >> 24,
+             (gw >> 16) & 255, (gw >> 8) & 255, gw & 255);
+    const char *batch[] = {"-n", name, "-batch", "-", NULL};
+    if (netns_run(ip, add, NULL, why, sizeof why) != 0 ||
+        netns_run(ip, up, NULL, why, sizeof why) != 0 ||
+        netns_run(bridge, iso, NULL, why, sizeof why) != 0 ||
+        netns_run(ip, batch, in, why, sizeof why) != 0) {
+        snprintf(err, errlen, "cannot give the job's network its way out: %s", why);
+        return -1;
+    }
+    return 0;
 }
 
 int netns_name(const char *prefix, int64_t job, int64_t attempt, char *out, size_t n)
@@ -134,12 +230,12 @@ static int overlay_up(const char *ip, const char *bridge, const char *name,
     snprintf(vni, sizeof vni, "%u", (unsigned)ov->vni);
     const char *add[] = {"link", "add", dev, "type", "vxlan", "id", vni, "local", ov->local,
                          "dstport", NETNS_VXLAN_PORT, "nolearning", NULL};
-    if (run_tool(ip, add, NULL, why, sizeof why) != 0) {
+    if (netns_run(ip, add, NULL, why, sizeof why) != 0) {
         snprintf(err, errlen, "cannot make the job's overlay device (VNI %s): %s", vni, why);
         goto out;
     }
     const char *move[] = {"link", "set", dev, "netns", name, NULL};
-    if (run_tool(ip, move, NULL, why, sizeof why) != 0) {
+    if (netns_run(ip, move, NULL, why, sizeof why) != 0) {
         const char *del[] = {"link", "del", dev, NULL};
         run_ip(ip, del);
         snprintf(err, errlen, "cannot move the overlay device into %s: %s", name, why);
@@ -168,8 +264,8 @@ static int overlay_up(const char *ip, const char *bridge, const char *name,
         goto out;
     }
     const char *batch[] = {"-n", name, "-batch", "-", NULL};
-    if (run_tool(ip, batch, ipt, why, sizeof why) != 0 ||
-        (ov->npeers && run_tool(bridge, batch, brt, why, sizeof why) != 0)) {
+    if (netns_run(ip, batch, ipt, why, sizeof why) != 0 ||
+        (ov->npeers && netns_run(bridge, batch, brt, why, sizeof why) != 0)) {
         snprintf(err, errlen, "cannot set up the job's overlay in %s: %s", name, why);
         goto out;
     }
@@ -185,7 +281,7 @@ out:
 }
 
 int netns_ensure(const char *ip, const char *bridge, const char *name, const netns_overlay *ov,
-                 char *path, size_t n, char *err, size_t errlen)
+                 const netns_egress *eg, char *path, size_t n, char *err, size_t errlen)
 {
     struct stat sb;
     int rc = -1, lock = -1;
@@ -193,8 +289,8 @@ int netns_ensure(const char *ip, const char *bridge, const char *name, const net
         snprintf(err, errlen, "the network namespace's path is too long");
         return -1;
     }
-    if (ov && (!bridge || bridge[0] != '/')) {
-        snprintf(err, errlen, "a job over several nodes needs iproute2's bridge program");
+    if ((ov || eg) && (!bridge || bridge[0] != '/')) {
+        snprintf(err, errlen, "a job's network needs iproute2's bridge program");
         return -1;
     }
     /* Several workers of the attempt start at once: one makes it. */
@@ -214,7 +310,8 @@ int netns_ensure(const char *ip, const char *bridge, const char *name, const net
         snprintf(err, errlen, "cannot make the job's network namespace %s with %s", name, ip);
         goto fail;
     }
-    if (ov && overlay_up(ip, bridge, name, ov, err, errlen) != 0)
+    if ((ov && overlay_up(ip, bridge, name, ov, err, errlen) != 0) ||
+        (eg && egress_up(ip, bridge, name, eg, err, errlen) != 0))
         goto fail;
     rc = 0;
     goto out;
@@ -227,9 +324,27 @@ out:
     return rc;
 }
 
-int netns_gc(const char *ip, const char *prefix, int (*live)(void *arg, int64_t job,
-                                                             int64_t attempt),
-             void *arg, int max)
+/* Removes the leases in directory leases whose namespace is gone. */
+static void leases_gc(const char *leases)
+{
+    DIR *d = opendir(leases);
+    struct dirent *e;
+    char held[NETNS_NAME_MAX + 1];
+    while (d && (e = readdir(d)) != NULL) {
+        ssize_t n = e->d_name[0] != '.' ? readlinkat(dirfd(d), e->d_name, held, sizeof held - 1)
+                                        : -1;
+        if (n <= 0)
+            continue;
+        held[n] = '\0';
+        if (!ns_exists(held))
+            unlinkat(dirfd(d), e->d_name, 0);
+    }
+    if (d)
+        closedir(d);
+}
+
+int netns_gc(const char *ip, const char *prefix, const char *leases,
+             int (*live)(void *arg, int64_t job, int64_t attempt), void *arg, int max)
 {
     DIR *d = opendir(NETNS_DIR);
     struct dirent *e;
@@ -250,5 +365,7 @@ int netns_gc(const char *ip, const char *prefix, int (*live)(void *arg, int64_t 
     }
     if (d)
         closedir(d);
+    if (leases && removed > 0)
+        leases_gc(leases);
     return removed;
 }

@@ -19,6 +19,13 @@
  * address, so nothing is learnt or flooded.  The namespace's only routes
  * are the loopback and the overlay's subnet: the ranks reach each other,
  * and nothing of the node or of any other network.
+ *
+ * Where the agent gives jobs a way out (--egress on, egress.h), the
+ * namespace also gets out0, a veth whose other end is a port of the
+ * agent's bridge, isolated from its other ports, with an address leased
+ * from the bridge's subnet (a symlink INDEX -> NAME in the lease
+ * directory) and the default route through the bridge; the node's
+ * nftables rules decide what passes.
  */
 #ifndef COHORT_AGENT_NETNS_H
 #define COHORT_AGENT_NETNS_H
@@ -45,22 +52,41 @@ typedef struct netns_overlay {
     netns_peer *peers;         /* owned by whoever filled it in */
 } netns_overlay;
 
+/* The agent's way out for job networks (egress.h), as the shim needs it. */
+typedef struct netns_egress {
+    const char *bridge;      /* the agent's bridge */
+    const char *veth_prefix; /* host ends are VETH_PREFIX<index>, <= 15 bytes */
+    const char *leases;      /* the lease directory */
+    uint32_t subnet;         /* host order */
+    int prefix_len;          /* 16 .. 28 */
+} netns_egress;
+
+/*
+ * Runs prog with args (at most 14) and input (or nothing) on its stdin; the
+ * first line it writes to stderr goes to why (may be NULL).  Its exit
+ * status, or -1.
+ */
+int netns_run(const char *prog, const char *const *args, const char *input, char *why,
+              size_t whylen);
+
 /* PREFIX-j<job>-a<attempt> into out: 0, or -1 when it does not fit. */
 int netns_name(const char *prefix, int64_t job, int64_t attempt, char *out, size_t n);
 
 /*
- * Makes the namespace name (with its loopback up, and the overlay ov unless
- * NULL) unless it exists, with iproute2's ip and bridge programs; its path
- * goes to path.  0, or -1 with err set (and nothing left behind).
+ * Makes the namespace name (with its loopback up, the overlay ov and the
+ * way out eg, each unless NULL) unless it exists, with iproute2's ip and
+ * bridge programs; its path goes to path.  0, or -1 with err set (and
+ * nothing left behind).
  */
 int netns_ensure(const char *ip, const char *bridge, const char *name, const netns_overlay *ov,
-                 char *path, size_t n, char *err, size_t errlen);
+                 const netns_egress *eg, char *path, size_t n, char *err, size_t errlen);
 
 /* Removes the namespaces of prefix whose attempt live(arg, job, attempt)
  * says has no worker left here, at most max of them (each costs an exec of
- * ip: the caller's loop is not held up for long).  How many it removed. */
-int netns_gc(const char *ip, const char *prefix, int (*live)(void *arg, int64_t job,
-                                                             int64_t attempt),
-             void *arg, int max);
+ * ip: the caller's loop is not held up for long), and then the leases in
+ * directory leases (unless NULL) whose namespace is gone.  How many
+ * namespaces it removed. */
+int netns_gc(const char *ip, const char *prefix, const char *leases,
+             int (*live)(void *arg, int64_t job, int64_t attempt), void *arg, int max);
 
 #endif

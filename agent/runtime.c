@@ -157,12 +157,14 @@ static int walkable(const char *path, char *err, size_t errlen)
     return 0;
 }
 
-/* Copies the program at src to dst (mode 0755, atomically): 0 or -1. */
+/* Copies the program at src to dst (mode 0755, atomically, through a
+ * temporary name of this process: agents sharing an image cache copy at
+ * once): 0 or -1. */
 static int copy_program(const char *src, const char *dst, char *err, size_t errlen)
 {
     char tmp[PATH_MAX + 64], buf[65536];
     int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, rc = -1;
-    snprintf(tmp, sizeof tmp, "%s.tmp", dst);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", dst, (int)getpid());
     if (in < 0 || (out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755)) < 0)
         goto out;
     for (;;) {

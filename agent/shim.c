@@ -1106,7 +1106,8 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
     char rootfs[4300], init_at[4200], netns[300];
     snprintf(rootfs, sizeof rootfs, "%s/rootfs", use.bundle);
     /* before seal_rootfs: /run/netns must be made in the node's mounts */
-    if (sp->netns && netns_ensure(sp->ip, sp->bridge, sp->netns, sp->overlay, netns, sizeof netns,
+    if (sp->netns && netns_ensure(sp->ip, sp->bridge, sp->netns, sp->overlay, sp->egress, netns,
+                                  sizeof netns,
                                   err, sizeof err) != 0)
         give_up(dfd, "%s", err);
     if (seal_rootfs(rootfs, err, sizeof err) != 0)

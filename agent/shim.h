@@ -82,6 +82,7 @@ typedef struct shim_spec {
                                  * (netns.h), or NULL: the node's network */
     const struct netns_overlay *overlay; /* its overlay to the attempt's other
                                           * nodes, or NULL: loopback only */
+    const struct netns_egress *egress;   /* its way out, or NULL: none */
     const char *const *devices; /* GPU device nodes, NULL-terminated */
     const cJSON *gpu_driver;    /* the host driver's files (nvdriver.h), bound into
                                  * containers that get devices */

@@ -112,6 +112,27 @@ static int overlay_parse(const cJSON *jn, shim_req *r, char *err, size_t errlen)
     return 0;
 }
 
+/* The agent's way out for job networks ("egress", egress.h), when it gives
+ * one, into r->egress. */
+static int egress_parse(const cJSON *eg, shim_req *r, char *err, size_t errlen)
+{
+    netns_egress *e = &r->egress;
+    struct in_addr a;
+    if (!eg)
+        return 0;
+    e->bridge = jget_str(eg, "bridge");
+    e->veth_prefix = jget_str(eg, "veth_prefix");
+    e->leases = jget_str(eg, "leases");
+    e->prefix_len = (int)jget_int(eg, "prefix_len", 0);
+    if (!e->bridge || !e->veth_prefix || strlen(e->veth_prefix) > 9 || !e->leases ||
+        e->leases[0] != '/' || e->prefix_len < 16 || e->prefix_len > 28 ||
+        inet_pton(AF_INET, jget_str(eg, "subnet") ? jget_str(eg, "subnet") : "", &a) != 1)
+        return bad(err, errlen, "the agent's egress settings are not valid");
+    e->subnet = ntohl(a.s_addr);
+    r->sp.egress = e;
+    return 0;
+}
+
 /*
  * The job's own network on this node (netns.h), where the agent gives jobs
  * networks of their own ("network": "job"): loopback only when all of the
@@ -135,6 +156,8 @@ static int job_network(const cJSON *ct, const cJSON *spec, shim_req *r, char *er
                    sizeof r->netns) != 0)
         return bad(err, errlen, "the agent's job network settings are incomplete");
     r->sp.netns = r->netns;
+    if (egress_parse(cJSON_GetObjectItemCaseSensitive(ct, "egress"), r, err, errlen) != 0)
+        return -1;
     if (local)
         return 0;
     if (overlay_parse(jn, r, err, errlen) != 0)

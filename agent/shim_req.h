@@ -13,7 +13,9 @@
  *    "skopeo", "umoci", "image_cache", "image_cache_max", "resolve_ttl", "registry" (for
  *    references without a host), "insecure" (hosts spoken to over plain HTTP),
  *    "seccomp" (the OCI seccomp object, or absent), "network" ("job" gives
- *    jobs networks of their own: netns.h), "netns_prefix", "ip", "bridge"})}
+ *    jobs networks of their own: netns.h), "netns_prefix", "ip", "bridge",
+ *    "egress" (absent for none: {"bridge", "veth_prefix", "leases", "subnet",
+ *    "prefix_len"})})}
  * The launch spec of a container worker carries "image_ref", "uid_base" and,
  * for a private image with credentials, "registry_auth" {"username", "password"};
  * for an image of cohortd's own registry, "registry_token" (a pull token);
@@ -47,6 +49,7 @@ typedef struct shim_req {
     char ref[IMG_REF_MAX + 300];
     char netns[128];
     netns_overlay overlay; /* its peers are owned */
+    netns_egress egress;   /* its strings point into json */
     char gpu_name[72][32];
     const char *gpu_list[72];
 } shim_req;

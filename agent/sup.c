@@ -651,7 +651,9 @@ static void netns_tidy(sup *s, int64_t now)
     s->netns_tidied = now;
     /* a few a second, so that ending many jobs never holds the agent up;
      * all of them when it stops */
-    netns_gc(ip, prefix, attempt_live, s, now == INT64_MAX ? INT32_MAX : 8);
+    const char *leases = jget_str(cJSON_GetObjectItemCaseSensitive(s->cfg.container, "egress"),
+                                  "leases");
+    netns_gc(ip, prefix, leases, attempt_live, s, now == INT64_MAX ? INT32_MAX : 8);
 }
 
 void sup_tick(sup *s)

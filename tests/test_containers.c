@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "storage/util.h"
 #include "tests/harness.h"
 
 static th_daemon d;
@@ -44,8 +45,11 @@ static void auth_registry_stop(void)
 
 static void node_unmount(void);
 
+static void out_cleanup(void);
+
 static void teardown(void)
 {
+    out_cleanup();
     node_unmount();
     auth_registry_stop();
     th_agent_cleanup(&ag);
@@ -1573,6 +1577,96 @@ Test(containers, a_job_on_one_node_has_a_network_of_its_own, .timeout = 120)
     for (int i = 0; i < 100 && !gone; i++, usleep(100000))
         gone = stat(ns, &sb) != 0;
     cr_expect(gone, "%s is still there", ns);
+}
+
+/* A listener for the egress test: python3 in namespace ns (or the host's,
+ * ns ""), on 0.0.0.0:port for 60 s, writing each peer's address to log. */
+static void peer_logger(const char *ns, int port, const char *log)
+{
+    util_system("%s%s timeout 60 /usr/bin/python3 -c \"import socket\n"
+                "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+                "s.bind(('0.0.0.0', %d)); s.listen(8)\n"
+                "while True:\n"
+                "    c, a = s.accept(); open('%s', 'a').write(a[0] + '\\n'); c.close()\n"
+                "\" >/dev/null 2>&1 &",
+                ns[0] ? "ip netns exec " : "", ns, port, log);
+}
+
+static char out_tag[16];
+
+static void out_cleanup(void)
+{
+    if (out_tag[0])
+        util_system("ip netns del %s 2>/dev/null; ip link del %s-h 2>/dev/null; "
+                    "ip link del %s-p 2>/dev/null; true", out_tag, out_tag, out_tag);
+    out_tag[0] = '\0';
+}
+
+/* --egress on: a job goes out through NAT to a network beyond the node (a
+ * namespace of the test's at 198.51.100.2, a documentation range standing
+ * in for the internet), and reaches nothing else: not the node at any of
+ * its addresses, not another job's way out, not a private range beyond
+ * the node (192.168.254.2, the same namespace). */
+Test(containers, egress_on_goes_out_through_nat_and_reaches_nothing_of_the_node, .timeout = 150)
+{
+    char seen[16], path[700], hostlog[700], outlog[700], sub[32], env[512];
+    int net = 100 + getpid() % 150, hport = th_free_port();
+    if (!th_can_sandbox())
+        cr_skip_test("needs root to run containers");
+    snprintf(out_tag, sizeof out_tag, "cte%d", (int)getpid() % 100000);
+    cr_assert_eq(util_system("ip netns add %s && ip link add %s-h type veth peer name %s-n && "
+                             "ip link set %s-n netns %s && ip addr add 198.51.100.1/24 dev %s-h && "
+                             "ip addr add 192.168.254.1/24 dev %s-h && ip link set %s-h up && "
+                             "ip -n %s addr add 198.51.100.2/24 dev %s-n && "
+                             "ip -n %s addr add 192.168.254.2/24 dev %s-n && "
+                             "ip -n %s link set %s-n up && ip -n %s link set lo up",
+                             out_tag, out_tag, out_tag, out_tag, out_tag, out_tag, out_tag,
+                             out_tag, out_tag, out_tag, out_tag, out_tag, out_tag, out_tag,
+                             out_tag), 0);
+    platform_base();
+    snprintf(outlog, sizeof outlog, "%s/outside.log", d.dir);
+    snprintf(hostlog, sizeof hostlog, "%s/host.log", d.dir);
+    peer_logger(out_tag, 8080, outlog);
+    peer_logger("", hport, hostlog);
+    snprintf(sub, sizeof sub, "10.78.%d.0/24", net);
+    const char *args[] = {"--cpus", "8", "--memory-mb", "65536", "--egress", "on",
+                          "--egress-subnet", sub, NULL};
+    th_agent_start(&ag, &d, "n1", args);
+    /* globex's job: the first lease of the subnet (.2), listening */
+    th_put_text(&d, tok_b, "ws", "listen.sh", "#!/bin/sh\nnc -l -p 9000 > got.txt\n", "755");
+    long victim = submit_as(tok_b, "listen.sh", "native", NULL);
+    cr_assert(th_wait_state(&d, tok_b, victim, "RUNNING", 30000, seen), "%s", seen);
+    snprintf(env, sizeof env,
+             ",\"env\":{\"NET\":\"10.78.%d\",\"HPORT\":\"%d\",\"COHORTD\":\"%s\"}", net, hport,
+             d.base + strlen("http://"));
+    th_put_text(&d, tok, "ws", "out.sh",
+                "#!/bin/sh\nt() { k=$1; shift; if \"$@\" > /dev/null 2>&1; then echo \"$k=reached\"; "
+                "else echo \"$k=no\"; fi; }\n"
+                "{ t OUT sh -c 'echo hi | nc -w 3 198.51.100.2 8080'\n"
+                "  t PRIVATE sh -c 'echo hi | nc -w 3 192.168.254.2 8080'\n"
+                "  t VICTIM sh -c \"echo evil | nc -w 3 $NET.2 9000\"\n"
+                "  t GATEWAY sh -c \"echo hi | nc -w 3 $NET.1 $HPORT\"\n"
+                "  t HOSTSIDE sh -c \"echo hi | nc -w 3 198.51.100.1 $HPORT\"\n"
+                "  t COHORTD wget -q -T 3 -O - http://$COHORTD/healthz\n"
+                "} > out.txt\n",
+                "755");
+    long id = submit_as(tok, "out.sh", "native", env);
+    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 60000, seen), "%s", seen);
+    char *t = th_get_body(&d, "/v1/workspaces/ws/files/out.txt", tok);
+    static const char *const want[] = {"OUT=reached", "PRIVATE=no", "VICTIM=no",
+                                       "GATEWAY=no",  "HOSTSIDE=no", "COHORTD=no"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        cr_expect(strstr(t, want[i]) != NULL, "not %s: %s", want[i], t);
+    free(t);
+    /* Beyond the node, the job is the node: masqueraded behind 198.51.100.1. */
+    char text[4096] = "";
+    th_read_text(outlog, text, sizeof text);
+    cr_expect_str_eq(text, "198.51.100.1\n", "the outside saw: %s", text);
+    text[0] = '\0';
+    th_read_text(hostlog, text, sizeof text);
+    cr_expect_str_eq(text, "", "the node's listener was reached from: %s", text);
+    snprintf(path, sizeof path, "/v1/jobs/%ld/cancel", victim);
+    th_must(th_post(&d, path, tok_b, NULL), 200);
 }
 
 /* A job names files with bytes that are not UTF-8: the workspace's listing

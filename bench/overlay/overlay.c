@@ -80,7 +80,7 @@ static int job_ns(const char *host, const char *name, int me)
             perror(path);
             _exit(1);
         }
-        if (netns_ensure(ip, bridge, name, &ov, path, sizeof path, err, sizeof err) != 0) {
+        if (netns_ensure(ip, bridge, name, &ov, NULL, path, sizeof path, err, sizeof err) != 0) {
             fprintf(stderr, "%s: %s\n", name, err);
             _exit(1);
         }
