@@ -381,6 +381,31 @@ struct report {
     int changed;
 };
 
+/*
+ * 1 when worker *id ran another image than its job's pinned digest (ranks
+ * of one placement that resolved the tag at once, across a re-tag): the
+ * worker is then failed, with why in msg, and the attempt with it.
+ */
+static int digest_differs(store_tx *tx, const int64_t *id, const char *digest, char *msg,
+                          size_t n)
+{
+    store_worker w;
+    store_job j;
+    int differs = 0;
+    if (store_worker_get_tx(tx, *id, &w) != STORE_OK)
+        return 0;
+    if (store_job_get_tx(tx, 0, w.job_id, &j) != STORE_OK)
+        return 0;
+    if (j.image_digest[0] && strcmp(j.image_digest, digest)) {
+        snprintf(msg, n, "its image resolved to %.19s..., not the job's %.19s...: the tag "
+                         "moved while the job started",
+                 digest, j.image_digest);
+        differs = 1;
+    }
+    store_job_clear(&j);
+    return differs;
+}
+
 static store_rc heartbeat_write(store_tx *tx, void *arg)
 {
     struct report *r = arg;
@@ -393,6 +418,9 @@ static store_rc heartbeat_write(store_tx *tx, void *arg)
             int d = store_worker_digest(tx, r->w[i].id, r->node_id, r->w[i].digest);
             if (d != STORE_OK && d != STORE_NOTFOUND)
                 return d;
+            if (d == STORE_OK && digest_differs(tx, &r->w[i].id, r->w[i].digest,
+                                                r->w[i].message, sizeof r->w[i].message))
+                snprintf(r->w[i].state, sizeof r->w[i].state, "failed");
         }
         if (!strcmp(r->w[i].state, "starting")) { /* pulling its image: no transition */
             int p = store_worker_phase(tx, r->w[i].id, r->node_id, r->w[i].message);

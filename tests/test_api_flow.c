@@ -641,3 +641,147 @@ Test(api_flow, a_drain_reaches_the_nodes_agent_at_once)
     th_must(th_post(&d, "/v1/nodes/1/undrain", TH_ADMIN, NULL), 200);
     cr_expect_eq(desired_drained(tok), 0);
 }
+
+/* Registers node name at address as an agent of network net ("job" or
+ * "host") with 4 CPUs; its node token into tok[80]. */
+static void register_at(const char *name, const char *address, const char *net, char *tok)
+{
+    th_resp r = th_create(&d, "/v1/nodes/join-tokens", TH_ADMIN, NULL);
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"join_token\":\"%s\",\"name\":\"%s\",\"address\":\"%s\",\"cpus\":4,"
+             "\"memory_mb\":65536,\"port_lo\":40000,\"port_hi\":40099,\"network\":\"%s\"}",
+             th_str(&r, "token"), name, address, net);
+    th_free(&r);
+    r = th_create(&d, "/v1/agent/register", NULL, body);
+    cr_assert_eq(r.status, 201, "%s", r.body);
+    snprintf(tok, 80, "%s", th_str(&r, "node_token"));
+    th_free(&r);
+}
+
+/* The one worker in node token tok's desired state (the caller frees). */
+static cJSON *desired_worker(const char *tok)
+{
+    for (int i = 0; i < 100; i++) {
+        cJSON *j = th_get_json(&d, "/v1/agent/desired", tok);
+        cJSON *w = cJSON_DetachItemFromArray(cJSON_GetObjectItem(j, "workers"), 0);
+        cJSON_Delete(j);
+        if (w)
+            return w;
+        usleep(50 * 1000);
+    }
+    cr_assert_fail("no worker was placed on the node");
+    return NULL;
+}
+
+static const char pair_job[] =
+    "{\"name\":\"pair\",\"image\":\"native\",\"workspace\":\"ws\",\"code_path\":\"bin/train\","
+    "\"epochs\":1,\"lr\":0.1,\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":2,"
+    "\"workers_per_node\":1}";
+
+/*
+ * A job over two nodes whose agents give jobs networks of their own gets
+ * one overlay: each agent is told the VNI, its own overlay address and the
+ * other node (by its own address), and MASTER_ADDR is rank 0's node on it.
+ * Over nodes that keep the host's network, no overlay and the node's
+ * address, as before.
+ */
+Test(api_flow, a_job_over_job_network_nodes_gets_one_overlay)
+{
+    char tok[80], a[80], b[80], h1[80], h2[80];
+    th_user(&d, "acme", "alice", "member", tok);
+    make_volumes(tok);
+    register_at("a", "192.0.2.10", "job", a);
+    register_at("b", "192.0.2.11", "job", b);
+    th_must(th_post(&d, "/v1/jobs", tok, pair_job), 201);
+    cJSON *w[2] = {desired_worker(a), desired_worker(b)};
+    long vni = -1;
+    for (int i = 0; i < 2; i++) {
+        cJSON *net = cJSON_GetObjectItem(w[i], "job_network");
+        cr_assert_not_null(net, "worker %d has no job_network", i);
+        long me = (long)cJSON_GetNumberValue(cJSON_GetObjectItem(w[i], "rank"));
+        char want[40];
+        snprintf(want, sizeof want, "10.77.0.%ld", me + 1);
+        cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(net, "address")), want);
+        cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(net, "local")),
+                         i ? "192.0.2.11" : "192.0.2.10");
+        cJSON *peers = cJSON_GetObjectItem(net, "peers");
+        cr_assert_eq(cJSON_GetArraySize(peers), 1);
+        cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(peers, 0),
+                                                                   "node")),
+                         i ? "192.0.2.10" : "192.0.2.11");
+        long v = (long)cJSON_GetNumberValue(cJSON_GetObjectItem(net, "vni"));
+        cr_expect(v > 0 && (vni < 0 || v == vni), "VNI %ld, then %ld", vni, v);
+        vni = v;
+        cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(
+                             cJSON_GetObjectItem(w[i], "env"), "MASTER_ADDR")),
+                         "10.77.0.1");
+        cJSON_Delete(w[i]);
+    }
+    /* Two nodes of the host's network: the node's own address, no overlay. */
+    th_must(th_post(&d, "/v1/nodes/1/drain", TH_ADMIN, NULL), 200);
+    th_must(th_post(&d, "/v1/nodes/2/drain", TH_ADMIN, NULL), 200);
+    register_at("h1", "192.0.2.20", "host", h1);
+    register_at("h2", "192.0.2.21", "host", h2);
+    th_must(th_post(&d, "/v1/jobs", tok, pair_job), 201);
+    cJSON *x = desired_worker(h1);
+    cr_expect_null(cJSON_GetObjectItem(x, "job_network"));
+    const char *m = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(x, "env"),
+                                                             "MASTER_ADDR"));
+    cr_expect(m && (!strcmp(m, "192.0.2.20") || !strcmp(m, "192.0.2.21")), "MASTER_ADDR %s", m);
+    cJSON_Delete(x);
+    th_resp r = th_get(&d, "/v1/nodes/3", TH_ADMIN);
+    cr_expect_str_eq(th_str(&r, "network"), "host");
+    th_free(&r);
+    r = th_create(&d, "/v1/nodes/join-tokens", TH_ADMIN, NULL);
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"join_token\":\"%s\",\"name\":\"x\",\"address\":\"192.0.2.9\",\"cpus\":4,"
+             "\"memory_mb\":65536,\"port_lo\":40000,\"port_hi\":40099,\"network\":\"vxlan\"}",
+             th_str(&r, "token"));
+    th_free(&r);
+    th_expect(th_post(&d, "/v1/agent/register", NULL, body), 422);
+}
+
+/* The heartbeat of a worker of node tok: running, having run digest. */
+static void beat_digest(const char *tok, long worker, char hex)
+{
+    char body[256], digest[72] = "sha256:";
+    memset(digest + 7, hex, 64);
+    digest[71] = '\0';
+    snprintf(body, sizeof body,
+             "{\"workers\":[{\"id\":%ld,\"state\":\"running\",\"image_digest\":\"%s\"}]}", worker,
+             digest);
+    th_must(th_post(&d, "/v1/agent/heartbeat", tok, body), 200);
+}
+
+/*
+ * Ranks of one placement resolve the job's tag at once on their nodes; one
+ * that ran another digest than the one the job pinned (the tag moved in
+ * between) is failed with the reason, and its attempt with it, rather
+ * than training on another image.
+ */
+Test(api_flow, a_rank_that_ran_another_digest_fails_its_attempt)
+{
+    char tok[80], a[80], b[80], seen[16];
+    th_user(&d, "acme", "alice", "member", tok);
+    make_volumes(tok);
+    register_at("a", "192.0.2.10", "host", a);
+    register_at("b", "192.0.2.11", "host", b);
+    long id = th_submit(&d, tok, pair_job);
+    cJSON *wa = desired_worker(a), *wb = desired_worker(b);
+    long ida = (long)cJSON_GetNumberValue(cJSON_GetObjectItem(wa, "id"));
+    long idb = (long)cJSON_GetNumberValue(cJSON_GetObjectItem(wb, "id"));
+    cJSON_Delete(wa);
+    cJSON_Delete(wb);
+    beat_digest(a, ida, 'a');
+    beat_digest(b, idb, 'b');
+    cr_assert(th_wait_state(&d, tok, id, "FAILED", 10000, seen), "job is %s", seen);
+    char p[96];
+    snprintf(p, sizeof p, "/v1/jobs/%ld", id);
+    th_resp r = th_get(&d, p, tok);
+    cr_expect_str_eq(th_str(&r, "image_digest"),
+                     "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+    cr_expect(strstr(r.body, "the tag moved") != NULL, "%s", r.body);
+    th_free(&r);
+}
