@@ -47,6 +47,9 @@ struct http_server {
     int64_t open_conns; /* connections MHD has accepted and not closed */
     ratelimit *rate;   /* per API token; NULL: none */
     double rate_per_s;
+    int64_t max_conns;    /* past it a new connection is closed as accepted */
+    size_t bodies_max;    /* bytes of JSON bodies held at once (take) */
+    size_t bodies_held;   /* atomic */
 };
 
 /*
@@ -81,6 +84,10 @@ struct req_state {
     store_node node;
     char *pbuf;         /* path captures, owned */
     util_buf body;
+    size_t body_held;   /* of srv->bodies_held, given back at completion */
+    int reserved;       /* body_held is its whole Content-Length, taken at admit */
+    int busy;           /* the budget had no room: drained, answered 503 */
+    size_t body_limit;  /* this request's: the API's, or HTTP_UNAUTH_BODY_MAX */
     int64_t t0;
     enum phase phase;
     int write_rc;
@@ -481,6 +488,15 @@ static void route(struct req_state *st, const char *url, const char *method)
  * from the headers alone, as for a body nobody should wait for. */
 #define DRAIN_MAX (16LL << 20)
 
+/* Takes n bytes of the bodies' budget: 0, or -1 (nothing taken). */
+static int budget_take(http_server *srv, size_t n)
+{
+    if (__atomic_add_fetch(&srv->bodies_held, n, __ATOMIC_RELAXED) <= srv->bodies_max)
+        return 0;
+    __atomic_sub_fetch(&srv->bodies_held, n, __ATOMIC_RELAXED);
+    return -1;
+}
+
 /* Authenticates and checks the body's bounds before any of it is read;
  * an upload route opens its file here. */
 static void admit(struct req_state *st)
@@ -516,12 +532,16 @@ static void admit(struct req_state *st)
     }
     const char *cl = get_header(st->conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
     long long len = cl ? strtoll(cl, NULL, 10) : 0;
+    /* Before credentials, a few KiB: whoever has none is refused from the
+     * headers (no drain), and a chunked body is cut there (take). */
+    int unauth = st->route->auth == API_AUTH_NONE;
+    st->body_limit = unauth ? HTTP_UNAUTH_BODY_MAX : srv->ctx->body_limit;
     if (st->route->body == API_BODY_JSON || st->route->body == API_BODY_RAW) {
         /* Up to DRAIN_MAX an oversized body is read and dropped (take), and
          * answered 413 at its end; past that, from the headers alone. */
-        if (len > (long long)srv->ctx->body_limit && len > DRAIN_MAX) {
+        if (len > (long long)st->body_limit && (unauth || len > DRAIN_MAX)) {
             api_error(rs, 413, "too_large", NULL, "the body is larger than %zu bytes",
-                      srv->ctx->body_limit);
+                      st->body_limit);
             st->ready = 1;
             return;
         }
@@ -531,6 +551,16 @@ static void admit(struct req_state *st)
                       "send the body as Content-Type: application/json");
             st->ready = 1;
             return;
+        }
+        /* A body of known length takes its room in the budget whole, or
+         * none: clients that all get part of it would all be refused. */
+        if (len > 0 && len <= (long long)st->body_limit) {
+            if (budget_take(srv, (size_t)len) == 0) {
+                st->body_held = (size_t)len;
+                st->reserved = 1;
+            } else {
+                st->busy = 1;
+            }
         }
     } else if (st->route->body == API_BODY_UPLOAD) {
         if (len > srv->ctx->upload_limit) {
@@ -593,12 +623,24 @@ static void take(struct req_state *st, const char *data, size_t n)
         }
         return;
     }
-    if (st->body.len + n > st->srv->ctx->body_limit) {
+    if (st->body.len + n > st->body_limit) {
         api_error(rs, 413, "too_large", NULL, "the body is larger than %zu bytes",
-                  st->srv->ctx->body_limit);
+                  st->body_limit);
         st->ready = 1;
         return;
     }
+    /* Every body being read shares one budget: past it, refused, not kept
+     * (a chunked one takes its room as it comes). */
+    if (st->busy || (!st->reserved && budget_take(st->srv, n) != 0)) {
+        api_error(rs, 503, "busy", NULL,
+                  "the server is reading too many request bodies at once: retry in 1 s");
+        rs->xname = "Retry-After";
+        snprintf(rs->xvalue, sizeof rs->xvalue, "1");
+        st->ready = 1;
+        return;
+    }
+    if (!st->reserved)
+        st->body_held += n;
     util_buf_append(&st->body, data, n);
     if (st->body.oom) {
         api_error(rs, 500, "internal", NULL, "out of memory");
@@ -706,6 +748,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         st->rs.stream->done(st->rs.stream);
     api_resp_clear(&st->rs);
     free(st->pbuf);
+    __atomic_sub_fetch(&st->srv->bodies_held, st->body_held, __ATOMIC_RELAXED);
     free(st->body.buf);
     free(st);
     *con_cls = NULL;
@@ -749,6 +792,20 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         free(w);
         *socket_context = NULL;
     }
+}
+
+/* Past max_conns a new connection is closed as it is accepted: at its own
+ * limit libmicrohttpd stops accepting, and clients would wait in the
+ * kernel's queue for nothing until their own deadline. */
+static enum MHD_Result accept_policy(void *cls, const struct sockaddr *addr, socklen_t len)
+{
+    http_server *srv = cls;
+    (void)addr;
+    (void)len;
+    pthread_mutex_lock(&srv->cwlock);
+    int ok = srv->open_conns < srv->max_conns;
+    pthread_mutex_unlock(&srv->cwlock);
+    return ok ? MHD_YES : MHD_NO;
 }
 
 static int resolve(const char *host, int port, struct sockaddr_storage *ss, char *err,
@@ -804,12 +861,17 @@ http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t 
                      MHD_USE_TURBO | MHD_USE_ERROR_LOG;
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
+    s->max_conns = cfg->max_conns > 0 ? cfg->max_conns : HTTP_DEFAULT_MAX_CONNS;
+    s->bodies_max = cfg->bodies_max > 0 ? cfg->bodies_max : HTTP_DEFAULT_BODIES_MAX;
+    if (s->bodies_max < ctx->body_limit)
+        s->bodies_max = ctx->body_limit;
+    /* libmicrohttpd's own limit (split among the pool's threads) lies well
+     * past ours, so that accept_policy is what refuses. */
+    s->d = MHD_start_daemon(flags, 0, accept_policy, s, on_request, s,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
                             MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned)(cfg->max_conns > 0 ? cfg->max_conns
-                                                          : HTTP_DEFAULT_MAX_CONNS),
+                            (unsigned)(s->max_conns * 2 + 64 * (cfg->threads + 1)),
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT,
                             (unsigned)(cfg->max_conns_per_ip >= 0 ? cfg->max_conns_per_ip
                                                                   : HTTP_DEFAULT_MAX_CONNS_PER_IP),

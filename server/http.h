@@ -18,6 +18,10 @@ typedef struct http_server http_server;
 #define HTTP_DEFAULT_MAX_CONNS_PER_IP 512
 #define HTTP_DEFAULT_IDLE_TIMEOUT_S 60
 #define HTTP_DEFAULT_HEADER_TIMEOUT_S 20
+#define HTTP_DEFAULT_BODIES_MAX (64u << 20)
+/* The body a request without credentials may send (agent registration):
+ * past it 413 from the headers, and nothing of it is kept. */
+#define HTTP_UNAUTH_BODY_MAX 16384
 
 typedef struct http_config {
     const char *host;      /* numeric address or name to bind */
@@ -34,6 +38,10 @@ typedef struct http_config {
     /* Requests a second per API token (0: no limit) and the burst allowed;
      * past it 429 with Retry-After.  Agents' node tokens are not limited. */
     double rate_per_s, rate_burst;
+    /* The bytes of all JSON bodies being read at once (HTTP_DEFAULT_BODIES_MAX
+     * when 0, and never below the API's body limit): a body that would go
+     * past it is drained and answered 503 busy with Retry-After, not kept. */
+    size_t bodies_max;
 } http_config;
 
 #define HTTP_DEFAULT_RATE_PER_S 500

@@ -33,7 +33,7 @@ struct config {
     int port;
     const char *data_dir;
     const char *store;     /* NULL: sqlite:DATA_DIR/cohort.db */
-    size_t body_limit;
+    size_t body_limit, bodies_max;
     int64_t upload_limit;
     int threads;
     const char *access_log;
@@ -61,6 +61,8 @@ static void usage(FILE *f)
             "                         sqlite:DATA_DIR/cohort.db) or postgresql://... (libpq's\n"
             "                         URL; the database must exist, cohortd creates its tables)\n"
             "  --body-limit BYTES     largest JSON request body (default %d)\n"
+            "  --bodies-max BYTES     JSON bodies read at once, all requests together; past it\n"
+            "                         503 busy (default 64 MiB; never below --body-limit)\n"
             "  --upload-limit BYTES   largest uploaded file (default %lld)\n"
             "  --threads N            HTTP worker threads (default: one per CPU)\n"
             "  --heartbeat SECONDS    how often agents report (default 2)\n"
@@ -142,6 +144,7 @@ static int parse_args(int argc, char **argv, struct config *c)
         {"data-dir", required_argument, NULL, 'd'},
         {"store", required_argument, NULL, 'S'},
         {"body-limit", required_argument, NULL, 'b'},
+        {"bodies-max", required_argument, NULL, 'D'},
         {"upload-limit", required_argument, NULL, 'u'},
         {"threads", required_argument, NULL, 't'},
         {"access-log", required_argument, NULL, 'a'},
@@ -217,6 +220,13 @@ static int parse_args(int argc, char **argv, struct config *c)
                 return -1;
             }
             c->body_limit = (size_t)v;
+            break;
+        case 'D':
+            if (parse_size(optarg, 1024, 1LL << 34, &v)) {
+                fprintf(stderr, "cohortd: --bodies-max must be 1024..17179869184\n");
+                return -1;
+            }
+            c->bodies_max = (size_t)v;
             break;
         case 'u':
             if (parse_size(optarg, 1, 1LL << 40, &v)) {
@@ -637,7 +647,7 @@ int main(int argc, char **argv)
     http_config hc = {cfg.host,      cfg.port,          cfg.threads,
                       access,        cfg.max_conns,     cfg.max_conns_per_ip,
                       cfg.idle_timeout_s, cfg.header_timeout_s, cfg.rate_per_s,
-                      cfg.rate_burst};
+                      cfg.rate_burst, cfg.bodies_max};
     srv = http_start(&hc, ctx, err, sizeof err);
     if (!srv) {
         fprintf(stderr, "cohortd: %s\n", err);

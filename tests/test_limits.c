@@ -379,3 +379,229 @@ Test(limits, a_token_flooding_the_api_gets_429_and_another_tenant_is_served)
     th_stop(&rd);
     th_cleanup(&rd);
 }
+
+/* ---- memory before trust ---- */
+
+/* cohortd's resident memory, in KiB. */
+static long rss_kib(const th_daemon *dm)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)dm->pid);
+    FILE *f = fopen(path, "r");
+    long v = -1;
+    while (f && fgets(buf, sizeof buf, f))
+        if (!strncmp(buf, "VmRSS:", 6))
+            v = strtol(buf + 6, NULL, 10);
+    if (f)
+        fclose(f);
+    return v;
+}
+
+/* Sends up to want bytes of body on nonblocking fd, chunked or not,
+ * without waiting: how many went. */
+static size_t push_body(int fd, size_t sent, size_t want, int chunked)
+{
+    static char block[65536 + 16];
+    const size_t step = 65536;
+    while (sent < want) {
+        size_t n = want - sent < step ? want - sent : step, len = n;
+        if (chunked) {
+            int h = snprintf(block, sizeof block, "%zx\r\n", n);
+            memset(block + h, '{', n);
+            memcpy(block + h + n, "\r\n", 2);
+            len = (size_t)h + n + 2;
+        } else {
+            memset(block, '{', n);
+        }
+        ssize_t w = send(fd, block, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w != (ssize_t)len)
+            break; /* full (a partial chunk ends this connection's part) */
+        sent += n;
+    }
+    return sent;
+}
+
+/*
+ * Without credentials cohortd holds a few KiB per request: 500 connections
+ * each sending a 1 MiB body to agent registration (the one JSON route that
+ * takes no token), half with Content-Length and half chunked, raise its
+ * resident memory by less than 32 MiB.
+ */
+Test(limits, an_unauthenticated_flood_of_large_bodies_holds_no_memory)
+{
+    enum { N = 500, BODY = 1 << 20 };
+    static int fds[N];
+    static size_t sent[N];
+    int port = port_of(&d);
+    long before = rss_kib(&d), peak = before;
+    char head[256];
+    for (int i = 0; i < N; i++) {
+        char ip[20];
+        snprintf(ip, sizeof ip, "127.0.1.%d", 1 + i % 4);
+        fds[i] = connect_from(ip, port);
+        int chunked = i % 2;
+        int n = snprintf(head, sizeof head,
+                         "POST /v1/agent/register HTTP/1.1\r\nHost: x\r\n"
+                         "Content-Type: application/json\r\n%s\r\n",
+                         chunked ? "Transfer-Encoding: chunked\r\n"
+                                 : "Content-Length: 1048576\r\n");
+        cr_assert_eq(send(fds[i], head, (size_t)n, MSG_NOSIGNAL), n);
+        sent[i] = 0;
+    }
+    double t0 = now_s();
+    int pending = N;
+    while (pending > 0 && now_s() - t0 < 20) {
+        pending = 0;
+        for (int i = 0; i < N; i++) {
+            if (sent[i] >= BODY || fds[i] < 0)
+                continue;
+            size_t was = sent[i];
+            sent[i] = push_body(fds[i], sent[i], BODY, i % 2);
+            if (sent[i] < BODY) {
+                pending++;
+                if (sent[i] == was && closed_by_server(fds[i])) {
+                    close(fds[i]);
+                    fds[i] = -1;
+                    pending--;
+                }
+            }
+        }
+        long now = rss_kib(&d);
+        if (now > peak)
+            peak = now;
+    }
+    long after = rss_kib(&d);
+    if (after > peak)
+        peak = after;
+    size_t total = 0;
+    for (int i = 0; i < N; i++) {
+        total += sent[i];
+        if (fds[i] >= 0)
+            close(fds[i]);
+    }
+    cr_log_info("%d unauthenticated 1 MiB bodies (%.0f MiB sent): RSS %ld -> peak %ld KiB", N,
+                total / 1048576.0, before, peak);
+    cr_expect_lt(peak - before, 32 * 1024, "RSS grew by %ld KiB", peak - before);
+    /* and the refusal says why */
+    static const char small[] = "{\"join_token\":\"not-a-join-token\"}";
+    th_resp r = th_req(&d, "POST", "/v1/agent/register", NULL, "application/json", small,
+                       sizeof small - 1, NULL);
+    cr_expect_eq(r.status, 401, "%s", r.body);
+    th_free(&r);
+    static char big[20000];
+    memset(big, ' ', sizeof big);
+    big[0] = '{';
+    big[sizeof big - 1] = '}';
+    r = th_req(&d, "POST", "/v1/agent/register", NULL, "application/json", big, sizeof big, NULL);
+    cr_expect_eq(r.status, 413, "%s", r.body);
+    cr_expect(strstr(r.body, "16384") != NULL, "%s", r.body);
+    th_free(&r);
+}
+
+/* A POST of a body of len bytes ('x' after the JSON's opening brace),
+ * all but its last byte sent; the caller sends that and reads the answer. */
+static int held_post(int port, const char *token, size_t len)
+{
+    static char body[1 << 20];
+    char head[512];
+    int fd = connect_from("127.0.0.1", port);
+    int n = snprintf(head, sizeof head,
+                     "POST /v1/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+                     token, len);
+    memset(body, 'x', sizeof body);
+    body[0] = '{';
+    cr_assert_eq(send(fd, head, (size_t)n, MSG_NOSIGNAL), n);
+    cr_assert_eq(send(fd, body, len - 1, MSG_NOSIGNAL), (ssize_t)(len - 1));
+    return fd;
+}
+
+/*
+ * Authenticated bodies share one budget (--bodies-max): with 4 MiB, eight
+ * clients each holding a 1 MiB body open get it read for four of them,
+ * and 503 busy with Retry-After for the rest, whose bytes are not kept.
+ */
+Test(limits, bodies_past_the_servers_budget_are_refused_busy)
+{
+    th_daemon d2;
+    char t2[80];
+    const char *args[] = {"--bodies-max", "4194304", NULL};
+    th_start(&d2, args);
+    th_user(&d2, "acme", "alice", "member", t2);
+    int port = port_of(&d2), fds[8], busy = 0, bad = 0;
+    for (int i = 0; i < 8; i++)
+        fds[i] = held_post(port, t2, 1 << 20);
+    for (int i = 0; i < 8; i++) {
+        char b[4096] = "";
+        size_t have = 0;
+        ssize_t k;
+        struct timeval tv = {10, 0};
+        setsockopt(fds[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        cr_assert_eq(send(fds[i], "x", 1, MSG_NOSIGNAL), 1);
+        while (have + 1 < sizeof b && !strstr(b, "\r\n\r\n") &&
+               (k = recv(fds[i], b + have, sizeof b - 1 - have, 0)) > 0) {
+            have += (size_t)k;
+            b[have] = '\0';
+        }
+        b[have] = '\0';
+        if (!strncmp(b, "HTTP/1.1 503", 12)) {
+            busy++;
+            cr_expect(strcasestr(b, "Retry-After: 1") != NULL, "%s", b);
+        } else if (!strncmp(b, "HTTP/1.1 400", 12)) {
+            bad++; /* read whole, and found not JSON */
+        } else {
+            cr_log_warn("connection %d: %.60s (%zu bytes, %s)", i, b, have, strerror(errno));
+        }
+        close(fds[i]);
+    }
+    cr_expect_eq(busy + bad, 8, "%d busy, %d read", busy, bad);
+    cr_expect_geq(busy, 4, "only %d of 8 refused with a 4 MiB budget", busy);
+    cr_expect_geq(bad, 1, "no body was read at all");
+    /* with the budget back, a body is read again */
+    th_expect(th_post(&d2, "/v1/jobs", t2, "{\"name\":1}"), 400);
+    th_stop(&d2);
+    th_cleanup(&d2);
+}
+
+/* Past --max-conns a new client is closed at once, not left waiting in the
+ * kernel's queue until its own deadline; one is served again when a
+ * connection goes. */
+Test(limits, past_the_connection_limit_a_client_is_refused_at_once)
+{
+    enum { MAX = 40 };
+    th_daemon d3;
+    const char *args[] = {"--max-conns", "40", NULL};
+    th_start(&d3, args);
+    int port = port_of(&d3), fds[MAX];
+    for (int i = 0; i < MAX; i++) {
+        fds[i] = connect_from("127.0.0.1", port);
+        cr_assert_eq(served(fds[i]), 200, "connection %d was not served", i + 1);
+    }
+    int extra = connect_from("127.0.0.1", port);
+    double t0 = now_s();
+    while (!closed_by_server(extra) && now_s() - t0 < 5.0) {
+        struct timespec ts = {0, 5 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    double took = now_s() - t0;
+    cr_expect(closed_by_server(extra), "connection %d was left open %.1f s", MAX + 1, took);
+    cr_expect_lt(took, 1.0, "refused after %.2f s", took);
+    close(extra);
+    close(fds[0]);
+    int again = -1;
+    for (int i = 0; i < 100 && again < 0; i++) {
+        usleep(20000);
+        int fd = connect_from("127.0.0.1", port);
+        if (served(fd) == 200)
+            again = fd;
+        else
+            close(fd);
+    }
+    cr_expect_geq(again, 0, "no connection was served after one closed");
+    if (again >= 0)
+        close(again);
+    for (int i = 1; i < MAX; i++)
+        close(fds[i]);
+    th_stop(&d3);
+    th_cleanup(&d3);
+}
