@@ -393,6 +393,9 @@ int api_store_error(api_resp *rs, int rc, const char *what)
         api_error(rs, 507, "no_space", NULL,
                   "the server's disk is full: %s was not stored (nothing changed)", what);
         break;
+    case STORE_JOIN_REFUSED:
+        api_error(rs, 401, "unauthorized", "join_token", "the join token is not valid");
+        break;
     case STORE_DOWN:
         api_error(rs, 503, "database_unavailable", NULL,
                   "the database cannot be reached (while handling %s): try again shortly", what);

@@ -41,28 +41,61 @@ static cJSON *node_json(const store_node *n)
     cJSON_AddNumberToObject(pr, "hi", (double)n->port_hi);
     api_add_time(o, "registered_at", n->registered_at);
     api_add_time(o, "last_heartbeat", n->last_heartbeat);
+    api_add_time(o, "revoked_at", n->revoked_at);
+    if (n->join_token_id > 0)
+        cJSON_AddNumberToObject(o, "join_token_id", (double)n->join_token_id);
+    else
+        cJSON_AddNullToObject(o, "join_token_id");
     return o;
 }
 
 /* ---- admin ---- */
 
+#define JOIN_TOKEN_DEFAULT_LIFETIME 3600
+#define JOIN_TOKEN_MAX_USES 100000
+
 struct join_new {
     uint8_t hash[UTIL_SHA256_LEN];
-    int64_t expires_at;
+    int64_t expires_at, max_uses;
     int64_t id;
 };
 
 static store_rc join_write(store_tx *tx, void *arg)
 {
     struct join_new *j = arg;
-    return store_join_token_insert(tx, j->hash, j->expires_at, &j->id);
+    return store_join_token_insert(tx, j->hash, j->expires_at, j->max_uses, &j->id);
 }
 
+static cJSON *join_json(const store_join_token *t)
+{
+    cJSON *o = api_object(t->id, NULL);
+    int64_t now = util_now_ms();
+    api_add_time(o, "created_at", t->created_at);
+    api_add_time(o, "expires_at", t->expires_at);
+    api_add_time(o, "revoked_at", t->revoked_at);
+    if (t->max_uses > 0)
+        cJSON_AddNumberToObject(o, "uses", (double)t->max_uses);
+    else
+        cJSON_AddNullToObject(o, "uses");
+    cJSON_AddNumberToObject(o, "used", (double)t->uses);
+    cJSON_AddStringToObject(o, "state", t->revoked_at         ? "revoked"
+                                        : t->expires_at > 0 && t->expires_at <= now ? "expired"
+                                        : t->max_uses > 0 && t->uses >= t->max_uses ? "used"
+                                                                                     : "live");
+    return o;
+}
+
+/*
+ * A join token admits `uses` nodes (default 1; 0: any number, for a fleet
+ * brought up at once) for `expires_in_seconds` (default an hour, at most a
+ * year): a leaked one is worth little, and every node it admitted is named
+ * by join_token_id.
+ */
 void api_join_token_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
-    static const char *const fields[] = {"expires_in_seconds", NULL};
+    static const char *const fields[] = {"expires_in_seconds", "uses", NULL};
     cJSON *in = NULL;
-    int64_t ttl = 0;
+    int64_t ttl = JOIN_TOKEN_DEFAULT_LIFETIME, uses = 1;
     char secret[UTIL_TOKEN_LEN + 1];
     struct join_new j = {0};
     if (!api_is_platform_admin(rq->who)) {
@@ -71,22 +104,72 @@ void api_join_token_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
     }
     if (rq->body_len > 0 && (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs) ||
                              api_int(in, "expires_in_seconds", 0, 1, JOIN_TOKEN_MAX_LIFETIME,
-                                     &ttl, rs) < 0))
+                                     &ttl, rs) < 0 ||
+                             api_int(in, "uses", 0, 0, JOIN_TOKEN_MAX_USES, &uses, rs) < 0))
         goto out;
     if (util_token_new(secret) != 0) {
         api_error(rs, 500, "internal", NULL, "cannot read random bytes");
         goto out;
     }
     util_sha256(secret, strlen(secret), j.hash);
-    j.expires_at = ttl > 0 ? util_now_ms() + ttl * 1000 : 0;
+    j.expires_at = util_now_ms() + ttl * 1000;
+    j.max_uses = uses;
     if (api_write(ctx, rs, join_write, &j, "join token"))
         goto out;
-    cJSON *o = api_object(j.id, NULL);
+    store_join_token t = {j.id, util_now_ms(), j.expires_at, 0, j.max_uses, 0};
+    cJSON *o = join_json(&t);
     cJSON_AddStringToObject(o, "token", secret);
-    api_add_time(o, "expires_at", j.expires_at);
     api_json(rs, 201, o);
 out:
     cJSON_Delete(in);
+}
+
+API_ROWS(join_list_row, store_join_token, join_json)
+
+/* A page of a platform admin's list opened into pg: 0, or -1 (answered). */
+static int admin_list_open(const api_req *rq, api_list *pg, api_resp *rs)
+{
+    if (!api_is_platform_admin(rq->who))
+        return api_forbid(rs, "platform_admin");
+    return api_list_open(rq, pg, rs) ? -1 : 0;
+}
+
+void api_join_token_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    api_list pg;
+    if (admin_list_open(rq, &pg, rs))
+        return;
+    int rc = store_join_token_list(ctx->st, pg.cursor, pg.limit, join_list_row, &pg);
+    api_list_close(rs, &pg, rc, "join tokens");
+}
+
+struct revoke {
+    int64_t id, now;
+    store_tx *tx;
+};
+
+static store_rc join_revoke_write(store_tx *tx, void *arg)
+{
+    const struct revoke *r = arg;
+    return store_join_token_revoke(tx, r->id, r->now);
+}
+
+/* Revokes a join token: it admits no node from now on (the nodes it
+ * admitted stay; DELETE /v1/nodes/{id} revokes a node). */
+void api_join_token_revoke(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    struct revoke r = {api_id(rq->param[0]), util_now_ms(), NULL};
+    if (!api_is_platform_admin(rq->who)) {
+        api_forbid(rs, "platform_admin");
+        return;
+    }
+    if (r.id <= 0) {
+        api_store_error(rs, STORE_NOTFOUND, "join token");
+        return;
+    }
+    if (api_write(ctx, rs, join_revoke_write, &r, "join token"))
+        return;
+    api_json(rs, 200, api_object(r.id, NULL));
 }
 
 API_ROWS(node_row, store_node, node_json)
@@ -94,11 +177,7 @@ API_ROWS(node_row, store_node, node_json)
 void api_node_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     api_list pg;
-    if (!api_is_platform_admin(rq->who)) {
-        api_forbid(rs, "platform_admin");
-        return;
-    }
-    if (api_list_open(rq, &pg, rs))
+    if (admin_list_open(rq, &pg, rs))
         return;
     int rc = store_node_list(ctx->st, pg.cursor, pg.limit, node_row, &pg);
     api_list_close(rs, &pg, rc, "nodes");
@@ -136,6 +215,41 @@ static void node_set_drained(api_ctx *ctx, const api_req *rq, api_resp *rs, int 
     if (api_write(ctx, rs, drain_write, &n, "node"))
         return;
     sched_wake(ctx->sched);
+    api_json(rs, 200, node_json(&n));
+}
+
+static void revoked_job(void *arg, int64_t job_id)
+{
+    struct revoke *r = arg;
+    sched_job_eval(r->tx, job_id);
+}
+
+static store_rc node_revoke_write(store_tx *tx, void *arg)
+{
+    struct revoke *r = arg;
+    r->tx = tx;
+    int rc = store_node_revoke(tx, r->id, r->now);
+    if (rc == STORE_OK)
+        rc = store_worker_lose_node(tx, r->id, r->now, "node revoked", revoked_job, r);
+    return rc;
+}
+
+/* Revokes a node: its token is refused from now on, its workers are lost
+ * (their jobs go on as after any lost node: retried or failed), and its
+ * row stays, with revoked_at. */
+void api_node_delete(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    store_node n;
+    if (node_find(ctx, rq, &n, rs))
+        return;
+    struct revoke r = {n.id, util_now_ms(), NULL};
+    if (api_write(ctx, rs, node_revoke_write, &r, "node"))
+        return;
+    sched_wake(ctx->sched);
+    if (store_node_get(ctx->st, n.id, &n) != STORE_OK) {
+        api_store_error(rs, STORE_EIO, "node");
+        return;
+    }
     api_json(rs, 200, node_json(&n));
 }
 
@@ -289,12 +403,16 @@ int api_authenticate_node(api_ctx *ctx, const char *authorization, store_node *n
 struct node_new {
     store_node n;
     uint8_t hash[UTIL_SHA256_LEN];
+    uint8_t join[UTIL_SHA256_LEN]; /* the join token's, counted in the same write */
 };
 
 static store_rc node_write(store_tx *tx, void *arg)
 {
     struct node_new *nn = arg;
-    return store_node_insert(tx, &nn->n, nn->hash);
+    int rc = store_join_token_use(tx, nn->join, util_now_ms(), &nn->n.join_token_id);
+    if (rc == STORE_NOTFOUND)
+        return STORE_JOIN_REFUSED;
+    return rc == STORE_OK ? store_node_insert(tx, &nn->n, nn->hash) : rc;
 }
 
 void api_agent_register(api_ctx *ctx, const api_req *rq, api_resp *rs)
@@ -309,9 +427,8 @@ void api_agent_register(api_ctx *ctx, const api_req *rq, api_resp *rs)
     if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs) ||
         api_str(in, "join_token", 1, 256, &join, rs) < 0)
         goto out;
-    uint8_t jh[UTIL_SHA256_LEN];
-    util_sha256(join, strlen(join), jh);
-    if (store_join_token_check(ctx->st, jh, util_now_ms()) != STORE_OK) {
+    util_sha256(join, strlen(join), nn.join);
+    if (store_join_token_check(ctx->st, nn.join, util_now_ms()) != STORE_OK) {
         api_error(rs, 401, "unauthorized", "join_token", "the join token is not valid");
         goto out;
     }
@@ -348,6 +465,10 @@ void api_agent_register(api_ctx *ctx, const api_req *rq, api_resp *rs)
     }
     util_sha256(secret, strlen(secret), nn.hash);
     int rc = store_write(ctx->st, node_write, &nn);
+    if (rc == STORE_JOIN_REFUSED) { /* used up, or revoked, since the check above */
+        api_error(rs, 401, "unauthorized", "join_token", "the join token is not valid");
+        goto out;
+    }
     if (rc == STORE_CONFLICT) {
         api_error(rs, 409, "conflict", "name", "a node named '%s' is registered already", name);
         goto out;

@@ -49,6 +49,7 @@ struct sched_service {
     void (*notify)(void *arg);
     void *notify_arg;
     int leads;            /* this cohortd ran the last pass (store_lead); atomic */
+    int64_t lead_since;   /* monotonic ms this cohortd took the lead; 0: not leading */
     /* The registered nodes' capacities for sched_could_fit, read at most
      * once per FIT_CACHE_MS (a submit would read every node otherwise). */
     pthread_mutex_t fit_lock;
@@ -358,7 +359,7 @@ static int plan(store_tx *tx, struct pass *p)
 }
 
 struct tick {
-    int64_t now, node_timeout_ms;
+    int64_t now, node_timeout_ms; /* node_timeout_ms 0: judge no node yet */
     const sched_config *cfg;
     store_tx *tx;
 };
@@ -372,7 +373,7 @@ static void job_lost(void *arg, int64_t job_id)
 static void node_down(void *arg, int64_t node_id)
 {
     struct tick *t = arg;
-    store_worker_lose_node(t->tx, node_id, t->now, job_lost, t);
+    store_worker_lose_node(t->tx, node_id, t->now, "node down", job_lost, t);
 }
 
 /* The running jobs past their max_runtime_seconds, all of them. */
@@ -452,7 +453,7 @@ static store_rc tick(store_tx *tx, void *arg)
         rc = store_hold_release_idle(tx);
     if (rc == STORE_OK)
         rc = stop_exhausted(t);
-    if (rc == STORE_OK)
+    if (rc == STORE_OK && t->node_timeout_ms > 0)
         rc = store_node_mark_down(tx, t->now - t->node_timeout_ms, node_down, t);
     struct timeout_scan s = {.now = t->now};
     if (rc == STORE_OK)
@@ -495,8 +496,16 @@ static void run_pass(sched_service *s)
     /* Timeouts and silent nodes are looked for once per tick, not on every wake. */
     int rc = STORE_OK;
     int64_t mono = util_mono_us() / 1000;
+    if (!lead)
+        s->lead_since = 0;
+    else if (!s->lead_since)
+        s->lead_since = mono;
     if (lead && mono - s->last_tick >= s->cfg.tick_ms) {
-        struct tick t = {util_now_ms(), s->cfg.node_timeout_ms, &s->cfg, NULL};
+        /* A node is judged by the heartbeats this cohortd has been here to
+         * receive: none is down before --node-timeout has passed since it
+         * took the lead, however long the restart (or failover) before. */
+        int judge = mono - s->lead_since >= s->cfg.node_timeout_ms;
+        struct tick t = {util_now_ms(), judge ? s->cfg.node_timeout_ms : 0, &s->cfg, NULL};
         rc = store_write(s->st, tick, &t);
         if (rc != STORE_OK && rc != STORE_BUSY)
             fprintf(stderr, "scheduler: tick failed (%s)\n", store_rc_name(rc));

@@ -622,7 +622,7 @@ const char *store_rc_name(int rc)
         "STORE_OK",        "STORE_NOTFOUND",  "STORE_CONFLICT",          "STORE_EIO",
         "STORE_INVALID",   "STORE_NOMEM",     "STORE_BUSY",              "STORE_FULL",
         "STORE_JOB_FINAL", "STORE_JOB_ACTIVE", "STORE_JOB_NOT_RETRYABLE", "STORE_JOB_STOPPING",
-        "STORE_DOWN"};
+        "STORE_DOWN",      "STORE_JOIN_REFUSED"};
     return rc <= 0 && -rc < (int)(sizeof names / sizeof names[0]) ? names[-rc] : "STORE_?";
 }
 

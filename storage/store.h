@@ -43,6 +43,7 @@ typedef enum store_rc {
     STORE_JOB_NOT_RETRYABLE = -10, /* only a FAILED or CANCELLED job can be retried */
     STORE_JOB_STOPPING = -11,     /* the job's workers are still stopping */
     STORE_DOWN = -12,             /* the database server cannot be reached (PostgreSQL) */
+    STORE_JOIN_REFUSED = -13,     /* the join token admits no more nodes */
 } store_rc;
 
 /* The code's name ("STORE_NOTFOUND"), for logs; "STORE_?" for no code. */

@@ -17,7 +17,7 @@
     "SELECT n.id, n.name, n.address, n.cpus, n.memory_mb, n.gpus, coalesce(n.gpu_type, ''),"  \
     " n.port_lo, n.port_hi, n.state, n.drained, n.registered_at, n.last_heartbeat,"          \
     " coalesce(sum(j.cpus), 0), coalesce(sum(j.memory_mb), 0), coalesce(sum(j.gpus), 0),"     \
-    " count(w.id), n.network"                                                                 \
+    " count(w.id), n.network, coalesce(n.revoked_at, 0), coalesce(n.join_token_id, 0)"       \
     " FROM nodes n LEFT JOIN workers w ON w.node_id = n.id"                                   \
     "  AND w.state IN ('assigned', 'running')"                                                \
     " LEFT JOIN jobs j ON j.id = w.job_id"
@@ -43,6 +43,8 @@ static void node_row(store_st *st, void *out)
     n->used_gpus = store_col_int64(st, 15);
     n->used_workers = store_col_int64(st, 16);
     store_col_copy(st, 17, n->network, sizeof n->network);
+    n->revoked_at = store_col_int64(st, 18);
+    n->join_token_id = store_col_int64(st, 19);
 }
 
 STORE_ROWS(node_rows, store_node, node_row)
@@ -54,11 +56,11 @@ static int node_each(store_st *st, void (*row)(void *arg, const store_node *n), 
 }
 
 int store_join_token_insert(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN],
-                            int64_t expires_at, int64_t *id)
+                            int64_t expires_at, int64_t max_uses, int64_t *id)
 {
     static const char sql[] =
-        "INSERT INTO node_join_tokens(hash, created_at, expires_at) VALUES (?1, ?2, ?3)"
-        " RETURNING id";
+        "INSERT INTO node_join_tokens(hash, created_at, expires_at, max_uses)"
+        " VALUES (?1, ?2, ?3, ?4) RETURNING id";
     store_conn *c = store_tx_conn(tx);
     store_st *st = store_prep(c, sql, STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN),
             STORE_I(util_now_ms())));
@@ -66,13 +68,20 @@ int store_join_token_insert(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN],
         return STORE_EIO;
     if (expires_at > 0)
         store_bind_int64(st, 3, expires_at);
+    if (max_uses > 0)
+        store_bind_int64(st, 4, max_uses);
     return store_step_change(c, st, id);
 }
 
+/* A token that still admits a node at now: not revoked, not expired, not
+ * used up. */
+#define JOIN_LIVE                                                                          \
+    " revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?2)"                      \
+    " AND (max_uses IS NULL OR uses < max_uses)"
+
 int store_join_token_check(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t now_ms)
 {
-    static const char sql[] = "SELECT hash FROM node_join_tokens WHERE hash = ?1"
-                              " AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?2)";
+    static const char sql[] = "SELECT hash FROM node_join_tokens WHERE hash = ?1 AND" JOIN_LIVE;
     store_st *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN),
             STORE_I(now_ms)));
     if (!st)
@@ -84,12 +93,60 @@ int store_join_token_check(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_
     return rc;
 }
 
+int store_join_token_use(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN], int64_t now_ms,
+                         int64_t *id)
+{
+    static const char sql[] = "UPDATE node_join_tokens SET uses = uses + 1 WHERE hash = ?1 AND"
+                              JOIN_LIVE " RETURNING id";
+    store_conn *c = store_tx_conn(tx);
+    store_st *st = store_prep(c, sql, STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN),
+            STORE_I(now_ms)));
+    if (!st)
+        return STORE_EIO;
+    int rc = store_step_row(st);
+    if (rc == STORE_OK)
+        *id = store_col_int64(st, 0);
+    store_reset(st);
+    return rc;
+}
+
+static void join_row(store_st *st, void *out)
+{
+    store_join_token *t = out;
+    t->id = store_col_int64(st, 0);
+    t->created_at = store_col_int64(st, 1);
+    t->expires_at = store_col_int64(st, 2);
+    t->revoked_at = store_col_int64(st, 3);
+    t->max_uses = store_col_int64(st, 4);
+    t->uses = store_col_int64(st, 5);
+}
+
+STORE_ROWS(join_rows, store_join_token, join_row)
+
+int store_join_token_list(store *s, int64_t after, int limit,
+                          void (*row)(void *arg, const store_join_token *t), void *arg)
+{
+    static const char sql[] =
+        "SELECT id, created_at, coalesce(expires_at, 0), coalesce(revoked_at, 0),"
+        " coalesce(max_uses, 0), uses FROM node_join_tokens WHERE id > ?1 ORDER BY id LIMIT ?2";
+    struct join_rows r = {row, arg};
+    return store_each(store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(after),
+            STORE_I(limit))), join_rows, &r);
+}
+
+int store_join_token_revoke(store_tx *tx, int64_t id, int64_t now_ms)
+{
+    static const char sql[] = "UPDATE node_join_tokens SET revoked_at = ?2"
+                              " WHERE id = ?1 AND revoked_at IS NULL";
+    return store_exec(store_tx_conn(tx), NULL, sql, STORE_ARGS(STORE_I(id), STORE_I(now_ms)));
+}
+
 int store_node_insert(store_tx *tx, store_node *n, const uint8_t token_hash[UTIL_SHA256_LEN])
 {
     static const char sql[] =
         "INSERT INTO nodes(name, address, cpus, memory_mb, gpus, gpu_type, port_lo, port_hi,"
-        " token_hash, registered_at, last_heartbeat, network)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11) RETURNING id";
+        " token_hash, registered_at, last_heartbeat, network, join_token_id)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12) RETURNING id";
     store_conn *c = store_tx_conn(tx);
     store_st *st = store_stmt(c, sql);
     if (!st)
@@ -106,6 +163,8 @@ int store_node_insert(store_tx *tx, store_node *n, const uint8_t token_hash[UTIL
     store_bind_blob(st, 9, token_hash, UTIL_SHA256_LEN);
     store_bind_int64(st, 10, now);
     store_bind_text(st, 11, !strcmp(n->network, "job") ? "job" : "host");
+    if (n->join_token_id > 0)
+        store_bind_int64(st, 12, n->join_token_id);
     n->registered_at = n->last_heartbeat = now;
     snprintf(n->state, sizeof n->state, "up");
     return store_step_change(c, st, &n->id);
@@ -127,7 +186,8 @@ static int node_one(store_st *st, store_node *out)
 
 int store_node_by_token(store *s, const uint8_t hash[UTIL_SHA256_LEN], store_node *out)
 {
-    static const char sql[] = NODE_SELECT " WHERE n.token_hash = ?1 GROUP BY n.id";
+    static const char sql[] = NODE_SELECT " WHERE n.token_hash = ?1 AND n.revoked_at IS NULL"
+                                          " GROUP BY n.id";
     return node_one(
         store_prep(store_reader(s), sql, STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN))), out);
 }
@@ -160,7 +220,8 @@ int store_node_all_tx(store_tx *tx, void (*row)(void *arg, const store_node *n),
 
 int store_node_heartbeat(store_tx *tx, int64_t id, int64_t now_ms)
 {
-    static const char sql[] = "UPDATE nodes SET last_heartbeat = ?2, state = 'up' WHERE id = ?1";
+    static const char sql[] = "UPDATE nodes SET last_heartbeat = ?2, state = 'up' WHERE id = ?1"
+                              " AND revoked_at IS NULL";
     return store_exec(store_tx_conn(tx), NULL, sql, STORE_ARGS(STORE_I(id), STORE_I(now_ms)));
 }
 
@@ -170,6 +231,14 @@ int store_node_set_drained(store_tx *tx, int64_t id, int drained)
                                        "UPDATE nodes SET drained = 1 WHERE id = ?1"};
     store_tx_touch(tx, id); /* its agent is told */
     return store_tx_exec_id(tx, sql[drained != 0], id);
+}
+
+int store_node_revoke(store_tx *tx, int64_t id, int64_t now_ms)
+{
+    static const char sql[] = "UPDATE nodes SET revoked_at = ?2, state = 'down', drained = 1"
+                              " WHERE id = ?1 AND revoked_at IS NULL";
+    store_tx_touch(tx, id); /* its cached token goes */
+    return store_exec(store_tx_conn(tx), NULL, sql, STORE_ARGS(STORE_I(id), STORE_I(now_ms)));
 }
 
 int store_node_mark_down(store_tx *tx, int64_t cutoff_ms, void (*row)(void *arg, int64_t id),
@@ -404,15 +473,15 @@ int store_worker_stop_attempt(store_tx *tx, int64_t job_id, int64_t attempt)
     return rc == STORE_DONE ? STORE_OK : rc;
 }
 
-int store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms,
+int store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms, const char *why,
                            void (*row)(void *arg, int64_t job_id), void *arg)
 {
     static const char sql[] =
-        "UPDATE workers SET state = 'lost', message = 'node down', finished_at = ?2,"
+        "UPDATE workers SET state = 'lost', message = ?3, finished_at = ?2,"
         " desired = 'stop' WHERE node_id = ?1 AND state IN ('assigned', 'running')"
         " RETURNING job_id, id";
     store_st *st = store_prep(store_tx_conn(tx), sql, STORE_ARGS(STORE_I(node_id),
-            STORE_I(now_ms)));
+            STORE_I(now_ms), STORE_T(why)));
     if (!st)
         return STORE_EIO;
     /* Every changed row must be charged: the statement is stepped to its end

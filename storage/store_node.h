@@ -22,6 +22,8 @@ typedef struct store_node {
     char state[8]; /* up | down */
     int drained;
     char network[8]; /* what its agent gives jobs: host | job (migration 014) */
+    int64_t revoked_at;    /* 0: trusted; else its token is refused (migration 015) */
+    int64_t join_token_id; /* the join token that registered it; 0: not known */
     int64_t registered_at, last_heartbeat;
     /* Held by live workers (assigned or running): derived on reads. */
     int64_t used_cpus, used_memory_mb, used_gpus, used_workers;
@@ -48,10 +50,26 @@ typedef struct store_quota {
     int64_t max_running_jobs, max_workers, max_cpus, max_gpus; /* -1: no limit */
 } store_quota;
 
+typedef struct store_join_token {
+    int64_t id, created_at;
+    int64_t expires_at, revoked_at; /* 0: never, not */
+    int64_t max_uses, uses;         /* max_uses 0: any number */
+} store_join_token;
+
+/* expires_at 0: never; max_uses 0: any number of nodes. */
 int store_join_token_insert(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN],
-                            int64_t expires_at, int64_t *id);
-/* STORE_OK when the join token is live at now_ms. */
+                            int64_t expires_at, int64_t max_uses, int64_t *id);
+/* STORE_OK when the join token still admits a node at now_ms (live, not
+ * used up); STORE_NOTFOUND otherwise. */
 int store_join_token_check(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t now_ms);
+/* Counts a node against the token, when it still admits one: STORE_OK
+ * with its id, or STORE_NOTFOUND (nothing changed). */
+int store_join_token_use(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN], int64_t now_ms,
+                         int64_t *id);
+int store_join_token_list(store *s, int64_t after, int limit,
+                          void (*row)(void *arg, const store_join_token *t), void *arg);
+/* STORE_NOTFOUND when there is no such token or it is revoked already. */
+int store_join_token_revoke(store_tx *tx, int64_t id, int64_t now_ms);
 
 /* Inserts n (id, registered_at, last_heartbeat set here). */
 int store_node_insert(store_tx *tx, store_node *n, const uint8_t token_hash[UTIL_SHA256_LEN]);
@@ -64,6 +82,10 @@ int store_node_list(store *s, int64_t after, int limit,
 int store_node_all_tx(store_tx *tx, void (*row)(void *arg, const store_node *n), void *arg);
 int store_node_heartbeat(store_tx *tx, int64_t id, int64_t now_ms);
 int store_node_set_drained(store_tx *tx, int64_t id, int drained);
+/* Withdraws trust in node id: its token is refused from now on, it is down
+ * and drained, and its row stays.  STORE_NOTFOUND when there is no such
+ * node or it is revoked already.  The caller loses its workers. */
+int store_node_revoke(store_tx *tx, int64_t id, int64_t now_ms);
 /* Marks down every up node silent since before cutoff_ms; row() gets each. */
 int store_node_mark_down(store_tx *tx, int64_t cutoff_ms, void (*row)(void *arg, int64_t id),
                          void *arg);
@@ -98,8 +120,9 @@ int store_worker_usage(store_tx *tx, int64_t id, int64_t node_id, int64_t cpu_us
                        int64_t memory_peak);
 /* Asks every worker of the attempt to stop. */
 int store_worker_stop_attempt(store_tx *tx, int64_t job_id, int64_t attempt);
-/* Live workers of a node become lost (node down); row() gets each job id. */
-int store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms,
+/* Live workers of a node become lost with message why ("node down");
+ * row() gets each job id. */
+int store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms, const char *why,
                            void (*row)(void *arg, int64_t job_id), void *arg);
 
 /* Workers that ran since since_ms (or still run), with their job's tenant

@@ -1226,6 +1226,37 @@ Test(agent, a_lost_node_fails_its_ranks_and_the_gang_reruns_elsewhere, .timeout 
     cr_expect_eq(left, 0, "%d processes outlived their agent's lease", left);
 }
 
+/*
+ * cohortd stopped for longer than --node-timeout (but within the agents'
+ * lease) fails no job: after its restart a node is judged by heartbeats it
+ * has been up to receive, so the running job's node is not marked down
+ * from a heartbeat older than the outage, and the job runs to its end.
+ */
+Test(agent, a_cohortd_restart_longer_than_the_node_timeout_fails_no_job, .timeout = 90)
+{
+    char listen[40];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", th_free_port()); /* the same after restart */
+    const char *args[] = {"--node-timeout", "2", "--lease", "30", "--heartbeat", "1",
+                          "--listen", listen, NULL};
+    platform(args);
+    agents(1, "1");
+    long id = submit_sh("long", "long.sh", "#!/bin/sh\nsleep 14\n", 1, NULL);
+    char seen[16], p[64];
+    cr_assert(th_wait_state(&d, tok, id, "RUNNING", 20000, seen), "job is %s", seen);
+    cr_assert_eq(th_stop(&d), 0);
+    sleep(5); /* 2.5 node timeouts without cohortd */
+    th_restart(&d, args);
+    sleep(4); /* two more node timeouts, now with heartbeats coming in */
+    th_resp r = th_get(&d, "/v1/nodes/1", TH_ADMIN);
+    cr_expect_str_eq(th_str(&r, "state"), "up", "%s", r.body);
+    th_free(&r);
+    snprintf(p, sizeof p, "/v1/jobs/%ld", id);
+    r = th_get(&d, p, tok);
+    cr_expect_str_eq(th_str(&r, "state"), "RUNNING", "%s", r.body);
+    th_free(&r);
+    cr_expect(th_wait_state(&d, tok, id, "SUCCEEDED", 30000, seen), "job ended %s", seen);
+}
+
 Test(agent, a_restarted_agent_adopts_its_running_workers)
 {
     platform(NULL);

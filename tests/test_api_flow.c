@@ -785,3 +785,111 @@ Test(api_flow, a_rank_that_ran_another_digest_fails_its_attempt)
     cr_expect(strstr(r.body, "the tag moved") != NULL, "%s", r.body);
     th_free(&r);
 }
+
+/* POST /v1/agent/register of node name with join token join: the status,
+ * and its node token into tok[80] when 201. */
+static int register_with(const char *join, const char *name, char *tok)
+{
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"join_token\":\"%s\",\"name\":\"%s\",\"address\":\"192.0.2.30\",\"cpus\":4,"
+             "\"memory_mb\":65536,\"port_lo\":40000,\"port_hi\":40099}",
+             join, name);
+    th_resp r = th_post(&d, "/v1/agent/register", NULL, body);
+    int st = r.status;
+    if (st == 201 && tok)
+        snprintf(tok, 80, "%s", th_str(&r, "node_token"));
+    th_free(&r);
+    return st;
+}
+
+/* A join token made with body (NULL: the defaults) into join[80]; its id. */
+static long join_token(const char *body, char *join)
+{
+    th_resp r = th_create(&d, "/v1/nodes/join-tokens", TH_ADMIN, body);
+    snprintf(join, 80, "%s", th_str(&r, "token"));
+    long id = (long)th_num(&r, "id");
+    th_free(&r);
+    return id;
+}
+
+/*
+ * Trust in nodes can be withdrawn: a join token admits one node unless
+ * made for more, expires (an hour unless told), and can be revoked; the
+ * list says which is which.  A revoked node's token is refused at once,
+ * its worker is lost (and its job goes on as after a lost node), and its
+ * row stays with revoked_at.
+ */
+Test(api_flow, join_tokens_expire_are_used_up_and_nodes_are_revoked)
+{
+    char j1[80], j2[80], j3[80], j4[80], n1[80], tok[80], seen[16], p[96];
+    th_resp r = th_create(&d, "/v1/nodes/join-tokens", TH_ADMIN, NULL);
+    long long left = th_ms_of(th_str(&r, "expires_at")) - (long long)time(NULL) * 1000;
+    cr_expect(left > 3590 * 1000LL && left <= 3601 * 1000LL, "expires in %lld ms", left);
+    cr_expect_eq(th_num(&r, "uses"), 1, "%s", r.body);
+    th_free(&r);
+    /* one use by default */
+    join_token(NULL, j1);
+    cr_expect_eq(register_with(j1, "a", n1), 201);
+    cr_expect_eq(register_with(j1, "b", NULL), 401, "a one-use token admitted a second node");
+    /* two uses */
+    join_token("{\"uses\":2}", j2);
+    cr_expect_eq(register_with(j2, "c", NULL), 201);
+    cr_expect_eq(register_with(j2, "d", NULL), 201);
+    cr_expect_eq(register_with(j2, "e", NULL), 401);
+    /* expired */
+    join_token("{\"expires_in_seconds\":1}", j3);
+    usleep(1100 * 1000);
+    cr_expect_eq(register_with(j3, "f", NULL), 401, "an expired token admitted a node");
+    /* revoked */
+    long id4 = join_token("{\"uses\":0}", j4);
+    snprintf(p, sizeof p, "/v1/nodes/join-tokens/%ld", id4);
+    th_must(th_req(&d, "DELETE", p, TH_ADMIN, NULL, NULL, 0, NULL), 200);
+    cr_expect_eq(register_with(j4, "g", NULL), 401, "a revoked token admitted a node");
+    th_expect(th_req(&d, "DELETE", p, TH_ADMIN, NULL, NULL, 0, NULL), 404);
+    r = th_get(&d, "/v1/nodes/join-tokens", TH_ADMIN);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    static const char *const want[] = {"used", "used", "expired", "revoked"};
+    const cJSON *items = cJSON_GetObjectItem(r.json, "items");
+    cr_assert_eq(cJSON_GetArraySize(items), 5, "%s", r.body); /* the defaults' one too */
+    for (int i = 0; i < 4; i++) {
+        const cJSON *t = cJSON_GetArrayItem(items, i + 1);
+        cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(t, "state")), want[i],
+                         "token %d: %s", i + 1, r.body);
+    }
+    cr_expect(strstr(r.body, "\"token\"") == NULL, "a listing shows a secret: %s", r.body);
+    th_free(&r);
+    th_user(&d, "acme", "alice", "member", tok);
+    th_expect(th_get(&d, "/v1/nodes/join-tokens", tok), 403);
+
+    /* Node "a" runs a worker, then is revoked. */
+    make_volumes(tok);
+    th_must(th_post(&d, "/v1/nodes/2/drain", TH_ADMIN, NULL), 200); /* c and d: not there */
+    th_must(th_post(&d, "/v1/nodes/3/drain", TH_ADMIN, NULL), 200);
+    long job = th_submit(&d, tok,
+                         "{\"name\":\"w\",\"image\":\"native\",\"workspace\":\"ws\","
+                         "\"code_path\":\"bin/train\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                         "\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
+    cr_assert(th_wait_state(&d, tok, job, "STARTING", 10000, seen) ||
+                  th_wait_state(&d, tok, job, "RUNNING", 1000, seen),
+              "job is %s", seen);
+    th_must(th_post(&d, "/v1/agent/heartbeat", n1, "{\"workers\":[]}"), 200);
+    r = th_req(&d, "DELETE", "/v1/nodes/1", TH_ADMIN, NULL, NULL, 0, NULL);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    cr_expect(th_str(&r, "revoked_at") != NULL, "%s", r.body);
+    cr_expect_str_eq(th_str(&r, "state"), "down");
+    th_free(&r);
+    th_expect(th_post(&d, "/v1/agent/heartbeat", n1, "{\"workers\":[]}"), 401);
+    th_expect(th_get(&d, "/v1/agent/desired", n1), 401);
+    cr_expect(th_wait_state(&d, tok, job, "FAILED", 10000, seen), "job is %s", seen);
+    snprintf(p, sizeof p, "/v1/jobs/%ld", job);
+    r = th_get(&d, p, tok);
+    cr_expect(strstr(r.body, "node revoked") != NULL, "%s", r.body);
+    th_free(&r);
+    r = th_get(&d, "/v1/nodes/1", TH_ADMIN);
+    cr_expect_eq(r.status, 200, "the revoked node's row is gone");
+    cr_expect_eq(th_num(&r, "join_token_id"), 2, "%s", r.body);
+    th_free(&r);
+    th_expect(th_req(&d, "DELETE", "/v1/nodes/1", TH_ADMIN, NULL, NULL, 0, NULL), 404);
+    th_expect(th_req(&d, "DELETE", "/v1/nodes/1", tok, NULL, NULL, 0, NULL), 403);
+}
