@@ -54,6 +54,7 @@ static const api_route routes[] = {
     R(GET, "/v1/jobs/{}", api_job_get, NONE, 1),
     R(DELETE, "/v1/jobs/{}", api_job_delete, NONE, 1),
     R(POST, "/v1/jobs/{}/cancel", api_job_cancel, NONE, 1),
+    R(POST, "/v1/jobs/{}/priority", api_job_priority, JSON, 1),
     R(POST, "/v1/jobs/{}/retry", api_job_retry, NONE, 1),
     R(GET, "/v1/jobs/{}/cost", api_job_cost, NONE, 1),
     R(GET, "/v1/jobs/{}/events", api_job_events, NONE, 1),

@@ -164,6 +164,7 @@ void api_job_get(api_ctx *, const api_req *, api_resp *);
 void api_job_cancel(api_ctx *, const api_req *, api_resp *);
 void api_job_delete(api_ctx *, const api_req *, api_resp *);
 void api_job_events(api_ctx *, const api_req *, api_resp *);
+void api_job_priority(api_ctx *, const api_req *, api_resp *);
 void api_job_workers(api_ctx *, const api_req *, api_resp *);
 void api_join_token_create(api_ctx *, const api_req *, api_resp *);
 void api_join_token_list(api_ctx *, const api_req *, api_resp *);

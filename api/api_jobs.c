@@ -379,10 +379,16 @@ void api_job_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_name(in, "worker_spec", 1, &spec_name, rs) < 0 ||
         api_int(in, "worker_count", 1, 1, MAX_WORKERS, &j->worker_count, rs) < 0 ||
         api_int(in, "workers_per_node", 0, 1, 1024, &j->workers_per_node, rs) < 0 ||
-        api_int(in, "priority", 0, -1000, 1000, &j->priority, rs) < 0 ||
+        api_int(in, "priority", 0, -SCHED_PRIORITY_MAX, SCHED_TIER_MAX, &j->priority, rs) < 0 ||
         api_int(in, "max_runtime_seconds", 0, 1, MAX_RUNTIME, &j->max_runtime_seconds, rs) < 0 ||
         api_int(in, "max_retries", 0, 0, 100, &j->max_retries, rs) < 0)
         goto fail;
+    if (j->priority > SCHED_PRIORITY_MAX && !api_is_platform_admin(rq->who)) {
+        api_error(rs, 422, "invalid_value", "priority",
+                  "priority must be -%d..%d: above is a tier across tenants, which only a "
+                  "platform admin sets", SCHED_PRIORITY_MAX, SCHED_PRIORITY_MAX);
+        goto fail;
+    }
     if (name[0] == '\0' || !text_ok(name)) {
         api_error(rs, 422, "invalid_value", "name",
                   "name must be 1..%d characters without control characters", STORE_JOB_NAME_MAX);
@@ -445,7 +451,7 @@ void api_job_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
     if (job_price(j, rs))
         goto fail;
     sched_job probe = {0, j->tenant_id, j->priority, 0, 0, j->worker_count,
-                       j->workers_per_node, j->cpus, j->memory_mb, j->gpus};
+                       j->workers_per_node, j->cpus, j->memory_mb, j->gpus, 0};
     char why[300];
     if (!sched_could_fit(ctx->sched, &probe, why, sizeof why)) {
         api_error(rs, 422, "never_fits", "worker_count", "%s", why);
@@ -688,6 +694,62 @@ static store_rc job_retry_write(store_tx *tx, void *arg)
 void api_job_retry(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     job_change(ctx, rq, rs, job_retry_write);
+}
+
+struct priority_set {
+    int64_t id, priority;
+};
+
+static store_rc priority_write(store_tx *tx, void *arg)
+{
+    const struct priority_set *p = arg;
+    return store_job_set_priority(tx, p->id, p->priority, util_now_ms());
+}
+
+/*
+ * POST /v1/jobs/{id}/priority {"priority": N}: a member reorders its
+ * tenant's jobs (-1000..1000); a platform admin also sets a tier (up to
+ * SCHED_TIER_MAX), which goes ahead of every tenant's regular jobs.
+ */
+void api_job_priority(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    static const char *const fields[] = {"priority", NULL};
+    cJSON *in = NULL;
+    store_job j = {0};
+    struct priority_set p = {0, 0};
+    if (api_job_find(ctx, rq, &j, rs))
+        goto out;
+    if (!api_can_write(rq->who)) {
+        api_forbid(rs, "member");
+        goto out;
+    }
+    p.id = j.id;
+    if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs) ||
+        api_int(in, "priority", 1, -SCHED_PRIORITY_MAX, SCHED_TIER_MAX, &p.priority, rs) < 0)
+        goto out;
+    if (p.priority > SCHED_PRIORITY_MAX && !api_is_platform_admin(rq->who)) {
+        api_error(rs, 422, "invalid_value", "priority",
+                  "priority must be -%d..%d: above is a tier across tenants, which only a "
+                  "platform admin sets", SCHED_PRIORITY_MAX, SCHED_PRIORITY_MAX);
+        goto out;
+    }
+    int rc = store_write(ctx->st, priority_write, &p);
+    if (rc == STORE_NOTFOUND) {
+        api_error(rs, 409, "job_finished", NULL, "job %lld has already finished",
+                  (long long)p.id);
+        goto out;
+    }
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, "job");
+        goto out;
+    }
+    sched_wake(ctx->sched);
+    store_job_clear(&j);
+    if (api_job_find(ctx, rq, &j, rs) == 0)
+        api_json(rs, 200, job_json(&j, 0, NULL));
+out:
+    store_job_clear(&j);
+    cJSON_Delete(in);
 }
 
 void api_job_cancel(api_ctx *ctx, const api_req *rq, api_resp *rs)

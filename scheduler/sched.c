@@ -20,13 +20,25 @@ double sched_decayed_use(int64_t cpus, int64_t gpus, int64_t start, int64_t end,
     return w * (exp(-k * a) - exp(-k * b)) / k;
 }
 
+static int64_t tier(const sched_job *j)
+{
+    return j->priority > SCHED_PRIORITY_MAX ? j->priority : 0;
+}
+
 static int job_cmp(const void *a, const void *b)
 {
     const sched_job *x = a, *y = b;
+    if (tier(x) != tier(y))
+        return tier(x) > tier(y) ? -1 : 1;
+    if (x->tenant_id != y->tenant_id) {
+        if (x->usage != y->usage)
+            return x->usage < y->usage ? -1 : 1;
+        if (x->tenant_first != y->tenant_first)
+            return x->tenant_first < y->tenant_first ? -1 : 1;
+        return x->tenant_id < y->tenant_id ? -1 : 1;
+    }
     if (x->priority != y->priority)
         return x->priority > y->priority ? -1 : 1;
-    if (x->usage != y->usage)
-        return x->usage < y->usage ? -1 : 1;
     if (x->created_at != y->created_at)
         return x->created_at < y->created_at ? -1 : 1;
     return (x->id > y->id) - (x->id < y->id);

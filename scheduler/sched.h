@@ -19,12 +19,13 @@ typedef struct sched_node {
 typedef struct sched_job {
     int64_t id;
     int64_t tenant_id;
-    int64_t priority;
+    int64_t priority;    /* within its tenant; above SCHED_PRIORITY_MAX a tier */
     double usage;        /* the tenant's decayed past usage: less goes first */
     int64_t created_at;
     int64_t workers;     /* worker_count */
     int64_t per_node;    /* workers_per_node, 0: fill nodes */
     int64_t cpus, mem, gpus; /* per worker */
+    int64_t tenant_first; /* the tenant's oldest pending job's created_at (plan) */
 } sched_job;
 
 /*
@@ -37,8 +38,17 @@ typedef struct sched_job {
 #define SCHED_GPU_WEIGHT 16
 double sched_decayed_use(int64_t cpus, int64_t gpus, int64_t start, int64_t end, int64_t now);
 
-/* Orders jobs for the queue: priority (high first), then tenant usage (low
- * first), then submit time, then id. */
+/*
+ * Priority orders a tenant's own jobs; between tenants fair share decides.
+ * A priority above SCHED_PRIORITY_MAX is a tier, which only a platform admin
+ * sets: a higher tier goes first whatever the tenant.
+ */
+#define SCHED_PRIORITY_MAX 1000
+#define SCHED_TIER_MAX 1000000
+
+/* Orders jobs for the queue: tier (high first), then the tenant's usage
+ * (low first), then the tenant that has waited longest (tenant_first), then
+ * within a tenant priority (high first), submit time and id. */
 void sched_order(sched_job *jobs, int n);
 
 /* Workers of j that fit on a node with these resources. */

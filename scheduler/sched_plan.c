@@ -17,6 +17,7 @@ struct use {
     int64_t tenant_id;
     int64_t jobs, workers, cpus, gpus;
     double decayed;
+    int64_t first_pending; /* its oldest pending job's created_at; 0: none */
 };
 
 struct plan {
@@ -74,7 +75,7 @@ static struct use *use_of(struct plan *p, int64_t tenant)
     for (size_t i = 0; i < p->nuse; i++)
         if (p->use[i].tenant_id == tenant)
             return &p->use[i];
-    struct use u = {tenant, 0, 0, 0, 0, 0.0};
+    struct use u = {tenant, 0, 0, 0, 0, 0.0, 0};
     size_t before = p->nuse;
     UTIL_PUSH(p->use, p->nuse, p->capuse, u, &p->oom);
     return p->nuse > before ? &p->use[p->nuse - 1] : NULL;
@@ -152,10 +153,17 @@ static int plan_open(struct plan *p, const sched_snapshot *s, sched_decisions *o
             u->decayed += s->usage[i].decayed;
     }
     for (size_t i = 0; i < s->npending; i++) {
+        struct use *u = use_of(p, s->pending[i].job.tenant_id);
+        int64_t c = s->pending[i].job.created_at;
+        if (u && (!u->first_pending || c < u->first_pending))
+            u->first_pending = c;
+    }
+    for (size_t i = 0; i < s->npending; i++) {
         p->by_id[i] = &s->pending[i];
         p->queue[i] = s->pending[i].job;
         struct use *u = use_of(p, p->queue[i].tenant_id);
         p->queue[i].usage = u ? u->decayed : 0.0;
+        p->queue[i].tenant_first = u ? u->first_pending : p->queue[i].created_at;
     }
     if (s->npending > 1)
         qsort(p->by_id, s->npending, sizeof *p->by_id, pending_cmp);

@@ -151,7 +151,7 @@ static void add_pending(void *arg, const store_job_brief *b)
     struct pass *p = arg;
     const sched_config *cfg = &p->svc->cfg;
     sched_pending t = {{b->id, b->tenant_id, b->priority, 0.0, b->created_at, b->worker_count,
-                        b->workers_per_node, b->cpus, b->memory_mb, b->gpus},
+                        b->workers_per_node, b->cpus, b->memory_mb, b->gpus, 0},
                        b->attempt,
                        b->price_per_hour,
                        b->max_runtime_seconds > 0 ? b->max_runtime_seconds : 0,

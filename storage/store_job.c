@@ -439,6 +439,14 @@ int store_job_transition(store_tx *tx, int64_t id, job_state from, job_state to,
                         store_job_state_name(to), reason);
 }
 
+int store_job_set_priority(store_tx *tx, int64_t id, int64_t priority, int64_t now_ms)
+{
+    static const char sql[] = "UPDATE jobs SET priority = ?2, updated_at = ?3 WHERE id = ?1"
+                              " AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')";
+    return store_exec(store_tx_conn(tx), NULL, sql, STORE_ARGS(STORE_I(id), STORE_I(priority),
+            STORE_I(now_ms)));
+}
+
 int store_job_delete(store_tx *tx, int64_t id)
 {
     static const char sql[] = "DELETE FROM jobs WHERE id = ?1";

@@ -893,3 +893,37 @@ Test(api_flow, join_tokens_expire_are_used_up_and_nodes_are_revoked)
     th_expect(th_req(&d, "DELETE", "/v1/nodes/1", TH_ADMIN, NULL, NULL, 0, NULL), 404);
     th_expect(th_req(&d, "DELETE", "/v1/nodes/1", tok, NULL, NULL, 0, NULL), 403);
 }
+
+/* A priority past 1000 is a tier across tenants: a platform admin's only. */
+Test(api_flow, only_a_platform_admin_sets_a_tier)
+{
+    char tok[80], body[512];
+    th_user(&d, "acme", "alice", "member", tok);
+    make_volumes(tok);
+    static const char fmt[] =
+        "{\"name\":\"p\",\"image\":\"native\",\"workspace\":\"ws\",\"code_path\":\"bin/train\","
+        "\"epochs\":1,\"lr\":0.1,\"batch_size\":8,\"worker_spec\":\"cpu-small\","
+        "\"worker_count\":1,\"priority\":%d}";
+    snprintf(body, sizeof body, fmt, 1000);
+    th_must(th_post(&d, "/v1/jobs", tok, body), 201);
+    snprintf(body, sizeof body, fmt, 1001);
+    th_resp r = th_post(&d, "/v1/jobs", tok, body);
+    cr_expect_eq(r.status, 422, "%s", r.body);
+    cr_expect(strstr(r.body, "platform admin") != NULL, "%s", r.body);
+    th_free(&r);
+    /* and on a pending job: the member within its range, the admin a tier */
+    th_expect(th_post(&d, "/v1/jobs/1/priority", tok, "{\"priority\":1001}"), 422);
+    r = th_post(&d, "/v1/jobs/1/priority", tok, "{\"priority\":-5}");
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    cr_expect_eq(th_num(&r, "priority"), -5);
+    th_free(&r);
+    r = th_post(&d, "/v1/jobs/1/priority", TH_ADMIN, "{\"priority\":5000}");
+    cr_expect_eq(r.status, 200, "%s", r.body);
+    cr_expect_eq(th_num(&r, "priority"), 5000);
+    th_free(&r);
+    char other[80];
+    th_user(&d, "globex", "bob", "member", other);
+    th_expect(th_post(&d, "/v1/jobs/1/priority", other, "{\"priority\":1}"), 404);
+    th_must(th_post(&d, "/v1/jobs/1/cancel", tok, NULL), 200);
+    th_expect(th_post(&d, "/v1/jobs/1/priority", tok, "{\"priority\":1}"), 409);
+}

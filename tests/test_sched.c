@@ -14,23 +14,35 @@ static sched_node node(int64_t id, int64_t cpus, int64_t mem, int64_t gpus)
 
 static sched_job job(int64_t id, int64_t workers, int64_t per_node, int64_t cpus, int64_t gpus)
 {
-    return (sched_job){id, 1, 0, 0.0, id, workers, per_node, cpus, 1024, gpus};
+    return (sched_job){id, 1, 0, 0.0, id, workers, per_node, cpus, 1024, gpus, 0};
 }
 
-Test(sched, queue_order_is_priority_then_usage_then_submit_time)
+/*
+ * A tier (a priority past SCHED_PRIORITY_MAX, a platform admin's) goes
+ * first; then the tenants by fair share (less usage, then who has waited
+ * longest); priority orders a tenant's own jobs only.
+ */
+Test(sched, queue_order_is_tier_then_fair_share_then_priority_within_a_tenant)
 {
-    sched_job j[4] = {job(1, 1, 0, 1, 0), job(2, 1, 0, 1, 0), job(3, 1, 0, 1, 0), job(4, 1, 0, 1, 0)};
-    j[0].created_at = 10; /* oldest, low priority */
-    j[1].priority = 5;
-    j[1].created_at = 40;
-    j[2].created_at = 20;
-    j[2].usage = 100; /* a heavy tenant */
-    j[3].created_at = 30;
-    sched_order(j, 4);
-    cr_expect_eq(j[0].id, 2, "priority first");
-    cr_expect_eq(j[1].id, 1, "then the lighter tenants in submit order");
-    cr_expect_eq(j[2].id, 4);
-    cr_expect_eq(j[3].id, 3, "the heavy tenant last");
+    sched_job j[5];
+    for (int i = 0; i < 5; i++)
+        j[i] = job(i + 1, 1, 0, 1, 0);
+    j[0].tenant_id = 1, j[0].created_at = 10;                     /* t1's oldest */
+    j[1].tenant_id = 2, j[1].created_at = 40, j[1].priority = 1000; /* t2, highest priority */
+    j[2].tenant_id = 1, j[2].created_at = 20, j[2].priority = 5;  /* t1's favourite */
+    j[3].tenant_id = 3, j[3].created_at = 5, j[3].usage = 100;    /* a heavy tenant */
+    j[4].tenant_id = 3, j[4].created_at = 50, j[4].priority = SCHED_PRIORITY_MAX + 1; /* tier */
+    for (int i = 0; i < 5; i++)
+        j[i].tenant_first = j[i].tenant_id == 1 ? 10 : j[i].tenant_id == 2 ? 40 : 5;
+    for (int i = 0; i < 5; i++)
+        if (j[i].tenant_id == 3)
+            j[i].usage = 100;
+    sched_order(j, 5);
+    cr_expect_eq(j[0].id, 5, "the tier first, though its tenant is the heaviest");
+    cr_expect_eq(j[1].id, 3, "then tenant 1, which waited longest: its own priority first");
+    cr_expect_eq(j[2].id, 1);
+    cr_expect_eq(j[3].id, 2, "priority 1000 does not put tenant 2 ahead of tenant 1");
+    cr_expect_eq(j[4].id, 4, "the heavy tenant last");
 }
 
 Test(sched, shape_fills_nodes_with_equal_ranks_per_node)
@@ -162,7 +174,7 @@ static void plan(const struct snap *s, sched_decisions *d)
 static void add_job(struct snap *s, int64_t id, int64_t tenant, int64_t workers, int64_t cpus,
                     int64_t max_rt, int64_t hold)
 {
-    sched_pending t = {{id, tenant, 0, 0.0, id, workers, 0, cpus, 1024, 0},
+    sched_pending t = {{id, tenant, 0, 0.0, id, workers, 0, cpus, 1024, 0, 0},
                        1,
                        100,
                        max_rt,
@@ -296,6 +308,26 @@ Test(plan, fair_share_puts_the_lighter_tenant_first)
     cr_expect_not_null(placed(&d, 2), "tenant 2 used less: its job first");
     cr_assert_not_null(waiting(&d, 1));
     cr_expect_eq(waiting(&d, 1)->pos, 1);
+    sched_decisions_free(&d);
+}
+
+/* A member's job at the top priority does not go ahead of another tenant's
+ * earlier one: the plan fills in who has waited longest. */
+Test(plan, priority_does_not_cross_tenants)
+{
+    struct snap s = {0};
+    s.nodes[s.nn++] = node(1, 1, 8192, 0);
+    add_job(&s, 1, 1, 1, 1, 0, 10);
+    add_job(&s, 2, 2, 1, 1, 0, 10);
+    s.pend[1].job.priority = SCHED_PRIORITY_MAX;
+    sched_decisions d;
+    plan(&s, &d);
+    cr_expect_not_null(placed(&d, 1), "tenant 2's priority put it ahead of tenant 1");
+    cr_assert_not_null(waiting(&d, 2));
+    sched_decisions_free(&d);
+    s.pend[1].job.priority = SCHED_PRIORITY_MAX + 1; /* a platform admin's tier */
+    plan(&s, &d);
+    cr_expect_not_null(placed(&d, 2), "the tier did not go first");
     sched_decisions_free(&d);
 }
 

@@ -50,7 +50,7 @@ int main(int argc, char **argv)
         int64_t w = workers[rand() % 7];
         q[i] = (sched_job){i + 1, rand() % 50, rand() % 3, 0.0, i, w, 0,
                            kind < 6 ? 1 : kind < 9 ? 4 : 8, kind < 6 ? 2048 : kind < 9 ? 8192 : 65536,
-                           kind == 9 ? 1 : 0};
+                           kind == 9 ? 1 : 0, 0};
     }
     sched_order(q, jobs);
     double base_us = 0;
