@@ -29,6 +29,7 @@
 #include "agent/netns.h"
 #include "agent/runtime.h"
 #include "agent/sup.h"
+#include "storage/store_bill.h"
 #include "storage/util.h"
 
 #define POLL_MS 100
@@ -77,7 +78,8 @@ static void usage(FILE *f)
             "                        pytorch and tensorflow: python3 from PATH); '' runs the\n"
             "                        program itself\n"
             "  --mount-root DIR      where workers see datasets/ and workspace/ (default /cohort)\n"
-            "  --stop-grace S        SIGTERM, then SIGKILL after S seconds (default 10)\n"
+            "  --stop-grace S        SIGTERM, then SIGKILL after S seconds (default 10, at\n"
+            "                        most 300: billed past a job's max_runtime_seconds)\n"
             "  --keep-finished S     a finished worker's directory (its output, status) stays\n"
             "                        S seconds after cohortd has all of it (default 600)\n"
             "  --cgroup DIR|off      a cgroup v2 directory under which each worker gets a\n"
@@ -335,7 +337,11 @@ static int parse_args(int argc, char **argv, struct config *c)
         case 'c': c->cpus = strtoll(optarg, &end, 10); if (*end || c->cpus < 1) goto bad; break;
         case 'm': c->memory_mb = strtoll(optarg, &end, 10); if (*end || c->memory_mb < 1) goto bad; break;
         case 'g': c->gpus = strtoll(optarg, &end, 10); if (*end || c->gpus < 0) goto bad; break;
-        case 'G': c->grace_s = strtoll(optarg, &end, 10); if (*end || c->grace_s < 0) goto bad; break;
+        case 'G': /* at most the stop grace cohortd bills past max_runtime_seconds */
+            c->grace_s = strtoll(optarg, &end, 10);
+            if (*end || c->grace_s < 0 || c->grace_s > STORE_BILL_GRACE_S)
+                goto bad;
+            break;
         case 'K': c->keep_s = strtoll(optarg, &end, 10); if (*end || c->keep_s < 0) goto bad; break;
         case 'p':
             if (sscanf(optarg, "%lld-%lld", &c->port_lo, &c->port_hi) != 2 || c->port_lo < 1024 ||

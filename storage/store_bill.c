@@ -122,7 +122,7 @@ int store_charge_worker(store_tx *tx, int64_t worker_id)
     static const char get_sql[] =
         "SELECT w.job_id, w.attempt, w.rank, w.started_at, w.finished_at, j.tenant_id, j.name,"
         " j.user_id, j.worker_spec, j.gpus, j.price_per_hour, j.currency,"
-        " coalesce(j.max_runtime_seconds, 0)"
+        " coalesce(j.max_runtime_seconds, 0), coalesce(w.signal, 0)"
         " FROM workers w JOIN jobs j ON j.id = w.job_id"
         " WHERE w.id = ?1 AND w.started_at IS NOT NULL AND w.finished_at IS NOT NULL";
     static const char put_sql[] =
@@ -150,6 +150,10 @@ int store_charge_worker(store_tx *tx, int64_t worker_id)
     int64_t gpus = store_col_int64(st, 9), price = store_col_int64(st, 10);
     store_col_copy(st, 11, cur, sizeof cur);
     int64_t cap = store_col_int64(st, 12);
+    /* Killed (SIGKILL): it ignored the SIGTERM of its stop and ran through
+     * the grace, which is its own doing and billed. */
+    if (cap > 0 && store_col_int64(st, 13) == 9)
+        cap += STORE_BILL_GRACE_S;
     store_reset(st);
     int64_t secs = store_bill_seconds(start, end, cap);
     if (!(st = store_stmt(c, put_sql)))

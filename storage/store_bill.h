@@ -8,11 +8,13 @@
  *   - a rank is billed from its reported start to its reported end (server
  *     clock), in whole seconds rounded up, at most max_runtime_seconds of
  *     its job when that is set (the platform's lateness in stopping a job
- *     is not the tenant's);
+ *     is not the tenant's), but a rank killed with SIGKILL (it ignored the
+ *     SIGTERM of its stop) pays its stop grace too, up to STORE_BILL_GRACE_S;
  *   - amount = seconds x price per worker-hour / 3600, rounded half up to
  *     the minor unit, per rank and attempt;
  *   - a job's estimated maximum is workers x the amount of one rank running
- *     max_runtime_seconds, so the charges of an attempt never exceed it.
+ *     max_runtime_seconds, so the charges of an attempt never exceed it
+ *     unless a rank ignores SIGTERM.
  */
 #ifndef COHORT_STORE_BILL_H
 #define COHORT_STORE_BILL_H
@@ -25,6 +27,10 @@
 #define STORE_NOTE_MAX 200
 #define STORE_MONEY_MAX 1000000000000000LL /* 10^15 minor units: no sum overflows */
 
+/* The stop grace billed past max_runtime_seconds: a job stopped at its
+ * limit that ignores SIGTERM runs until its agent's SIGKILL, and pays for
+ * it (agents refuse a --stop-grace longer than this). */
+#define STORE_BILL_GRACE_S 300
 int64_t store_bill_seconds(int64_t start_ms, int64_t end_ms, int64_t cap_s);
 int64_t store_bill_amount(int64_t seconds, int64_t price_per_hour);
 /* workers x store_bill_amount(seconds, price); -1 when it passes STORE_MONEY_MAX. */

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "storage/store_bill.h"
 #include "tests/harness.h"
 
 static th_daemon d;
@@ -145,8 +146,12 @@ static long long expected_charge(long id, long long price, long long cap, int *r
         cr_assert(cJSON_IsString(f), "job %ld: a started rank has not ended", id);
         long long el = th_ms_of(f->valuestring) - th_ms_of(s->valuestring);
         long long secs = el > 0 ? (el + 999) / 1000 : 0;
-        if (cap > 0 && secs > cap)
-            secs = cap;
+        const cJSON *sig = cJSON_GetObjectItem(it, "signal"); /* SIGKILL: grace billed */
+        long long c = cap > 0 && cJSON_IsNumber(sig) && sig->valuedouble == 9
+                          ? cap + STORE_BILL_GRACE_S
+                          : cap;
+        if (c > 0 && secs > c)
+            secs = c;
         sum += (secs * price + 1800) / 3600;
         if (secs > 0)
             (*ranks)++;
@@ -287,6 +292,41 @@ static void balance_of(const char *t, long long *balance, long long *available)
     const cJSON *a = cJSON_GetObjectItem(m, "available");
     *available = cJSON_IsNumber(a) ? (long long)a->valuedouble : -1;
     cJSON_Delete(q);
+}
+
+/*
+ * A job stopped at its max_runtime_seconds that ignores SIGTERM runs through
+ * its agent's stop grace (5 s here) until SIGKILL, and pays for it; one that
+ * stops on SIGTERM pays max_runtime_seconds at most.
+ */
+Test(billing, a_job_that_ignores_sigterm_pays_its_stop_grace, .timeout = 90)
+{
+    platform(NULL, 1, "4");
+    th_put_text(&d, tok, "ws", "deaf.sh",
+                "#!/bin/sh\ntrap '' TERM\nwhile :; do sleep 1; done\n", "755");
+    th_put_text(&d, tok, "ws", "long.sh", "#!/bin/sh\nexec sleep 60\n", "755");
+    long deaf = submit("deaf", "deaf.sh", "meter", 1, "\"max_runtime_seconds\":2");
+    long polite = submit("polite", "long.sh", "meter", 1, "\"max_runtime_seconds\":2");
+    wait_state(deaf, "FAILED", 30000);
+    wait_state(polite, "FAILED", 30000);
+    long ids[] = {deaf, polite};
+    for (int i = 0; i < 2; i++) {
+        int ranks = 0;
+        wait_workers_ended(ids[i]);
+        long long e = expected_charge(ids[i], METER_PRICE, 2, &ranks);
+        cJSON *c = get_json(tok, "/v1/jobs/%ld/cost", ids[i]);
+        cr_expect_eq((long long)num(c, "total"), e, "job %ld: cost %g, expected %lld", ids[i],
+                     num(c, "total"), e);
+        cJSON_Delete(c);
+    }
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT seconds FROM ledger WHERE kind = 'charge' AND job_id = %ld;",
+             deaf);
+    long long secs = db_ll(sql);
+    cr_expect_geq(secs, 2 + 4, "the deaf job was billed %lld s: its stop grace went free", secs);
+    snprintf(sql, sizeof sql, "SELECT seconds FROM ledger WHERE kind = 'charge' AND job_id = %ld;",
+             polite);
+    cr_expect_eq(db_ll(sql), 2, "a job that stopped on SIGTERM pays max_runtime_seconds at most");
 }
 
 Test(billing, fifty_concurrent_submits_against_a_budget_for_one_run_one)
