@@ -229,4 +229,12 @@ void api_error(api_resp *rs, int status, const char *code, const char *field,
 /* Frees what rs owns and closes its file. */
 void api_resp_clear(api_resp *rs);
 
+/*
+ * Removes, in a thread of its own, the temporary files of uploads that a
+ * crash cut off (their names start ".cohort-upload-", and they are older
+ * than this call) anywhere under DATA_DIR/volumes: the server serves
+ * meanwhile.  0, or -1 when the thread could not start.
+ */
+int api_uploads_sweep(const char *data_dir);
+
 #endif

@@ -11,6 +11,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -456,3 +458,49 @@ void api_workspace_file_put(api_ctx *c, const api_req *q, api_resp *r) { file_pu
 void api_workspace_file_get(api_ctx *c, const api_req *q, api_resp *r) { file_get(c, q, r, STORE_WORKSPACE); }
 void api_workspace_file_delete(api_ctx *c, const api_req *q, api_resp *r) { file_delete(c, q, r, STORE_WORKSPACE); }
 void api_workspace_file_list(api_ctx *c, const api_req *q, api_resp *r) { file_list(c, q, r, STORE_WORKSPACE); }
+
+/* ---- unfinished uploads ---- */
+
+/* One sweep a process: what nftw's callback needs. */
+static time_t sweep_before;
+static long sweep_removed;
+
+static int sweep_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    const char *base = path + ftw->base;
+    if (flag == FTW_F && S_ISREG(sb->st_mode) && sb->st_mtime < sweep_before &&
+        !strncmp(base, TMP_PREFIX, strlen(TMP_PREFIX)) && unlink(path) == 0)
+        sweep_removed++;
+    return 0;
+}
+
+static void *sweep_run(void *arg)
+{
+    char *root = arg;
+    /* Not followed: links, and directories on other file systems. */
+    nftw(root, sweep_entry, 16, FTW_PHYS | FTW_MOUNT);
+    if (sweep_removed > 0)
+        fprintf(stderr, "cohortd: removed %ld unfinished uploads (from before this start)\n",
+                sweep_removed);
+    free(root);
+    return NULL;
+}
+
+int api_uploads_sweep(const char *data_dir)
+{
+    pthread_t t;
+    pthread_attr_t at;
+    size_t n = strlen(data_dir) + sizeof "/volumes";
+    char *root = malloc(n);
+    if (!root)
+        return -1;
+    snprintf(root, n, "%s/volumes", data_dir);
+    sweep_before = time(NULL);
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&t, &at, sweep_run, root);
+    pthread_attr_destroy(&at);
+    if (rc != 0)
+        free(root);
+    return rc == 0 ? 0 : -1;
+}

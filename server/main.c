@@ -657,6 +657,8 @@ int main(int argc, char **argv)
     snprintf(addr, sizeof addr, "%s:%d\n", cfg.host, http_port(srv));
     if (write_file(cfg.data_dir, "cohortd.addr", addr, 0644) != 0)
         fprintf(stderr, "cohortd: warning: cannot write %s/cohortd.addr\n", cfg.data_dir);
+    if (api_uploads_sweep(cfg.data_dir) != 0)
+        fprintf(stderr, "cohortd: warning: cannot look for unfinished uploads\n");
     printf("cohortd: listening on http://%s:%d (data dir %s, %s schema %d)\n", cfg.host,
            http_port(srv), cfg.data_dir, store_backend_name(ctx->st),
            store_schema_version(ctx->st));

@@ -5,6 +5,7 @@
  * token revocation and expiry; pagination.
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -926,4 +927,53 @@ Test(api_flow, only_a_platform_admin_sets_a_tier)
     th_expect(th_post(&d, "/v1/jobs/1/priority", other, "{\"priority\":1}"), 404);
     th_must(th_post(&d, "/v1/jobs/1/cancel", tok, NULL), 200);
     th_expect(th_post(&d, "/v1/jobs/1/priority", tok, "{\"priority\":1}"), 409);
+}
+
+/* The directory holding name, found under dir: into out; 0 or -1. */
+static int find_dir_of(const char *dir, const char *name, char *out, size_t n)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "find '%s' -name '%s' -type f -printf '%%h' -quit", dir, name);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return -1;
+    size_t got = fread(out, 1, n - 1, p);
+    out[got] = '\0';
+    pclose(p);
+    return got > 0 ? 0 : -1;
+}
+
+/*
+ * An upload cut off by a crash leaves its temporary file: cohortd removes
+ * those at its next start (in the background), and only those older than
+ * the start.
+ */
+Test(api_flow, an_upload_cut_by_a_crash_leaves_nothing_after_a_restart)
+{
+    char tok[80], dir[600], stale[700], late[700];
+    th_user(&d, "acme", "alice", "member", tok);
+    make_volumes(tok); /* bin/train in ws */
+    char vol[300];
+    snprintf(vol, sizeof vol, "%s/volumes", d.dir);
+    cr_assert_eq(find_dir_of(vol, "train", dir, sizeof dir), 0, "no bin/train under %s", vol);
+    snprintf(stale, sizeof stale, "%s/.cohort-upload-00112233445566778899aabbccddeeff", dir);
+    FILE *f = fopen(stale, "w");
+    cr_assert_not_null(f);
+    fputs("half a file", f);
+    fclose(f);
+    struct timespec old[2] = {{time(NULL) - 3600, 0}, {time(NULL) - 3600, 0}};
+    cr_assert_eq(utimensat(AT_FDCWD, stale, old, 0), 0);
+    th_kill9(&d);
+    th_restart(&d, NULL);
+    snprintf(late, sizeof late, "%s/.cohort-upload-ffeeddccbbaa99887766554433221100", dir);
+    sleep(1); /* this one is newer than the start: an upload in flight */
+    f = fopen(late, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    int gone = 0;
+    for (int i = 0; i < 100 && !gone; i++, usleep(50000))
+        gone = access(stale, F_OK) != 0;
+    cr_expect(gone, "%s is still there", stale);
+    cr_expect_eq(access(late, F_OK), 0, "an upload newer than the start was removed");
+    th_expect(th_get(&d, "/v1/workspaces/ws/files/bin/train", tok), 200);
 }
