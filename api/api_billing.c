@@ -101,27 +101,43 @@ static int tenant_in_path(api_ctx *ctx, const api_req *rq, store_tenant *t, api_
 
 void api_quote(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
-    static const char *const fields[] = {"worker_spec", "worker_count", "max_runtime_seconds",
-                                         NULL};
+    static const char *const fields[] = {"worker_spec", "worker_count", "workers_per_node",
+                                         "max_runtime_seconds", NULL};
     const char *spec_name;
-    int64_t count, max_rt = 0;
+    int64_t count, max_rt = 0, per_node = 0, est;
     store_spec sp;
     cJSON *in = api_parse_object(rq, rs);
     if (!in || api_fields_known(in, fields, rs) ||
         api_name(in, "worker_spec", 1, &spec_name, rs) < 0 ||
         api_int(in, "worker_count", 1, 1, API_MAX_WORKERS, &count, rs) < 0 ||
+        api_int(in, "workers_per_node", 0, 1, 1024, &per_node, rs) < 0 ||
         api_int(in, "max_runtime_seconds", 0, 1, API_MAX_RUNTIME, &max_rt, rs) < 0)
         goto out;
+    /* What a create of the same shape refuses, refused alike, with its codes. */
     int rc = store_spec_get(ctx->st, spec_name, &sp);
     if (rc == STORE_NOTFOUND) {
-        api_error(rs, 422, "unknown_worker_spec", "worker_spec", "no worker spec named '%s'",
-                  spec_name);
+        api_error(rs, 422, "not_found", "worker_spec", "no worker spec named '%s'", spec_name);
         goto out;
     }
     if (rc != STORE_OK) {
         api_store_error(rs, rc, "worker spec");
         goto out;
     }
+    if (per_node > 0 && count % per_node) {
+        api_error(rs, 422, "invalid_value", "workers_per_node",
+                  "worker_count must be a multiple of workers_per_node");
+        goto out;
+    }
+    store_job shape = {0};
+    shape.tenant_id = api_tenant_of(rq->who);
+    shape.worker_count = count;
+    shape.workers_per_node = per_node;
+    shape.cpus = sp.cpus;
+    shape.memory_mb = sp.memory_mb;
+    shape.gpus = sp.gpus;
+    if (api_job_estimate(sp.price_per_hour, count, max_rt, &est, rs) ||
+        api_job_could_fit(ctx, &shape, rs))
+        goto out;
     sched_config cfg = {.min_hold_s = ctx->min_hold_s, .budget_grace_s = ctx->budget_grace_s};
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "worker_spec", sp.name);
@@ -131,8 +147,7 @@ void api_quote(api_ctx *ctx, const api_req *rq, api_resp *rs)
     cJSON_AddNumberToObject(o, "price_per_hour", (double)(sp.price_per_hour * count));
     if (max_rt > 0) {
         cJSON_AddNumberToObject(o, "max_runtime_seconds", (double)max_rt);
-        cJSON_AddNumberToObject(o, "estimated_max",
-                                (double)store_bill_estimate(sp.price_per_hour, count, max_rt));
+        cJSON_AddNumberToObject(o, "estimated_max", (double)est);
     } else {
         cJSON_AddNullToObject(o, "max_runtime_seconds");
         cJSON_AddNullToObject(o, "estimated_max");

@@ -165,6 +165,14 @@ void api_job_cancel(api_ctx *, const api_req *, api_resp *);
 void api_job_delete(api_ctx *, const api_req *, api_resp *);
 void api_job_events(api_ctx *, const api_req *, api_resp *);
 void api_job_priority(api_ctx *, const api_req *, api_resp *);
+/* A job's estimated maximum into *out (-1 without max_runtime_s): 0, or -1
+ * answered 422 when it passes what the platform bills.  Create and quote
+ * refuse alike. */
+int api_job_estimate(int64_t price_per_hour, int64_t workers, int64_t max_runtime_s,
+                     int64_t *out, api_resp *rs);
+/* 0 when j's shape could ever fit the nodes, else -1 answered 422 never_fits. */
+struct store_job;
+int api_job_could_fit(api_ctx *ctx, const struct store_job *j, api_resp *rs);
 void api_job_workers(api_ctx *, const api_req *, api_resp *);
 void api_join_token_create(api_ctx *, const api_req *, api_resp *);
 void api_join_token_list(api_ctx *, const api_req *, api_resp *);

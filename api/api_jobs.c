@@ -323,21 +323,31 @@ static int job_code_path(api_ctx *ctx, const store_volume *ws, const char *path,
     return 0;
 }
 
-/* Estimated maximum: workers x one rank's price for max_runtime_seconds (store_bill.h). */
-static int job_price(store_job *j, api_resp *rs)
+int api_job_estimate(int64_t price_per_hour, int64_t workers, int64_t max_runtime_s,
+                     int64_t *out, api_resp *rs)
 {
-    j->estimated_max = -1;
-    if (j->max_runtime_seconds <= 0)
+    *out = -1;
+    if (max_runtime_s <= 0)
         return 0;
-    j->estimated_max =
-        store_bill_estimate(j->price_per_hour, j->worker_count, j->max_runtime_seconds);
-    if (j->estimated_max < 0) {
+    *out = store_bill_estimate(price_per_hour, workers, max_runtime_s);
+    if (*out < 0) {
         api_error(rs, 422, "invalid_value", "max_runtime_seconds",
                   "the estimated price passes the largest amount the platform bills (%lld)",
                   STORE_MONEY_MAX);
         return -1;
     }
     return 0;
+}
+
+int api_job_could_fit(api_ctx *ctx, const struct store_job *j, api_resp *rs)
+{
+    sched_job probe = {0, j->tenant_id, j->priority, 0, 0, j->worker_count,
+                       j->workers_per_node, j->cpus, j->memory_mb, j->gpus, 0};
+    char why[300];
+    if (sched_could_fit(ctx->sched, &probe, why, sizeof why))
+        return 0;
+    api_error(rs, 422, "never_fits", "worker_count", "%s", why);
+    return -1;
 }
 
 void api_job_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
@@ -448,15 +458,10 @@ void api_job_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
     j->gpus = sp.gpus;
     snprintf(j->currency, sizeof j->currency, "%s", sp.currency);
     j->price_per_hour = sp.price_per_hour;
-    if (job_price(j, rs))
+    if (api_job_estimate(j->price_per_hour, j->worker_count, j->max_runtime_seconds,
+                         &j->estimated_max, rs) ||
+        api_job_could_fit(ctx, j, rs))
         goto fail;
-    sched_job probe = {0, j->tenant_id, j->priority, 0, 0, j->worker_count,
-                       j->workers_per_node, j->cpus, j->memory_mb, j->gpus, 0};
-    char why[300];
-    if (!sched_could_fit(ctx->sched, &probe, why, sizeof why)) {
-        api_error(rs, 422, "never_fits", "worker_count", "%s", why);
-        goto fail;
-    }
     if (key) {
         snprintf(j->idem_key, sizeof j->idem_key, "%s", key);
         util_sha256(rq->body, rq->body_len, j->request_hash);

@@ -977,3 +977,46 @@ Test(api_flow, an_upload_cut_by_a_crash_leaves_nothing_after_a_restart)
     cr_expect_eq(access(late, F_OK), 0, "an upload newer than the start was removed");
     th_expect(th_get(&d, "/v1/workspaces/ws/files/bin/train", tok), 200);
 }
+
+/* The error code of response r (the caller frees r): into out. */
+static void error_code(th_resp *r, char *out, size_t n)
+{
+    const cJSON *e = cJSON_GetObjectItem(r->json, "error");
+    snprintf(out, n, "%s", cJSON_GetStringValue(cJSON_GetObjectItem(e, "code")) ?: "");
+}
+
+/* A quote refuses what a create of the same shape refuses, with the same
+ * status and code: an unknown spec, a shape no node could ever hold, an
+ * estimate past what the platform bills. */
+Test(api_flow, a_quote_refuses_what_a_create_refuses)
+{
+    char tok[80];
+    th_user(&d, "acme", "alice", "member", tok);
+    make_volumes(tok);
+    register_node("small", 2, NULL);
+    static const char *const shapes[] = {
+        "\"worker_spec\":\"nope\",\"worker_count\":1",
+        "\"worker_spec\":\"cpu-large\",\"worker_count\":1",
+        "\"worker_spec\":\"cpu-small\",\"worker_count\":4,\"workers_per_node\":4",
+        "\"worker_spec\":\"cpu-small\",\"worker_count\":1,\"max_runtime_seconds\":0",
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        char q[512], c[1024], qc[64], cc[64];
+        snprintf(q, sizeof q, "{%s}", shapes[i]);
+        snprintf(c, sizeof c,
+                 "{\"name\":\"s\",\"image\":\"native\",\"workspace\":\"ws\",\"code_path\":"
+                 "\"bin/train\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,%s}",
+                 shapes[i]);
+        th_resp rq = th_post(&d, "/v1/quote", tok, q), rc = th_post(&d, "/v1/jobs", tok, c);
+        error_code(&rq, qc, sizeof qc);
+        error_code(&rc, cc, sizeof cc);
+        cr_expect_eq(rq.status, rc.status, "%s: quote %ld, create %ld", shapes[i], rq.status,
+                     rc.status);
+        cr_expect_geq(rq.status, 400, "%s: quoted %s", shapes[i], rq.body);
+        cr_expect_str_eq(qc, cc, "%s: quote %s, create %s", shapes[i], rq.body, rc.body);
+        th_free(&rq);
+        th_free(&rc);
+    }
+    th_must(th_post(&d, "/v1/quote", tok, "{\"worker_spec\":\"cpu-small\",\"worker_count\":2}"),
+            200);
+}
