@@ -6,6 +6,8 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,7 +59,7 @@ static char *ruleset(const egress *e)
     dotted(e->subnet, sub, sizeof sub);
     fprintf(f, "table inet %s\ndelete table inet %s\ntable inet %s {\n", e->table, e->table,
             e->table);
-    fprintf(f, "  set deny { type ipv4_addr; flags interval; elements = { ");
+    fprintf(f, "  set deny { type ipv4_addr; flags interval; auto-merge; elements = { ");
     for (int i = 0; always_denied[i]; i++)
         fprintf(f, "%s%s", i ? ", " : "", always_denied[i]);
     for (int i = 0; i < e->ndeny; i++) {
@@ -73,11 +75,13 @@ static char *ruleset(const egress *e)
     fprintf(f, "  chain forward { type filter hook forward priority -10; policy accept;\n"
                "    iifname \"%s\" oifname \"%s\" drop\n"
                "    iifname \"%s\" meta nfproto ipv6 drop\n"
+               "    iifname \"%s\" udp dport " NETNS_VXLAN_PORTS " drop\n"
                "    iifname \"%s\" ip daddr @deny drop\n"
                "    iifname \"%s\" accept\n"
                "    oifname \"%s\" ct state established,related accept\n"
                "    oifname \"%s\" drop\n  }\n",
-            e->bridge, e->bridge, e->bridge, e->bridge, e->bridge, e->bridge, e->bridge);
+            e->bridge, e->bridge, e->bridge, e->bridge, e->bridge, e->bridge, e->bridge,
+            e->bridge);
     fprintf(f, "  chain postrouting { type nat hook postrouting priority 100; policy accept;\n"
                "    ip saddr %s/%d oifname != \"%s\" masquerade\n  }\n}\n",
             sub, e->prefix_len, e->bridge);
@@ -86,6 +90,41 @@ static char *ruleset(const egress *e)
         return NULL;
     }
     return text;
+}
+
+/* The IPv4 addresses of each host in hosts ("URL,host:port,...") added to
+ * the denied ranges as /32: cohortd's and the registry's, wherever they
+ * live.  0, or -1 (a name that does not resolve is said in err). */
+static int deny_hosts(egress *e, const char *hosts, char *err, size_t errlen)
+{
+    char item[300], host[256];
+    for (const char *p = hosts; p && *p;) {
+        size_t n = strcspn(p, ",");
+        snprintf(item, sizeof item, "%.*s", (int)(n < sizeof item ? n : sizeof item - 1), p);
+        p += n + (p[n] == ',');
+        const char *h = strstr(item, "://") ? strstr(item, "://") + 3 : item;
+        size_t hl = h[0] == '[' ? 0 : strcspn(h, ":/");
+        if (hl == 0 || hl >= sizeof host)
+            continue; /* IPv6 literals: IPv6 is dropped whole */
+        memcpy(host, h, hl);
+        host[hl] = '\0';
+        struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+        if (getaddrinfo(host, NULL, &hints, &ai) != 0) {
+            snprintf(err, errlen, "cannot resolve %s to keep jobs from it", host);
+            return -1;
+        }
+        for (struct addrinfo *a = ai; a; a = a->ai_next) {
+            if (e->ndeny == EGRESS_DENY_MAX) {
+                freeaddrinfo(ai);
+                snprintf(err, errlen, "more than %d ranges to deny", EGRESS_DENY_MAX);
+                return -1;
+            }
+            e->deny[e->ndeny] = ntohl(((struct sockaddr_in *)a->ai_addr)->sin_addr.s_addr);
+            e->deny_len[e->ndeny++] = 32;
+        }
+        freeaddrinfo(ai);
+    }
+    return 0;
 }
 
 static int parse_deny(egress *e, const char *deny)
@@ -106,7 +145,8 @@ static int parse_deny(egress *e, const char *deny)
 }
 
 int egress_open(egress *e, uint32_t hash, const char *subnet, const char *deny,
-                const char *lease_root, cJSON *container, char *err, size_t errlen)
+                const char *services, const char *lease_root, cJSON *container, char *err,
+                size_t errlen)
 {
     char gw[20], sub[20], why[256], cidr[32];
     char *rules = NULL;
@@ -122,6 +162,8 @@ int egress_open(egress *e, uint32_t hash, const char *subnet, const char *deny,
                  EGRESS_DENY_MAX);
         return -1;
     }
+    if (deny_hosts(e, services, err, errlen) != 0)
+        return -1;
     if (rt_find_program("ip", e->ip, sizeof e->ip) != 0 ||
         rt_find_program("nft", e->nft, sizeof e->nft) != 0) {
         snprintf(err, errlen, "--egress on needs iproute2's ip and nftables' nft (apt-get "

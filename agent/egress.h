@@ -9,8 +9,9 @@
  *   - nothing from the bridge reaches the node itself (input: dropped);
  *   - nothing passes between two jobs' ports, nor to the private,
  *     shared, loopback, link-local (cloud metadata) and multicast ranges,
- *     nor to what --egress-deny adds (the cluster's own public addresses);
- *     no IPv6;
+ *     nor to cohortd's and the registry's addresses, nor to what
+ *     --egress-deny adds (the cluster's own public addresses); no IPv6, and
+ *     no VXLAN (UDP 4789) anywhere: a job never speaks into an overlay;
  *   - the rest is forwarded and masqueraded behind the node's address, and
  *     only replies come back.
  * Made (again, as the same) at start; removed at a stop that left no worker.
@@ -23,7 +24,7 @@
 
 #include <cjson/cJSON.h>
 
-#define EGRESS_DENY_MAX 32
+#define EGRESS_DENY_MAX 64
 
 typedef struct egress {
     char ip[4096], nft[4096];
@@ -42,12 +43,15 @@ int egress_cidr(const char *text, int lo, int hi, uint32_t *addr, int *len);
 
 /*
  * Makes the bridge and the table for an agent told hash (its data
- * directory's), subnet (--egress-subnet) and deny ("CIDR,..." or NULL), and
+ * directory's), subnet (--egress-subnet), deny ("CIDR,..." or NULL) and
+ * services (cohortd's URLs and the registry's host:port, comma-separated:
+ * each address they resolve to is denied too), and
  * adds what a shim needs to container ("egress", shim_req.h), its leases
  * in lease_root/egress-<hash>.  0, or -1 with err set.
  */
 int egress_open(egress *e, uint32_t hash, const char *subnet, const char *deny,
-                const char *lease_root, cJSON *container, char *err, size_t errlen);
+                const char *services, const char *lease_root, cJSON *container, char *err,
+                size_t errlen);
 
 /* Removes the table and the bridge (nothing when e never opened). */
 void egress_close(egress *e);

@@ -188,9 +188,10 @@ static int job_network(const struct config *cfg, cJSON *container, egress *eg)
     cJSON_AddStringToObject(container, "ip", ip);
     cJSON_AddStringToObject(container, "bridge", bridge);
     if (!strcmp(cfg->egress, "on")) {
-        char err[512];
+        char err[512], services[4096];
+        snprintf(services, sizeof services, "%s,%s", cfg->server, cfg->registry);
         if (egress_open(eg, hash32(cfg->data_dir), cfg->egress_subnet, cfg->egress_deny,
-                        "/run/cohort", container, err, sizeof err) != 0) {
+                        services, "/run/cohort", container, err, sizeof err) != 0) {
             fprintf(stderr, "cohort-agent: %s\n", err);
             return -1;
         }

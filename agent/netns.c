@@ -15,6 +15,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -221,15 +222,16 @@ static void overlay_mac(const char *address, char *out, size_t n)
 static int overlay_up(const char *ip, const char *bridge, const char *name,
                       const netns_overlay *ov, char *err, size_t errlen)
 {
-    char dev[16], vni[16], mac[24], why[256];
+    char dev[16], vni[16], port[8], mac[24], why[256];
     char *ipt = NULL, *brt = NULL;
     size_t ipn = 0, brn = 0;
     FILE *ipf = NULL, *brf = NULL;
     int rc = -1;
     snprintf(dev, sizeof dev, "cvx%d", (int)getpid());
     snprintf(vni, sizeof vni, "%u", (unsigned)ov->vni);
+    snprintf(port, sizeof port, "%d", ov->port);
     const char *add[] = {"link", "add", dev, "type", "vxlan", "id", vni, "local", ov->local,
-                         "dstport", NETNS_VXLAN_PORT, "nolearning", NULL};
+                         "dstport", port, "nolearning", NULL};
     if (netns_run(ip, add, NULL, why, sizeof why) != 0) {
         snprintf(err, errlen, "cannot make the job's overlay device (VNI %s): %s", vni, why);
         goto out;
@@ -253,7 +255,8 @@ static int overlay_up(const char *ip, const char *bridge, const char *name,
         overlay_mac(ov->peers[i].address, mac, sizeof mac);
         fprintf(ipf, "neigh add %s lladdr %s dev eth0 nud permanent\n", ov->peers[i].address,
                 mac);
-        fprintf(brf, "fdb add %s dev eth0 dst %s self permanent\n", mac, ov->peers[i].node);
+        fprintf(brf, "fdb add %s dev eth0 dst %s port %d self permanent\n", mac,
+                ov->peers[i].node, ov->peers[i].port);
     }
     int bad = ferror(ipf) || ferror(brf);
     bad |= fclose(ipf) != 0;
@@ -278,6 +281,40 @@ out:
     free(ipt);
     free(brt);
     return rc;
+}
+
+/*
+ * No IPv6 in the namespace at path: nothing of Cohort's speaks it, and a
+ * router advertisement put into an overlay by a stranger would otherwise
+ * give the job addresses and routes.  Written from a child that joins the
+ * namespace (/proc/sys/net is its network namespace's).  0, or -1.
+ */
+static int ipv6_off(const char *path)
+{
+    pid_t p = fork();
+    if (p < 0)
+        return -1;
+    if (p == 0) {
+        static const char *const knobs[] = {"/proc/sys/net/ipv6/conf/all/disable_ipv6",
+                                            "/proc/sys/net/ipv6/conf/default/disable_ipv6"};
+        int ns = open(path, O_RDONLY | O_CLOEXEC);
+        if (ns < 0 || setns(ns, CLONE_NEWNET) != 0)
+            _exit(1);
+        for (int i = 0; i < 2; i++) {
+            int fd = open(knobs[i], O_WRONLY | O_CLOEXEC);
+            if (fd < 0 && errno == ENOENT)
+                _exit(0); /* a kernel without IPv6 */
+            if (fd < 0 || write(fd, "1\n", 2) != 2)
+                _exit(1);
+            close(fd);
+        }
+        _exit(0);
+    }
+    int st = 0;
+    while (waitpid(p, &st, 0) < 0)
+        if (errno != EINTR)
+            return -1;
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
 int netns_ensure(const char *ip, const char *bridge, const char *name, const netns_overlay *ov,
@@ -313,6 +350,10 @@ int netns_ensure(const char *ip, const char *bridge, const char *name, const net
     if ((ov && overlay_up(ip, bridge, name, ov, err, errlen) != 0) ||
         (eg && egress_up(ip, bridge, name, eg, err, errlen) != 0))
         goto fail;
+    if (ipv6_off(path) != 0) {
+        snprintf(err, errlen, "cannot turn IPv6 off in the job's network namespace %s", name);
+        goto fail;
+    }
     rc = 0;
     goto out;
 fail:;

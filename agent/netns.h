@@ -37,10 +37,12 @@
 #define NETNS_NAME_MAX 128
 #define NETNS_PEERS_MAX 4096 /* other nodes of one attempt */
 #define NETNS_VXLAN_PORT "4789"
+#define NETNS_VXLAN_PORTS "4789-4852" /* agents sharing an address take the next ones */
 
 /* An overlay address and the node's own address behind it, both IPv4. */
 typedef struct netns_peer {
     char address[16], node[16];
+    int port; /* its VXLAN port (NETNS_VXLAN_PORT unless it shares an address) */
 } netns_peer;
 
 /* The attempt's overlay on this node, as cohortd gave it. */
@@ -48,6 +50,7 @@ typedef struct netns_overlay {
     uint32_t vni;              /* 1 .. 2^24-1 */
     char address[16], local[16]; /* this node's overlay and own addresses */
     int prefix_len;            /* of the overlay's subnet, 8 .. 30 */
+    int port;                  /* this node's VXLAN port */
     int npeers;
     netns_peer *peers;         /* owned by whoever filled it in */
 } netns_overlay;

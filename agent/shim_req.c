@@ -103,12 +103,17 @@ static int overlay_parse(const cJSON *jn, shim_req *r, char *err, size_t errlen)
         return bad(err, errlen, "out of memory");
     ov->vni = (uint32_t)vni;
     ov->prefix_len = (int)plen;
+    ov->port = (int)jget_int(jn, "port", 4789);
     cJSON_ArrayForEach(p, peers)
     {
         netns_peer *e = &ov->peers[ov->npeers++];
-        if (ipv4(jget_str(p, "address"), e->address) || ipv4(jget_str(p, "node"), e->node))
+        e->port = (int)jget_int(p, "port", 4789);
+        if (ipv4(jget_str(p, "address"), e->address) || ipv4(jget_str(p, "node"), e->node) ||
+            e->port < 4789 || e->port > 4852)
             return bad(err, errlen, "peer %d of the job's network is not valid", ov->npeers);
     }
+    if (ov->port < 4789 || ov->port > 4852)
+        return bad(err, errlen, "the job's network from cohortd is not valid");
     return 0;
 }
 
@@ -138,7 +143,8 @@ static int egress_parse(const cJSON *eg, shim_req *r, char *err, size_t errlen)
  * networks of their own ("network": "job"): loopback only when all of the
  * attempt's ranks run here (WORKER_PER_NODE >= WORLD_SIZE), or with the
  * overlay cohortd gave ("job_network").  An attempt over several nodes
- * without one (a node of it keeps the host's network) keeps the node's.
+ * without one (another of its nodes keeps the host's network) is refused:
+ * a job here never gets the node's network.
  */
 static int job_network(const cJSON *ct, const cJSON *spec, shim_req *r, char *err,
                        size_t errlen)
@@ -149,8 +155,13 @@ static int job_network(const cJSON *ct, const cJSON *spec, shim_req *r, char *er
     r->sp.bridge = jget_str(ct, "bridge");
     long long world = env_number(spec, "WORLD_SIZE"), per = env_number(spec, "WORKER_PER_NODE");
     int local = world >= 1 && per >= world;
-    if (!net || strcmp(net, "job") || (!local && !cJSON_IsObject(jn)))
+    if (!net || strcmp(net, "job"))
         return 0;
+    if (!local && !cJSON_IsObject(jn))
+        return bad(err, errlen, "this node gives every job a network of its own, and another "
+                                "node of this job cannot join it (it runs --network host): "
+                                "drain one of the two kinds of node, or run all with "
+                                "--network job");
     if (!prefix || !r->sp.ip || r->sp.ip[0] != '/' ||
         netns_name(prefix, jget_int(spec, "job_id", 0), jget_int(spec, "attempt", 0), r->netns,
                    sizeof r->netns) != 0)

@@ -157,6 +157,9 @@ const char *api_method_name(enum api_method m);
  */
 int api_authenticate(api_ctx *ctx, const char *authorization, store_principal *who,
                      api_resp *rs);
+/* The same, for a platform admin only: 0, or -1 with rs set to 401 or 403. */
+int api_authenticate_admin(api_ctx *ctx, const char *authorization, store_principal *who,
+                           api_resp *rs);
 
 /* Resolves an agent's "Bearer <node token>"; 0, or -1 with rs set to 401. */
 int api_authenticate_node(api_ctx *ctx, const char *authorization, store_node *node,

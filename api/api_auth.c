@@ -56,6 +56,14 @@ void api_on_signal(void *arg, const char *what)
     sched_signal(ctx->sched, what);
 }
 
+int api_authenticate_admin(api_ctx *ctx, const char *authorization, store_principal *who,
+                           api_resp *rs)
+{
+    if (api_authenticate(ctx, authorization, who, rs) != 0)
+        return -1;
+    return api_is_platform_admin(who) ? 0 : api_forbid(rs, "platform_admin");
+}
+
 int api_authenticate(api_ctx *ctx, const char *authorization, store_principal *who,
                      api_resp *rs)
 {

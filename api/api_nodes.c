@@ -8,6 +8,7 @@
  * The desired state is level-triggered: every call returns the complete
  * list of workers that should run on the node, each with its launch spec.
  */
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -447,6 +448,13 @@ void api_agent_register(api_ctx *ctx, const api_req *rq, api_resp *rs)
         goto out;
     }
     snprintf(nn.n.network, sizeof nn.n.network, "%s", network ? network : "host");
+    struct in_addr v4;
+    if (!strcmp(nn.n.network, "job") && inet_pton(AF_INET, addr, &v4) != 1) {
+        api_error(rs, 422, "invalid_value", "address",
+                  "a node that gives jobs networks of their own registers with an IPv4 "
+                  "address (the overlay between nodes runs over it)");
+        goto out;
+    }
     if (nn.n.port_hi < nn.n.port_lo) {
         api_error(rs, 422, "invalid_value", "port_hi", "port_hi is below port_lo");
         goto out;
@@ -889,7 +897,7 @@ static void desired_row(void *arg, const store_worker *w)
     }
     if (d->net.job_id != w->job_id || d->net.attempt != w->attempt) {
         jobnet_clear(&d->net);
-        if (jobnet_load(d->ctx->st, w->job_id, w->attempt, &d->net) != STORE_OK)
+        if (jobnet_load(d->ctx->st, w->job_id, w->attempt, j.rdzv_secret, &d->net) != STORE_OK)
             d->failed = 1;
     }
     /* The node of rank 0 was recorded when the gang was placed. */

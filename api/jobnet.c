@@ -4,6 +4,8 @@
  */
 #include "api/jobnet.h"
 
+#include "storage/util.h"
+
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -49,30 +51,54 @@ static void rank_row(void *arg, const store_worker *w)
 void jobnet_clear(jobnet *net)
 {
     free(net->addr);
+    free(net->port);
     memset(net, 0, sizeof *net);
 }
 
-/* 1 when every node is an agent of job networks at a distinct IPv4 address. */
+/* 1 when every node is an agent of job networks at an IPv4 address; each
+ * gets its port (the k-th at one address 4789 + k). */
 static int overlay_fits(store *st, const struct ranks *r, jobnet *net)
 {
     struct in_addr a;
     net->addr = calloc((size_t)r->n, sizeof *net->addr);
-    if (!net->addr)
+    net->port = calloc((size_t)r->n, sizeof *net->port);
+    if (!net->addr || !net->port)
         return 0;
     for (int64_t i = 0; i < r->n; i++) {
         store_node nd;
         if (!r->node[i] || store_node_get(st, r->node[i], &nd) != STORE_OK ||
             strcmp(nd.network, "job") || inet_pton(AF_INET, nd.address, &a) != 1)
             return 0;
-        for (int64_t k = 0; k < i; k++)
-            if (!strcmp(net->addr[k], nd.address))
-                return 0; /* two agents of one host: they share its network */
         snprintf(net->addr[i], sizeof net->addr[i], "%s", nd.address);
+        net->port[i] = JOBNET_PORT;
+        for (int64_t k = 0; k < i; k++)
+            if (!strcmp(net->addr[k], nd.address) && net->port[k] >= net->port[i])
+                net->port[i] = net->port[k] + 1;
+        if (net->port[i] > JOBNET_PORT + JOBNET_SHARED_MAX)
+            return 0;
     }
     return 1;
 }
 
-int jobnet_load(store *st, int64_t job_id, int64_t attempt, jobnet *net)
+/*
+ * The attempt's VNI: drawn from its rendezvous secret (random, kept with
+ * the job, the same for every cohortd), so a stranger cannot guess it and
+ * two clusters on one host do not meet.  Two live attempts on one node
+ * share one with a chance of 1 in 2^24 for each pair; the kernel then
+ * refuses the second (its worker fails, saying so), never joins them.
+ * An attempt placed before secrets existed: from its job and attempt.
+ */
+static uint32_t vni_of(int64_t job_id, int64_t attempt, const char *secret)
+{
+    uint8_t h[UTIL_SHA256_LEN];
+    if (!secret || !secret[0])
+        return (uint32_t)(((uint64_t)job_id * 8 + (uint64_t)attempt % 8) % 16777214u) + 1;
+    util_sha256(secret, strlen(secret), h);
+    uint32_t v = ((uint32_t)h[0] << 16 | (uint32_t)h[1] << 8 | h[2]) % 16777214u;
+    return v + 1;
+}
+
+int jobnet_load(store *st, int64_t job_id, int64_t attempt, const char *secret, jobnet *net)
 {
     struct ranks r = {0};
     int rc = STORE_OK;
@@ -85,13 +111,12 @@ int jobnet_load(store *st, int64_t job_id, int64_t attempt, jobnet *net)
     } while (rc == STORE_OK && !r.bad && r.rows == 1000);
     if (rc == STORE_OK && !r.bad && r.n > 1 && overlay_fits(st, &r, net)) {
         net->nodes = (int)r.n;
-        /* Eight attempts of a job in a row never share a VNI, nor do jobs
-         * until ids wrap at two million; two that did on one node would be
-         * refused there by the kernel, never joined. */
-        net->vni = (uint32_t)(((uint64_t)job_id * 8 + (uint64_t)attempt % 8) % 16777214u) + 1;
+        net->vni = vni_of(job_id, attempt, secret);
     } else {
         free(net->addr);
+        free(net->port);
         net->addr = NULL;
+        net->port = NULL;
     }
     free(r.node);
     return rc;
@@ -124,6 +149,7 @@ cJSON *jobnet_spec(const jobnet *net, int64_t node_rank)
     cJSON_AddStringToObject(o, "address", a);
     cJSON_AddNumberToObject(o, "prefix_len", JOBNET_PREFIX_LEN);
     cJSON_AddStringToObject(o, "local", net->addr[node_rank]);
+    cJSON_AddNumberToObject(o, "port", net->port[node_rank]);
     cJSON *peers = cJSON_AddArrayToObject(o, "peers");
     for (int i = 0; i < net->nodes; i++) {
         if (i == node_rank)
@@ -132,6 +158,7 @@ cJSON *jobnet_spec(const jobnet *net, int64_t node_rank)
         jobnet_address(i, a, sizeof a);
         cJSON_AddStringToObject(p, "address", a);
         cJSON_AddStringToObject(p, "node", net->addr[i]);
+        cJSON_AddNumberToObject(p, "port", net->port[i]);
         cJSON_AddItemToArray(peers, p);
     }
     return o;

@@ -446,8 +446,17 @@ static void route(struct req_state *st, const char *url, const char *method)
     st->rq.h = st->conn;
     st->route_idx = srv->route_other;
     if (m == API_GET && !strcmp(url, "/metrics")) {
+        /* A platform admin's: it names tenants and what they spend. */
         st->route_idx = srv->route_metrics;
-        metrics_answer(st);
+        store_read_begin(srv->ctx->st);
+        int ok = api_authenticate_admin(srv->ctx,
+                                        get_header(st->conn, MHD_HTTP_HEADER_AUTHORIZATION),
+                                        &st->who, &st->rs) == 0;
+        store_read_end(srv->ctx->st);
+        if (ok)
+            metrics_answer(st);
+        else
+            st->ready = 1;
         return;
     }
     int other = 0;

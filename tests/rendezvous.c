@@ -3,6 +3,9 @@
  * the way env:// rendezvous does.  Rank 0 listens on MASTER_PORT and hears
  * from every other rank; the others connect (retrying for up to 30 s), say
  * who they are and wait for rank 0's answer.  Exits 0 when all met.
+ *
+ * `rendezvous udp ADDRESS PORT` instead sends one datagram there (busybox's
+ * nc speaks no UDP): exits 0 once it is sent.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -20,8 +23,22 @@ static int env_int(const char *k)
     return v ? atoi(v) : -1;
 }
 
-int main(void)
+/* One datagram "from a job" to address:port: 0 when sent. */
+static int send_udp(const char *address, const char *port)
 {
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(port))};
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    if (fd < 0 || inet_pton(AF_INET, address, &to.sin_addr) != 1)
+        return 2;
+    ssize_t n = sendto(fd, "from a job", 10, 0, (struct sockaddr *)&to, sizeof to);
+    close(fd);
+    return n == 10 ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 4 && !strcmp(argv[1], "udp"))
+        return send_udp(argv[2], argv[3]);
     int rank = env_int("RANK"), world = env_int("WORLD_SIZE"), port = env_int("MASTER_PORT");
     const char *addr = getenv("MASTER_ADDR");
     char line[256];

@@ -224,7 +224,9 @@ static void check_rank(int rank, int world, int per_node, const char *port)
         snprintf(want, sizeof want, "%ld", nums[i].val);
         cr_expect_str_eq(v, want, "rank %d: %s", rank, nums[i].key);
     }
-    const char *strs[][2] = {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port},
+    /* one node: its loopback; several: rank 0's node on the job's overlay */
+    const char *master = world > per_node ? "10.77.0.1" : "127.0.0.1";
+    const char *strs[][2] = {{"MASTER_ADDR", master},      {"MASTER_PORT", port},
                              {"BACKEND", "gloo"},          {"DATASETS", "ds"},
                              {"DATASETS_PATH", "/cohort/datasets"},
                              {"WORKSPACE", "/cohort/workspace"},
@@ -1568,6 +1570,7 @@ Test(agent, a_job_over_two_hosts_reaches_its_own_ranks_and_nothing_else, .timeou
                 "  t COHORTD wget -q -T 2 -O - http://$COHORTD/healthz\n"
                 "  t REGISTRY wget -q -T 2 -O - http://$REGISTRY/v2/\n"
                 "  t PEER sh -c \"echo peer | nc -w 2 $MASTER_ADDR $MASTER_PORT\"\n"
+                "  echo \"IPV6=$(cat /proc/sys/net/ipv6/conf/all/disable_ipv6)\"\n"
                 "} > reach.txt\n",
                 "755");
     char body[1024];
@@ -1589,13 +1592,37 @@ Test(agent, a_job_over_two_hosts_reaches_its_own_ranks_and_nothing_else, .timeou
     cr_expect_str_eq(got, "hello from rank 1 via 10.77.0.1\n", "acme's rank 0 heard: %s", got);
     free(got);
     char *t = th_get_body(&d, "/v1/workspaces/ws/files/reach.txt", tok_b);
-    static const char *const want[] = {"HOST1=no",    "HOST2=no",     "OVERLAY=no",
-                                       "COHORTD=no",  "REGISTRY=no",  "PEER=reached"};
+    static const char *const want[] = {"HOST1=no",    "HOST2=no",    "OVERLAY=no",
+                                       "COHORTD=no",  "REGISTRY=no", "PEER=reached",
+                                       "IPV6=1"}; /* no router advert reconfigures it */
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         cr_expect(strstr(t, want[i]) != NULL, "not %s: %s", want[i], t);
     free(t);
     cr_expect(!host_reached, "the host side reached acme's port %s", port);
     free(port);
+}
+
+/* A node that gives jobs networks of their own never hands a job the
+ * node's network: a job placed across it and a --network host node is
+ * refused there, saying why, instead of running on the node's network. */
+Test(agent, a_job_network_node_never_falls_back_to_the_hosts_network, .timeout = 90)
+{
+    platform(NULL);
+    const char *job_args[] = {"--cpus", "1", "--memory-mb", "65536", "--port-range",
+                              "31000-31099", NULL};
+    const char *host_args[] = {"--cpus", "1", "--memory-mb", "65536", "--port-range",
+                               "31100-31199", "--network", "host", NULL};
+    th_agent_start(&ag[0], &d, "n1", job_args);
+    th_agent_start(&ag[1], &d, "n2", host_args);
+    nagents = 2;
+    long id = submit_sh("mixed", "mixed.sh", "#!/bin/sh\nsleep 30\n", 2,
+                        "\"workers_per_node\":1");
+    char seen[16], p[64];
+    cr_assert(th_wait_state(&d, tok, id, "FAILED", 30000, seen), "job is %s", seen);
+    snprintf(p, sizeof p, "/v1/jobs/%ld", id);
+    th_resp r = th_get(&d, p, tok);
+    cr_expect(strstr(r.body, "--network host") != NULL, "%s", r.body);
+    th_free(&r);
 }
 
 /* cohort-worker from its image, one rank on each of two hosts (network

@@ -357,7 +357,12 @@ Test(api_flow, catalog_and_health)
     cr_expect_str_eq(th_str(&r, "visibility"), "public");
     cr_expect_str_eq(th_str(&r, "reference"), "registry.example.com:5000/ml/jax:0.4");
     expect_same_time(&r, "created_at", "/v1/images/jax");
-    r = th_get(&d, "/metrics", NULL);
+    /* /metrics names tenants and their spend: a platform admin's only */
+    th_expect(th_get(&d, "/metrics", NULL), 401);
+    char member[80];
+    th_user(&d, "acme", "mo", "member", member);
+    th_expect(th_get(&d, "/metrics", member), 403);
+    r = th_get(&d, "/metrics", TH_ADMIN);
     cr_expect_eq(r.status, 200);
     cr_expect(strstr(r.body, "cohort_http_requests_total{route=\"/v1/images\",status=\"201\"} 1"),
               "%s", r.body);

@@ -471,7 +471,7 @@ Test(billing, a_price_change_applies_only_to_jobs_admitted_after_it)
     a = get_json(tok, "/v1/jobs/%ld", after);
     cr_expect(num(cJSON_GetObjectItem(a, "price"), "cost_so_far") >= 2);
     cJSON_Delete(a);
-    r = th_get(&d, "/metrics", NULL);
+    r = th_get(&d, "/metrics", TH_ADMIN);
     cr_expect(strstr(r.body, "cohort_tenant_running_workers{tenant=\"acme\"} 2\n") != NULL,
               "/metrics lacks acme's 2 running workers");
     th_free(&r);
@@ -964,7 +964,7 @@ Test(billing, usage_invoices_csv_and_metrics_match_the_ledger_and_stay_with_thei
     cr_expect_eq(csv_rows(r.body, 10, 7, &csum), 2, "%s", r.body);
     th_free(&r);
     /* /metrics counts the spend. */
-    r = th_get(&d, "/metrics", NULL);
+    r = th_get(&d, "/metrics", TH_ADMIN);
     char line[128];
     snprintf(line, sizeof line, "cohort_tenant_spend_total{tenant=\"acme\",currency=\"USD\"} %lld\n",
              ledger);

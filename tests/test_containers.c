@@ -1592,6 +1592,21 @@ static void peer_logger(const char *ns, int port, const char *log)
                 ns[0] ? "ip netns exec " : "", ns, port, log);
 }
 
+/* The same for UDP datagrams to ports 4789 and 4790 (VXLAN's) and 5000 (a
+ * control), a line "PORT ADDRESS" each. */
+static void udp_logger(const char *ns, const char *log)
+{
+    util_system("ip netns exec %s timeout 60 /usr/bin/python3 -c \"import socket, threading\n"
+                "def run(p):\n"
+                "    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(('0.0.0.0', p))\n"
+                "    while True:\n"
+                "        b, a = s.recvfrom(2048); open('%s', 'a').write('%%d %%s\\n' %% (p, a[0]))\n"
+                "for q in (4790, 5000): threading.Thread(target=run, args=(q,), daemon=True).start()\n"
+                "run(4789)\n"
+                "\" >/dev/null 2>&1 &",
+                ns, log);
+}
+
 static char out_tag[16];
 
 static void out_cleanup(void)
@@ -1609,7 +1624,7 @@ static void out_cleanup(void)
  * the node (192.168.254.2, the same namespace). */
 Test(containers, egress_on_goes_out_through_nat_and_reaches_nothing_of_the_node, .timeout = 150)
 {
-    char seen[16], path[700], hostlog[700], outlog[700], sub[32], env[512];
+    char seen[16], path[700], hostlog[700], outlog[700], udplog[700], sub[32], env[512];
     int net = 100 + getpid() % 150, hport = th_free_port();
     if (!th_can_sandbox())
         cr_skip_test("needs root to run containers");
@@ -1627,6 +1642,8 @@ Test(containers, egress_on_goes_out_through_nat_and_reaches_nothing_of_the_node,
     snprintf(outlog, sizeof outlog, "%s/outside.log", d.dir);
     snprintf(hostlog, sizeof hostlog, "%s/host.log", d.dir);
     peer_logger(out_tag, 8080, outlog);
+    snprintf(udplog, sizeof udplog, "%s/outside-udp.log", d.dir);
+    udp_logger(out_tag, udplog);
     peer_logger("", hport, hostlog);
     snprintf(sub, sizeof sub, "10.78.%d.0/24", net);
     const char *args[] = {"--cpus", "8", "--memory-mb", "65536", "--egress", "on",
@@ -1648,8 +1665,15 @@ Test(containers, egress_on_goes_out_through_nat_and_reaches_nothing_of_the_node,
                 "  t GATEWAY sh -c \"echo hi | nc -w 3 $NET.1 $HPORT\"\n"
                 "  t HOSTSIDE sh -c \"echo hi | nc -w 3 198.51.100.1 $HPORT\"\n"
                 "  t COHORTD wget -q -T 3 -O - http://$COHORTD/healthz\n"
+                "  for p in 4789 4790 5000; do ./sendudp udp 198.51.100.2 $p; done; sleep 1\n"
                 "} > out.txt\n",
                 "755");
+    FILE *bf = fopen(COHORT_RENDEZVOUS_BIN, "rb"); /* its UDP mode */
+    cr_assert_not_null(bf);
+    static char bin[2 << 20];
+    size_t bn = fread(bin, 1, sizeof bin, bf);
+    fclose(bf);
+    th_must(th_put_file(&d, "/v1/workspaces/ws/files/sendudp?mode=755", tok, bin, bn), 201);
     long id = submit_as(tok, "out.sh", "native", env);
     cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 60000, seen), "%s", seen);
     char *t = th_get_body(&d, "/v1/workspaces/ws/files/out.txt", tok);
@@ -1665,6 +1689,10 @@ Test(containers, egress_on_goes_out_through_nat_and_reaches_nothing_of_the_node,
     text[0] = '\0';
     th_read_text(hostlog, text, sizeof text);
     cr_expect_str_eq(text, "", "the node's listener was reached from: %s", text);
+    /* Nothing from a job speaks into any node's overlay (VXLAN, UDP 4789..). */
+    text[0] = '\0';
+    th_read_text(udplog, text, sizeof text);
+    cr_expect_str_eq(text, "5000 198.51.100.1\n", "UDP the outside got from a job: %s", text);
     snprintf(path, sizeof path, "/v1/jobs/%ld/cancel", victim);
     th_must(th_post(&d, path, tok_b, NULL), 200);
 }

@@ -104,7 +104,7 @@ static int cmp_double(const void *a, const void *b)
 /* A value from cohortd's /metrics, or -1. */
 static long metric(th_daemon *dm, const char *name)
 {
-    th_resp r = th_get(dm, "/metrics", NULL);
+    th_resp r = th_get(dm, "/metrics", TH_ADMIN);
     long v = -1;
     size_t n = strlen(name);
     for (const char *p = r.body; r.status == 200 && p && *p; p = strchr(p, '\n')) {

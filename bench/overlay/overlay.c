@@ -70,7 +70,9 @@ static int job_ns(const char *host, const char *name, int me)
         snprintf(path, sizeof path, "/run/netns/%s", host);
         int fd = open(path, O_RDONLY | O_CLOEXEC);
         netns_peer peer;
-        netns_overlay ov = {.vni = 77, .prefix_len = 16, .npeers = 1, .peers = &peer};
+        netns_overlay ov = {.vni = 77, .prefix_len = 16, .port = 4789, .npeers = 1,
+                            .peers = &peer};
+        peer.port = 4789;
         unsigned char n8 = (unsigned char)net, m = (unsigned char)(me & 1);
         snprintf(ov.address, sizeof ov.address, "10.77.0.%u", m + 1u);
         snprintf(ov.local, sizeof ov.local, "10.213.%u.%u", n8, m + 2u);
