@@ -44,6 +44,8 @@ typedef struct api_ctx {
     struct regtoken *regtoken; /* the registry's token signer (regtoken.h); NULL: none */
     struct seal *seal;       /* what seals secrets at rest (seal.h); NULL: none */
     char registry[256];      /* HOST:PORT of the registry it signs for (--registry) */
+    struct stuse *stuse;     /* tenants' storage use and quota (stuse.h); NULL: none */
+    int64_t default_max_pending; /* jobs a tenant without its own quota has waiting; -1 */
 } api_ctx;
 
 #define API_DEFAULT_LOG_LIMIT ((int64_t)256 << 20)
@@ -89,6 +91,8 @@ typedef struct api_upload {
     int fd;
     int64_t limit;
     int64_t written;
+    int64_t quota_left;  /* the tenant's storage quota left; -1: none.  limit
+                          * is at most this, and passing it says so */
     void *state;
     void (*finish)(api_ctx *ctx, const api_req *rq, api_resp *rs, struct api_upload *up);
     void (*abort)(struct api_upload *up); /* frees state, removes the partial file */

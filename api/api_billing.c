@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "api/api_int.h"
+#include "api/stuse.h"
 #include "storage/store_bill.h"
 #include "storage/store_catalog.h"
 #include "storage/store_job.h"
@@ -513,28 +514,6 @@ void api_invoice(api_ctx *ctx, const api_req *rq, api_resp *rs)
 
 /* ---- quota: limits beside use, and money ---- */
 
-static __thread int64_t walk_bytes;
-
-static int walk_add(const char *path, const struct stat *sb, int flag, struct FTW *f)
-{
-    (void)path;
-    (void)f;
-    if (flag == FTW_F)
-        walk_bytes += sb->st_size;
-    return 0;
-}
-
-/* Bytes in the tenant's datasets and workspaces (regular files, links not followed). */
-static int64_t storage_bytes(api_ctx *ctx, int64_t tenant)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/volumes/%lld", ctx->data_dir, (long long)tenant);
-    walk_bytes = 0;
-    if (nftw(path, walk_add, 16, FTW_PHYS | FTW_MOUNT) != 0)
-        return walk_bytes; /* absent: nothing stored yet */
-    return walk_bytes;
-}
-
 static void limit_json(cJSON *o, const char *key, int64_t limit, int64_t used)
 {
     cJSON *l = cJSON_AddObjectToObject(o, key);
@@ -578,7 +557,11 @@ void api_my_quota(api_ctx *ctx, const api_req *rq, api_resp *rs)
     limit_json(o, "workers", q.max_workers, use.workers);
     limit_json(o, "cpus", q.max_cpus, use.cpus);
     limit_json(o, "gpus", q.max_gpus, use.gpus);
-    limit_json(o, "storage_bytes", -1, storage_bytes(ctx, tenant));
+    limit_json(o, "storage_bytes", stuse_quota(ctx->stuse, tenant), stuse_used(ctx->stuse, tenant));
+    int64_t pending = 0, max_pending = q.max_pending_jobs >= 0 ? q.max_pending_jobs
+                                                               : ctx->default_max_pending;
+    if (store_job_count_pending(ctx->st, tenant, INT64_MAX / 2, &pending) == STORE_OK)
+        limit_json(o, "pending_jobs", max_pending, pending);
     cJSON *money = cJSON_AddObjectToObject(o, "money");
     account_json(money, &m.acct);
     cJSON_AddNumberToObject(money, "held", (double)m.reserved);

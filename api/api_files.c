@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "api/api_int.h"
+#include "api/stuse.h"
 
 #define TMP_PREFIX ".cohort-upload-"
 #define LIST_SCAN_MAX 100000
@@ -152,6 +153,7 @@ static int file_volume_open(api_ctx *ctx, const api_req *rq, api_resp *rs, store
 
 struct upload_state {
     int dir;
+    int64_t tenant;
     char tmp[64];
     char leaf[256];
     char path[UTIL_PATH_MAX + 1];
@@ -174,7 +176,6 @@ static void upload_abort(api_upload *up)
 
 static void upload_finish(api_ctx *ctx, const api_req *rq, api_resp *rs, api_upload *up)
 {
-    (void)ctx;
     (void)rq;
     struct upload_state *u = up->state;
     if (fchmod(up->fd, u->mode) != 0 || fsync(up->fd) != 0) {
@@ -187,6 +188,7 @@ static void upload_finish(api_ctx *ctx, const api_req *rq, api_resp *rs, api_upl
     }
     u->tmp[0] = '\0';
     fsync(u->dir);
+    stuse_add(ctx->stuse, u->tenant, up->written); /* counted until the next walk */
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "path", u->path);
     cJSON_AddNumberToObject(o, "size", (double)up->written);
@@ -226,6 +228,18 @@ static void file_put(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_ki
     int root = volume_open(ctx, rq, rs, k, 1, &v);
     if (root < 0)
         return;
+    /* The tenant's storage quota: a body that says it is larger than what
+     * is left is refused at once; one that says nothing, where it passes. */
+    int64_t quota = stuse_quota(ctx->stuse, v.tenant_id), used = stuse_used(ctx->stuse, v.tenant_id);
+    const char *cl = rq->header(rq->h, "Content-Length");
+    if (quota >= 0 && (used >= quota || (cl && strtoll(cl, NULL, 10) > quota - used))) {
+        close(root);
+        api_error(rs, 507, "storage_quota_exceeded", NULL,
+                  "the tenant's workspaces and datasets hold %lld bytes of its %lld-byte quota: "
+                  "this file does not fit (GET /v1/quota)",
+                  (long long)used, (long long)quota);
+        return;
+    }
     const char *leaf;
     struct upload_state *u = calloc(1, sizeof *u);
     api_upload *up = calloc(1, sizeof *up);
@@ -254,6 +268,13 @@ static void file_put(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_ki
         goto fail;
     }
     up->limit = ctx->upload_limit;
+    up->quota_left = -1;
+    if (quota >= 0) {
+        up->quota_left = quota > used ? quota - used : 0;
+        if (up->quota_left < up->limit)
+            up->limit = up->quota_left;
+    }
+    u->tenant = v.tenant_id;
     up->state = u;
     up->finish = upload_finish;
     up->abort = upload_abort;

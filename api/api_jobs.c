@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "api/api_int.h"
+#include "api/stuse.h"
 #include "scheduler/sched_life.h"
 #include "storage/store_bill.h"
 #include "storage/store_catalog.h"
@@ -350,6 +351,37 @@ int api_job_could_fit(api_ctx *ctx, const struct store_job *j, api_resp *rs)
     return -1;
 }
 
+/* What the tenant keeps bounds what it may add: no job while its volumes
+ * are past its storage quota, none past max_pending_jobs waiting.  0, or -1
+ * answered. */
+static int tenant_may_add_a_job(api_ctx *ctx, int64_t tenant, api_resp *rs)
+{
+    store_quota q;
+    int64_t quota = stuse_quota(ctx->stuse, tenant), used = stuse_used(ctx->stuse, tenant);
+    if (quota >= 0 && used > quota) {
+        api_error(rs, 507, "storage_quota_exceeded", NULL,
+                  "the tenant's workspaces and datasets hold %lld bytes, past its quota of "
+                  "%lld: free some before submitting (GET /v1/quota)",
+                  (long long)used, (long long)quota);
+        return -1;
+    }
+    int rc = store_quota_get(ctx->st, tenant, &q);
+    int64_t max = rc == STORE_OK && q.max_pending_jobs >= 0 ? q.max_pending_jobs
+                                                            : ctx->default_max_pending;
+    int64_t n = 0;
+    if (rc == STORE_OK && max >= 0)
+        rc = store_job_count_pending(ctx->st, tenant, max, &n);
+    if (rc != STORE_OK)
+        return api_store_error(rs, rc, "quota");
+    if (max >= 0 && n >= max) {
+        api_error(rs, 422, "quota_exceeded", "max_pending_jobs",
+                  "the tenant has %lld jobs waiting, its max_pending_jobs: submit more as "
+                  "they start", (long long)n);
+        return -1;
+    }
+    return 0;
+}
+
 void api_job_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     static const char *const fields[] = {
@@ -460,7 +492,7 @@ void api_job_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
     j->price_per_hour = sp.price_per_hour;
     if (api_job_estimate(j->price_per_hour, j->worker_count, j->max_runtime_seconds,
                          &j->estimated_max, rs) ||
-        api_job_could_fit(ctx, j, rs))
+        api_job_could_fit(ctx, j, rs) || tenant_may_add_a_job(ctx, j->tenant_id, rs))
         goto fail;
     if (key) {
         snprintf(j->idem_key, sizeof j->idem_key, "%s", key);
@@ -722,6 +754,10 @@ void api_job_priority(api_ctx *ctx, const api_req *rq, api_resp *rs)
     cJSON *in = NULL;
     store_job j = {0};
     struct priority_set p = {0, 0};
+    /* The body first: a malformed one is refused before anything is looked up. */
+    if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs) ||
+        api_int(in, "priority", 1, -SCHED_PRIORITY_MAX, SCHED_TIER_MAX, &p.priority, rs) < 0)
+        goto out;
     if (api_job_find(ctx, rq, &j, rs))
         goto out;
     if (!api_can_write(rq->who)) {
@@ -729,9 +765,6 @@ void api_job_priority(api_ctx *ctx, const api_req *rq, api_resp *rs)
         goto out;
     }
     p.id = j.id;
-    if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs) ||
-        api_int(in, "priority", 1, -SCHED_PRIORITY_MAX, SCHED_TIER_MAX, &p.priority, rs) < 0)
-        goto out;
     if (p.priority > SCHED_PRIORITY_MAX && !api_is_platform_admin(rq->who)) {
         api_error(rs, 422, "invalid_value", "priority",
                   "priority must be -%d..%d: above is a tier across tenants, which only a "

@@ -266,12 +266,16 @@ void api_node_undrain(api_ctx *ctx, const api_req *rq, api_resp *rs)
 
 /* ---- quotas ---- */
 
+/* A quota as set: null where no limit (or, for the last two, where the
+ * platform's default applies). */
 static cJSON *quota_json(const store_quota *q)
 {
     cJSON *o = cJSON_CreateObject();
-    const char *names[] = {"max_running_jobs", "max_workers", "max_cpus", "max_gpus"};
-    int64_t v[] = {q->max_running_jobs, q->max_workers, q->max_cpus, q->max_gpus};
-    for (int i = 0; i < 4; i++) {
+    const char *names[] = {"max_running_jobs", "max_workers",       "max_cpus",
+                           "max_gpus",         "max_storage_bytes", "max_pending_jobs"};
+    int64_t v[] = {q->max_running_jobs, q->max_workers,       q->max_cpus,
+                   q->max_gpus,         q->max_storage_bytes, q->max_pending_jobs};
+    for (int i = 0; i < 6; i++) {
         if (v[i] >= 0)
             cJSON_AddNumberToObject(o, names[i], (double)v[i]);
         else
@@ -309,11 +313,12 @@ static store_rc quota_write(store_tx *tx, void *arg)
 
 void api_quota_put(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
-    static const char *const fields[] = {"max_running_jobs", "max_workers", "max_cpus",
-                                         "max_gpus", NULL};
+    static const char *const fields[] = {"max_running_jobs", "max_workers",       "max_cpus",
+                                         "max_gpus",         "max_storage_bytes", "max_pending_jobs",
+                                         NULL};
     cJSON *in = NULL;
     store_tenant t;
-    store_quota q = {0, -1, -1, -1, -1};
+    store_quota q = {0, -1, -1, -1, -1, -1, -1};
     if (tenant_named(ctx, rq, &t, rs))
         goto out;
     if (!api_is_platform_admin(rq->who)) {
@@ -324,7 +329,9 @@ void api_quota_put(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_int(in, "max_running_jobs", 0, 0, 1000000, &q.max_running_jobs, rs) < 0 ||
         api_int(in, "max_workers", 0, 0, 100000000, &q.max_workers, rs) < 0 ||
         api_int(in, "max_cpus", 0, 0, 1000000000, &q.max_cpus, rs) < 0 ||
-        api_int(in, "max_gpus", 0, 0, 100000000, &q.max_gpus, rs) < 0)
+        api_int(in, "max_gpus", 0, 0, 100000000, &q.max_gpus, rs) < 0 ||
+        api_int(in, "max_storage_bytes", 0, 0, 1LL << 60, &q.max_storage_bytes, rs) < 0 ||
+        api_int(in, "max_pending_jobs", 0, 0, 100000000, &q.max_pending_jobs, rs) < 0)
         goto out;
     q.tenant_id = t.id;
     if (api_write(ctx, rs, quota_write, &q, "quota"))

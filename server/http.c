@@ -604,11 +604,18 @@ static void take(struct req_state *st, const char *data, size_t n)
     if (rs->upload) {
         api_upload *up = rs->upload;
         if (up->written + (int64_t)n > up->limit) {
+            int quota = up->quota_left >= 0 && up->limit == up->quota_left;
+            int64_t left = up->quota_left;
             up->abort(up);
             free(up);
             rs->upload = NULL;
-            api_error(rs, 413, "too_large", NULL, "the file is larger than %lld bytes",
-                      (long long)st->srv->ctx->upload_limit);
+            if (quota)
+                api_error(rs, 507, "storage_quota_exceeded", NULL,
+                          "the tenant's storage quota has %lld bytes left (GET /v1/quota)",
+                          (long long)left);
+            else
+                api_error(rs, 413, "too_large", NULL, "the file is larger than %lld bytes",
+                          (long long)st->srv->ctx->upload_limit);
             st->ready = 1;
             return;
         }

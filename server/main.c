@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "api/stuse.h"
 #include "api/regtoken.h"
 #include "api/seal.h"
 #include "server/http.h"
@@ -34,6 +35,7 @@ struct config {
     const char *data_dir;
     const char *store;     /* NULL: sqlite:DATA_DIR/cohort.db */
     size_t body_limit, bodies_max;
+    int64_t default_storage, default_pending, storage_scan_ms;
     int64_t upload_limit;
     int threads;
     const char *access_log;
@@ -61,6 +63,11 @@ static void usage(FILE *f)
             "                         sqlite:DATA_DIR/cohort.db) or postgresql://... (libpq's\n"
             "                         URL; the database must exist, cohortd creates its tables)\n"
             "  --body-limit BYTES     largest JSON request body (default %d)\n"
+            "  --default-storage-quota BYTES  what a tenant without a quota of its own keeps in\n"
+            "                         its workspaces and datasets (default 20 GiB; 0: no limit)\n"
+            "  --default-max-pending N  jobs such a tenant may have waiting (default 1000; 0: no\n"
+            "                         limit)\n"
+            "  --storage-scan MS      how often tenants' volumes are measured (default 15000)\n"
             "  --bodies-max BYTES     JSON bodies read at once, all requests together; past it\n"
             "                         503 busy (default 64 MiB; never below --body-limit)\n"
             "  --upload-limit BYTES   largest uploaded file (default %lld)\n"
@@ -145,6 +152,9 @@ static int parse_args(int argc, char **argv, struct config *c)
         {"store", required_argument, NULL, 'S'},
         {"body-limit", required_argument, NULL, 'b'},
         {"bodies-max", required_argument, NULL, 'D'},
+        {"default-storage-quota", required_argument, NULL, 'Q'},
+        {"default-max-pending", required_argument, NULL, 'J'},
+        {"storage-scan", required_argument, NULL, 'K'},
         {"upload-limit", required_argument, NULL, 'u'},
         {"threads", required_argument, NULL, 't'},
         {"access-log", required_argument, NULL, 'a'},
@@ -178,6 +188,9 @@ static int parse_args(int argc, char **argv, struct config *c)
     long long v;
     c->data_dir = dd && *dd ? dd : DEFAULT_DATA_DIR;
     c->body_limit = API_DEFAULT_BODY_LIMIT;
+    c->default_storage = 20LL << 30;
+    c->default_pending = 1000;
+    c->storage_scan_ms = 15000;
     c->upload_limit = API_DEFAULT_UPLOAD_LIMIT;
     c->threads = cpus > 0 ? (int)cpus : 2;
     c->access_log = "-";
@@ -220,6 +233,27 @@ static int parse_args(int argc, char **argv, struct config *c)
                 return -1;
             }
             c->body_limit = (size_t)v;
+            break;
+        case 'Q':
+            if (parse_size(optarg, 0, 1LL << 60, &v)) {
+                fprintf(stderr, "cohortd: --default-storage-quota must be 0..2^60 bytes\n");
+                return -1;
+            }
+            c->default_storage = v;
+            break;
+        case 'J':
+            if (parse_size(optarg, 0, 100000000, &v)) {
+                fprintf(stderr, "cohortd: --default-max-pending must be 0..100000000\n");
+                return -1;
+            }
+            c->default_pending = v;
+            break;
+        case 'K':
+            if (parse_size(optarg, 100, 86400000, &v)) {
+                fprintf(stderr, "cohortd: --storage-scan must be 100..86400000 ms\n");
+                return -1;
+            }
+            c->storage_scan_ms = v;
             break;
         case 'D':
             if (parse_size(optarg, 1024, 1LL << 34, &v)) {
@@ -495,6 +529,7 @@ static void ctx_close(api_ctx *ctx)
 {
     if (!ctx)
         return;
+    stuse_stop(ctx->stuse);
     seal_close(ctx->seal);
     regtoken_close(ctx->regtoken);
     api_beats_close(ctx);
@@ -548,6 +583,7 @@ static api_ctx *ctx_open(const struct config *cfg)
     ctx->budget_grace_s = cfg->budget_grace_s;
     ctx->body_limit = cfg->body_limit;
     ctx->upload_limit = cfg->upload_limit;
+    ctx->default_max_pending = cfg->default_pending > 0 ? cfg->default_pending : -1;
     /* Agents are told host paths of volumes: keep them absolute. */
     if (!realpath(cfg->data_dir, ctx->data_dir)) {
         fprintf(stderr, "cohortd: %s: %s\n", cfg->data_dir, strerror(errno));
@@ -583,6 +619,13 @@ static api_ctx *ctx_open(const struct config *cfg)
     }
     if (api_beats_open(ctx, err, sizeof err) != 0) {
         fprintf(stderr, "cohortd: %s\n", err);
+        goto fail;
+    }
+    /* Tenants' storage, measured in the background from now on (the first
+     * walk may take a while on large volumes: the server does not wait). */
+    if (!(ctx->stuse = stuse_start(ctx, cfg->storage_scan_ms,
+                                   cfg->default_storage > 0 ? cfg->default_storage : -1))) {
+        fprintf(stderr, "cohortd: cannot start measuring tenants' storage\n");
         goto fail;
     }
     /* The registry's token signer and the key of secrets at rest, made at

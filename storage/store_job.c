@@ -439,6 +439,13 @@ int store_job_transition(store_tx *tx, int64_t id, job_state from, job_state to,
                         store_job_state_name(to), reason);
 }
 
+int store_job_count_pending(store *s, int64_t tenant_id, int64_t limit, int64_t *n)
+{
+    static const char sql[] = "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE tenant_id = ?1"
+                              " AND state = 'PENDING' LIMIT ?2) AS p";
+    return store_int64(store_reader(s), n, sql, STORE_ARGS(STORE_I(tenant_id), STORE_I(limit)));
+}
+
 int store_job_set_priority(store_tx *tx, int64_t id, int64_t priority, int64_t now_ms)
 {
     static const char sql[] = "UPDATE jobs SET priority = ?2, updated_at = ?3 WHERE id = ?1"

@@ -129,6 +129,8 @@ int store_job_transition(store_tx *tx, int64_t id, job_state from, job_state to,
  * something the job's owner should know, such as its log being cut. */
 int store_job_note(store_tx *tx, int64_t job_id, int64_t attempt, const char *reason);
 /* Deletes a job and its events. */
+/* The tenant's PENDING jobs into *n, counted up to limit at most. */
+int store_job_count_pending(store *s, int64_t tenant_id, int64_t limit, int64_t *n);
 /* Sets the priority of job id unless it has ended (STORE_NOTFOUND then). */
 int store_job_set_priority(store_tx *tx, int64_t id, int64_t priority, int64_t now_ms);
 int store_job_delete(store_tx *tx, int64_t id);

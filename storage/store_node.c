@@ -651,13 +651,15 @@ int store_port_lowest_free(store_tx *tx, int64_t node_id, int64_t lo, int64_t hi
 
 #define QUOTA_COLS                                                                         \
     "tenant_id, coalesce(max_running_jobs, -1), coalesce(max_workers, -1),"               \
-    " coalesce(max_cpus, -1), coalesce(max_gpus, -1)"
+    " coalesce(max_cpus, -1), coalesce(max_gpus, -1), coalesce(max_storage_bytes, -1),"   \
+    " coalesce(max_pending_jobs, -1)"
 
 static void quota_row(store_st *st, void *out)
 {
     *(store_quota *)out = (store_quota){store_col_int64(st, 0), store_col_int64(st, 1),
                                         store_col_int64(st, 2), store_col_int64(st, 3),
-                                        store_col_int64(st, 4)};
+                                        store_col_int64(st, 4), store_col_int64(st, 5),
+                                        store_col_int64(st, 6)};
 }
 
 STORE_ROWS(quota_rows, store_quota, quota_row)
@@ -668,7 +670,7 @@ int store_quota_get(store *s, int64_t tenant_id, store_quota *out)
     store_st *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(tenant_id)));
     int rc = store_get_one(st, quota_row, out);
     if (rc == STORE_NOTFOUND) { /* no quota: no limit */
-        *out = (store_quota){tenant_id, -1, -1, -1, -1};
+        *out = (store_quota){tenant_id, -1, -1, -1, -1, -1, -1};
         rc = STORE_OK;
     }
     return rc;
@@ -692,9 +694,11 @@ static void bind_limit(store_st *st, int i, int64_t v)
 int store_quota_put(store_tx *tx, const store_quota *q)
 {
     static const char sql[] =
-        "INSERT INTO tenant_quotas(tenant_id, max_running_jobs, max_workers, max_cpus, max_gpus)"
-        " VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT(tenant_id) DO UPDATE SET"
-        " max_running_jobs = ?2, max_workers = ?3, max_cpus = ?4, max_gpus = ?5";
+        "INSERT INTO tenant_quotas(tenant_id, max_running_jobs, max_workers, max_cpus, max_gpus,"
+        " max_storage_bytes, max_pending_jobs)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT(tenant_id) DO UPDATE SET"
+        " max_running_jobs = ?2, max_workers = ?3, max_cpus = ?4, max_gpus = ?5,"
+        " max_storage_bytes = ?6, max_pending_jobs = ?7";
     store_conn *c = store_tx_conn(tx);
     store_st *st = store_prep(c, sql, STORE_ARGS(STORE_I(q->tenant_id)));
     if (!st)
@@ -703,6 +707,8 @@ int store_quota_put(store_tx *tx, const store_quota *q)
     bind_limit(st, 3, q->max_workers);
     bind_limit(st, 4, q->max_cpus);
     bind_limit(st, 5, q->max_gpus);
+    bind_limit(st, 6, q->max_storage_bytes);
+    bind_limit(st, 7, q->max_pending_jobs);
     return store_step_change(c, st, NULL);
 }
 

@@ -48,6 +48,7 @@ typedef struct store_worker {
 typedef struct store_quota {
     int64_t tenant_id;
     int64_t max_running_jobs, max_workers, max_cpus, max_gpus; /* -1: no limit */
+    int64_t max_storage_bytes, max_pending_jobs; /* -1: the platform's default (016) */
 } store_quota;
 
 typedef struct store_join_token {

@@ -1530,7 +1530,7 @@ Test(agent, ranks_meet_across_two_network_namespaces, .timeout = 90)
  * registry.  Nor does the host side reach acme's port. */
 Test(agent, a_job_over_two_hosts_reaches_its_own_ranks_and_nothing_else, .timeout = 180)
 {
-    char tok_b[80], seen[16], env[512], cmd[256];
+    char tok_b[80], seen[16], env[1536], cmd[256];
     two_hosts("2");
     const char *bridge = d.base + strlen("http://"); /* 10.211.N.1:PORT */
     char net[32];
@@ -1573,7 +1573,7 @@ Test(agent, a_job_over_two_hosts_reaches_its_own_ranks_and_nothing_else, .timeou
                 "  echo \"IPV6=$(cat /proc/sys/net/ipv6/conf/all/disable_ipv6)\"\n"
                 "} > reach.txt\n",
                 "755");
-    char body[1024];
+    char body[2048];
     snprintf(body, sizeof body,
              "{\"name\":\"reach\",\"image\":\"native\",\"workspace\":\"ws\","
              "\"code_path\":\"reach.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":1,"

@@ -420,6 +420,7 @@ Test(bad_input, every_json_route_refuses_strings_that_are_not_utf8)
         const char *p = rt->pattern, *param = strstr(p, "{}");
         const char *value = !strncmp(p, "/v1/tenants/", 12)   ? "acme"
                             : !strncmp(p, "/v1/worker-specs/", 17) ? "cpu-small"
+                            : !strncmp(p, "/v1/jobs/", 9)          ? "1" /* refused before */
                                                                    : NULL;
         char idbuf[24];
         if (!strncmp(p, "/v1/users/", 10)) {

@@ -1624,7 +1624,7 @@ static void out_cleanup(void)
  * the node (192.168.254.2, the same namespace). */
 Test(containers, egress_on_goes_out_through_nat_and_reaches_nothing_of_the_node, .timeout = 150)
 {
-    char seen[16], path[700], hostlog[700], outlog[700], udplog[700], sub[32], env[512];
+    char seen[16], path[700], hostlog[700], outlog[700], udplog[700], sub[32], env[1536];
     int net = 100 + getpid() % 150, hport = th_free_port();
     if (!th_can_sandbox())
         cr_skip_test("needs root to run containers");
@@ -1716,4 +1716,38 @@ Test(containers, a_file_named_in_bytes_not_utf8_leaves_the_listing_json)
     cr_expect(strstr(r.body, "good.txt") != NULL, "%s", r.body);
     cr_expect_eq(th_num(&r, "unlisted_not_utf8"), 2, "%s", r.body);
     th_free(&r);
+}
+
+/* A job that writes past its tenant's storage quota inside its workspace
+ * is stopped within a walk of the volumes, saying why, and the tenant may
+ * submit nothing more until it frees some; another tenant runs on. */
+Test(containers, a_job_that_writes_past_the_storage_quota_is_stopped, .timeout = 120)
+{
+    char seen[16], p[64];
+    const char *args[] = {"--storage-scan", "300", NULL};
+    cohortd_args = args;
+    platform(NULL);
+    static const char quota[] = "{\"max_storage_bytes\":1048576}";
+    th_resp r = th_req(&d, "PUT", "/v1/tenants/acme/quota", TH_ADMIN, "application/json", quota,
+                       sizeof quota - 1, NULL);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    th_free(&r);
+    th_put_text(&d, tok, "ws", "fill.sh",
+                "#!/bin/sh\ndd if=/dev/zero of=big bs=1048576 count=3 2>/dev/null\nsleep 60\n",
+                "755");
+    th_put_text(&d, tok_b, "ws", "calm.sh", "#!/bin/sh\nsleep 8\n", "755");
+    long id = submit_as(tok, "fill.sh", "native", NULL);
+    long calm = submit_as(tok_b, "calm.sh", "native", NULL);
+    cr_assert(th_wait_state(&d, tok, id, "FAILED", 30000, seen), "job is %s", seen);
+    snprintf(p, sizeof p, "/v1/jobs/%ld", id);
+    r = th_get(&d, p, tok);
+    cr_expect(strstr(r.body, "storage_quota_exceeded") != NULL, "%s", r.body);
+    th_free(&r);
+    th_expect_error(th_post(&d, "/v1/jobs", tok,
+                            "{\"name\":\"more\",\"image\":\"native\",\"workspace\":\"ws\","
+                            "\"code_path\":\"fill.sh\",\"epochs\":1,\"lr\":0.1,\"batch_size\":1,"
+                            "\"worker_spec\":\"cpu-small\",\"worker_count\":1}"),
+                    507, "storage_quota_exceeded", NULL);
+    cr_expect(th_wait_state(&d, tok_b, calm, "SUCCEEDED", 30000, seen), "the other tenant's "
+              "job is %s", seen);
 }

@@ -1,0 +1,251 @@
+/*
+ * stuse: tenants' storage use, measured by a walk, and its enforcement
+ * (see stuse.h).
+ */
+#include "api/stuse.h"
+
+#include <dirent.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "api/api_int.h"
+#include "scheduler/sched_life.h"
+#include "storage/store_job.h"
+#include "storage/store_node.h"
+
+struct tenant_use {
+    int64_t tenant, walked, added; /* bytes at the last walk, uploads since */
+};
+
+struct stuse {
+    api_ctx *ctx;
+    int64_t interval_ms, default_quota;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    int stop;
+    struct tenant_use *t;
+    size_t n, cap;
+};
+
+/* Under u->lock: the tenant's entry, made when missing (NULL: no memory). */
+static struct tenant_use *entry(stuse *u, int64_t tenant)
+{
+    for (size_t i = 0; i < u->n; i++)
+        if (u->t[i].tenant == tenant)
+            return &u->t[i];
+    if (u->n == u->cap) {
+        size_t cap = u->cap ? u->cap * 2 : 64;
+        struct tenant_use *p = realloc(u->t, cap * sizeof *p);
+        if (!p)
+            return NULL;
+        u->t = p;
+        u->cap = cap;
+    }
+    u->t[u->n] = (struct tenant_use){tenant, 0, 0};
+    return &u->t[u->n++];
+}
+
+int64_t stuse_used(stuse *u, int64_t tenant)
+{
+    if (!u)
+        return 0;
+    pthread_mutex_lock(&u->lock);
+    struct tenant_use *e = entry(u, tenant);
+    int64_t v = e ? e->walked + e->added : 0;
+    pthread_mutex_unlock(&u->lock);
+    return v < 0 ? 0 : v;
+}
+
+void stuse_add(stuse *u, int64_t tenant, int64_t delta)
+{
+    if (!u)
+        return;
+    pthread_mutex_lock(&u->lock);
+    struct tenant_use *e = entry(u, tenant);
+    if (e)
+        e->added += delta;
+    pthread_mutex_unlock(&u->lock);
+}
+
+int64_t stuse_quota(stuse *u, int64_t tenant)
+{
+    store_quota q;
+    if (!u || store_quota_get(u->ctx->st, tenant, &q) != STORE_OK)
+        return -1;
+    return q.max_storage_bytes >= 0 ? q.max_storage_bytes : u->default_quota;
+}
+
+/* ---- the walk (one thread: nftw's callback state is this file's) ---- */
+
+static int64_t walk_sum;
+
+static int walk_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)path;
+    (void)ftw;
+    if (flag == FTW_F && S_ISREG(sb->st_mode))
+        walk_sum += (int64_t)sb->st_blocks * 512;
+    return 0;
+}
+
+struct overdue {
+    int64_t tenant, used, quota;
+};
+
+struct stop_ctx {
+    const struct overdue *o;
+    size_t n;
+    util_i64s jobs, tenants;
+    int oom;
+};
+
+static void running_row(void *arg, const store_job_brief *b)
+{
+    struct stop_ctx *c = arg;
+    for (size_t i = 0; i < c->n; i++)
+        if (c->o[i].tenant == b->tenant_id &&
+            (util_i64s_push(&c->jobs, b->id) != 0 || util_i64s_push(&c->tenants, i) != 0))
+            c->oom = 1;
+}
+
+/* Ends every running or starting job of the tenants over their quota. */
+static store_rc stop_write(store_tx *tx, void *arg)
+{
+    struct stop_ctx *c = arg;
+    c->jobs.n = c->tenants.n = 0;
+    int rc = store_job_briefs_tx(tx, JOB_RUNNING, running_row, c);
+    if (rc == STORE_OK)
+        rc = store_job_briefs_tx(tx, JOB_STARTING, running_row, c);
+    if (rc == STORE_OK && c->oom)
+        rc = STORE_NOMEM;
+    for (size_t i = 0; rc == STORE_OK && i < c->jobs.n; i++) {
+        const struct overdue *o = &c->o[c->tenants.v[i]];
+        char why[256];
+        snprintf(why, sizeof why,
+                 "storage_quota_exceeded: the tenant's workspaces and datasets hold %" PRId64
+                 " bytes, past its quota of %" PRId64 " (GET /v1/quota)",
+                 o->used, o->quota);
+        int r = sched_job_end(tx, 0, c->jobs.v[i], JOB_FAILED, why);
+        if (r != STORE_OK && r != STORE_JOB_FINAL)
+            rc = r;
+    }
+    return rc;
+}
+
+/* One walk of every tenant's volumes, then the stops it calls for. */
+static void walk_all(stuse *u)
+{
+    char root[4200], dir[4500];
+    snprintf(root, sizeof root, "%s/volumes", u->ctx->data_dir);
+    DIR *d = opendir(root);
+    struct dirent *e;
+    struct overdue *over = NULL;
+    size_t nover = 0, capover = 0;
+    while (d && (e = readdir(d)) != NULL) {
+        char *end;
+        long long tenant = strtoll(e->d_name, &end, 10);
+        if (*end || tenant <= 0)
+            continue;
+        snprintf(dir, sizeof dir, "%s/%s", root, e->d_name);
+        walk_sum = 0;
+        nftw(dir, walk_one, 16, FTW_PHYS | FTW_MOUNT);
+        pthread_mutex_lock(&u->lock);
+        struct tenant_use *t = entry(u, tenant);
+        if (t) {
+            t->walked = walk_sum;
+            t->added = 0; /* what landed before the walk is in it; after, counted again */
+        }
+        pthread_mutex_unlock(&u->lock);
+        store_read_begin(u->ctx->st);
+        int64_t quota = stuse_quota(u, tenant);
+        store_read_end(u->ctx->st);
+        if (quota >= 0 && walk_sum > quota) {
+            if (nover == capover) {
+                capover = capover ? capover * 2 : 8;
+                struct overdue *p = realloc(over, capover * sizeof *p);
+                if (!p)
+                    break;
+                over = p;
+            }
+            over[nover++] = (struct overdue){tenant, walk_sum, quota};
+        }
+    }
+    if (d)
+        closedir(d);
+    if (nover > 0) {
+        struct stop_ctx c = {over, nover, {0}, {0}, 0};
+        int rc = store_write(u->ctx->st, stop_write, &c);
+        if (rc != STORE_OK && rc != STORE_BUSY)
+            fprintf(stderr, "cohortd: cannot stop jobs over their storage quota (%s)\n",
+                    store_rc_name(rc));
+        if (rc == STORE_OK && c.jobs.n > 0)
+            sched_wake(u->ctx->sched);
+        free(c.jobs.v);
+        free(c.tenants.v);
+    }
+    free(over);
+}
+
+static void *walker(void *arg)
+{
+    stuse *u = arg;
+    pthread_mutex_lock(&u->lock);
+    while (!u->stop) {
+        pthread_mutex_unlock(&u->lock);
+        walk_all(u);
+        pthread_mutex_lock(&u->lock);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += u->interval_ms / 1000;
+        until.tv_nsec += (u->interval_ms % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        while (!u->stop && pthread_cond_timedwait(&u->wake, &u->lock, &until) == 0)
+            ;
+    }
+    pthread_mutex_unlock(&u->lock);
+    return NULL;
+}
+
+stuse *stuse_start(api_ctx *ctx, int64_t interval_ms, int64_t default_quota)
+{
+    stuse *u = calloc(1, sizeof *u);
+    if (!u)
+        return NULL;
+    u->ctx = ctx;
+    u->interval_ms = interval_ms > 0 ? interval_ms : 30000;
+    u->default_quota = default_quota;
+    pthread_mutex_init(&u->lock, NULL);
+    pthread_cond_init(&u->wake, NULL);
+    if (pthread_create(&u->thread, NULL, walker, u) != 0) {
+        pthread_mutex_destroy(&u->lock);
+        pthread_cond_destroy(&u->wake);
+        free(u);
+        return NULL;
+    }
+    return u;
+}
+
+void stuse_stop(stuse *u)
+{
+    if (!u)
+        return;
+    pthread_mutex_lock(&u->lock);
+    u->stop = 1;
+    pthread_cond_broadcast(&u->wake);
+    pthread_mutex_unlock(&u->lock);
+    pthread_join(u->thread, NULL);
+    pthread_mutex_destroy(&u->lock);
+    pthread_cond_destroy(&u->wake);
+    free(u->t);
+    free(u);
+}

@@ -1,0 +1,35 @@
+/*
+ * stuse: what each tenant keeps in its volumes, and its storage quota.
+ *
+ * A thread of cohortd walks DATA_DIR/volumes/<tenant> every few seconds
+ * (regular files' allocated blocks; no link followed, no other file system
+ * entered) and keeps each tenant's bytes in memory; uploads add theirs as
+ * they land, so a tenant is not let past its quota between two walks.
+ * After each walk, a tenant over its quota (tenant_quotas.max_storage_bytes,
+ * or the platform's default) has its running jobs ended FAILED
+ * "storage_quota_exceeded": on any file system, a job that writes past the
+ * quota is stopped within a walk.  Uploads and new jobs of a tenant over
+ * its quota are refused (api_files.c, api_jobs.c).
+ */
+#ifndef COHORT_API_STUSE_H
+#define COHORT_API_STUSE_H
+
+#include <stdint.h>
+
+struct api_ctx;
+typedef struct stuse stuse;
+
+/* Starts measuring every interval_ms; NULL when the thread cannot start.
+ * default_quota is the bytes a tenant without a quota of its own keeps. */
+stuse *stuse_start(struct api_ctx *ctx, int64_t interval_ms, int64_t default_quota);
+void stuse_stop(stuse *u);
+
+/* The tenant's bytes as of the last walk plus uploads since; 0 before. */
+int64_t stuse_used(stuse *u, int64_t tenant);
+/* An upload of delta bytes (negative: a file removed) has landed. */
+void stuse_add(stuse *u, int64_t tenant, int64_t delta);
+/* The tenant's quota in bytes: its own, else the platform's default; -1:
+ * none.  Reads the store (a read snapshot of the caller's). */
+int64_t stuse_quota(stuse *u, int64_t tenant);
+
+#endif
