@@ -213,6 +213,8 @@ static store_rc token_write(store_tx *tx, void *arg)
     return store_token_insert(tx, t->user_id, t->name, t->hash, t->expires_at, &t->id);
 }
 
+#define MAX_TOKENS_PER_USER 100
+
 void api_token_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     static const char *const fields[] = {"name", "expires_in_seconds", NULL};
@@ -231,6 +233,20 @@ void api_token_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_name(in, "name", 1, &t.name, rs) < 0 ||
         api_int(in, "expires_in_seconds", 0, 1, MAX_TOKEN_LIFETIME, &ttl, rs) < 0)
         goto out;
+    /* A bound on what one user keeps: tokens are for scripts and people,
+     * not a way around the tenant's own limits. */
+    int64_t live = 0;
+    int rc = store_token_count_live(ctx->st, u.id, util_now_ms(), &live);
+    if (rc != STORE_OK) {
+        api_store_error(rs, rc, "token");
+        goto out;
+    }
+    if (live >= MAX_TOKENS_PER_USER) {
+        api_error(rs, 422, "quota_exceeded", NULL,
+                  "user %s has %d live tokens, the most one may have: revoke one first",
+                  u.name, MAX_TOKENS_PER_USER);
+        goto out;
+    }
     if (util_token_new(secret) != 0) {
         api_error(rs, 500, "internal", NULL, "cannot read random bytes");
         goto out;

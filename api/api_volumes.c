@@ -116,6 +116,9 @@ static store_rc vol_delete_write(store_tx *tx, void *arg)
     return store_volume_delete(tx, v->k, v->id);
 }
 
+/* Datasets, and workspaces, one tenant may have (each is a directory). */
+#define MAX_VOLUMES_PER_TENANT 1000
+
 static void volume_create(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_kind k)
 {
     static const char *const fields[] = {"name", NULL};
@@ -128,6 +131,18 @@ static void volume_create(api_ctx *ctx, const api_req *rq, api_resp *rs, store_v
     if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs) ||
         api_name(in, "name", 1, &nv.name, rs) < 0)
         goto out;
+    int64_t have = 0;
+    int crc = store_volume_count(ctx->st, k, nv.tenant_id, &have);
+    if (crc != STORE_OK) {
+        api_store_error(rs, crc, kind_what[k]);
+        goto out;
+    }
+    if (have >= MAX_VOLUMES_PER_TENANT) {
+        api_error(rs, 422, "quota_exceeded", NULL,
+                  "the tenant has %lld %ss, the most it may have: delete one first",
+                  (long long)have, kind_what[k]);
+        goto out;
+    }
     if (api_write(ctx, rs, vol_insert_write, &nv, kind_what[k]))
         goto out;
     store_volume v;

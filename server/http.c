@@ -497,6 +497,29 @@ static void route(struct req_state *st, const char *url, const char *method)
  * from the headers alone, as for a body nobody should wait for. */
 #define DRAIN_MAX (16LL << 20)
 
+/*
+ * What a request costs against its tenant's rate: 1, and for a GET, one
+ * more for every 50 rows of a page past the first 50 (?limit=200 costs 4),
+ * 5 for usage and invoices (aggregates over a month) and 20 for an export
+ * (Accept: text/csv).
+ */
+static double request_cost(const struct req_state *st)
+{
+    if (st->rq.method != API_GET)
+        return 1.0;
+    double cost = 1.0;
+    const char *limit = get_query(st->conn, "limit");
+    long rows = limit ? strtol(limit, NULL, 10) : 0;
+    if (rows > 50)
+        cost += (double)((rows - 1) / 50);
+    if (!strncmp(st->rq.path, "/v1/usage", 9) || !strncmp(st->rq.path, "/v1/invoices", 12))
+        cost = cost < 5.0 ? 5.0 : cost;
+    const char *accept = get_header(st->conn, MHD_HTTP_HEADER_ACCEPT);
+    if (accept && strstr(accept, "text/csv"))
+        cost = 20.0;
+    return cost;
+}
+
 /* Takes n bytes of the bodies' budget: 0, or -1 (nothing taken). */
 static int budget_take(http_server *srv, size_t n)
 {
@@ -520,11 +543,16 @@ static void admit(struct req_state *st)
             return;
         }
         st->rq.who = &st->who;
-        int64_t wait_ms = srv->rate ? ratelimit_take(srv->rate, st->who.token_id, util_mono_ms()) : 0;
+        /* One budget per tenant, whatever the number of its tokens; a
+         * request costs what it makes the server read (request_cost). */
+        int64_t wait_ms = srv->rate ? ratelimit_take_n(srv->rate, st->who.user.tenant_id,
+                                                       request_cost(st), util_mono_ms())
+                                    : 0;
         if (wait_ms > 0) {
             int64_t secs = (wait_ms + 999) / 1000;
             api_error(rs, 429, "rate_limited", NULL,
-                      "more than %.0f requests a second with this token: retry in %lld s",
+                      "the tenant's requests passed %.0f a second (a page of many rows or "
+                      "an export counts as several): retry in %lld s",
                       srv->rate_per_s, (long long)secs);
             rs->xname = "Retry-After";
             snprintf(rs->xvalue, sizeof rs->xvalue, "%lld", (long long)secs);

@@ -45,6 +45,15 @@ void ratelimit_free(ratelimit *r)
 
 int64_t ratelimit_take(ratelimit *r, int64_t key, int64_t now_ms)
 {
+    return ratelimit_take_n(r, key, 1.0, now_ms);
+}
+
+int64_t ratelimit_take_n(ratelimit *r, int64_t key, double cost, int64_t now_ms)
+{
+    if (cost < 1.0)
+        cost = 1.0;
+    if (cost > r->burst)
+        cost = r->burst; /* a request costlier than the burst would never go */
     /* Fibonacci hashing spreads consecutive ids over the table. */
     size_t i = (size_t)(((uint64_t)key * 11400714819323198485ull) >> 51) % RL_SLOTS;
     pthread_mutex_t *m = &r->lock[i % RL_LOCKS];
@@ -62,10 +71,10 @@ int64_t ratelimit_take(ratelimit *r, int64_t key, int64_t now_ms)
             b->tokens = r->burst;
         b->last_ms = now_ms;
     }
-    if (b->tokens >= 1.0)
-        b->tokens -= 1.0;
+    if (b->tokens >= cost)
+        b->tokens -= cost;
     else
-        wait = (int64_t)((1.0 - b->tokens) / r->per_ms) + 1;
+        wait = (int64_t)((cost - b->tokens) / r->per_ms) + 1;
     pthread_mutex_unlock(m);
     return wait;
 }

@@ -1,6 +1,7 @@
 /*
- * ratelimit: a token bucket per key (cohortd keys them by API token), so
- * that one client flooding the API cannot starve the others.  Each key may
+ * ratelimit: a token bucket per key (cohortd keys them by tenant, whatever
+ * the number of its tokens), so that one client flooding the API cannot
+ * starve the others.  Each key may
  * make per_s requests a second on average and burst at once.  Buckets live
  * in a fixed table; a key whose slot another key took starts again with a
  * full bucket, so the table's size bounds the memory, never the fairness
@@ -19,5 +20,7 @@ void ratelimit_free(ratelimit *r);
 /* Takes one request of key at now_ms (monotonic): 0 when it may go,
  * otherwise the milliseconds until it may (nothing is taken). */
 int64_t ratelimit_take(ratelimit *r, int64_t key, int64_t now_ms);
+/* The same for a request that costs cost (>= 1; at most the burst). */
+int64_t ratelimit_take_n(ratelimit *r, int64_t key, double cost, int64_t now_ms);
 
 #endif

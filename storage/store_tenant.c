@@ -174,6 +174,13 @@ int store_token_get(store *s, int64_t id, store_token *out)
     return store_get_one(store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(id))), token_row, out);
 }
 
+int store_token_count_live(store *s, int64_t user_id, int64_t now_ms, int64_t *n)
+{
+    static const char sql[] = "SELECT count(*) FROM api_tokens WHERE user_id = ?1"
+                              " AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?2)";
+    return store_int64(store_reader(s), n, sql, STORE_ARGS(STORE_I(user_id), STORE_I(now_ms)));
+}
+
 int store_token_list(store *s, int64_t user_id, int64_t after, int limit,
                      void (*row)(void *arg, const store_token *t), void *arg)
 {

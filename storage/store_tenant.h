@@ -68,6 +68,8 @@ int store_platform_tenant_tx(store_tx *tx, int64_t *id);
 int store_token_insert(store_tx *tx, int64_t user_id, const char *name,
                        const uint8_t hash[UTIL_SHA256_LEN], int64_t expires_at, int64_t *id);
 int store_token_get(store *s, int64_t id, store_token *out);
+/* The user's tokens live at now_ms (not revoked, not expired) into *n. */
+int store_token_count_live(store *s, int64_t user_id, int64_t now_ms, int64_t *n);
 int store_token_list(store *s, int64_t user_id, int64_t after, int limit,
                      void (*row)(void *arg, const store_token *t), void *arg);
 /* Revokes a live token; STORE_NOTFOUND when absent or already revoked. */

@@ -83,6 +83,14 @@ int store_volume_insert(store_tx *tx, store_vol_kind k, int64_t tenant_id, const
             STORE_T(name), STORE_I(util_now_ms())));
 }
 
+int store_volume_count(store *s, store_vol_kind k, int64_t tenant_id, int64_t *n)
+{
+    static const char *const sql[2] = {
+        "SELECT count(*) FROM datasets WHERE tenant_id = ?1",
+        "SELECT count(*) FROM workspaces WHERE tenant_id = ?1"};
+    return store_int64(store_reader(s), n, sql[k == STORE_WORKSPACE], STORE_ARGS(STORE_I(tenant_id)));
+}
+
 int store_volume_delete(store_tx *tx, store_vol_kind k, int64_t id)
 {
     return store_tx_exec_id(tx, delete_sql[k], id);

@@ -35,6 +35,8 @@ int store_volume_list(store *s, store_vol_kind k, int64_t tenant_id, int with_pu
 int store_volume_insert(store_tx *tx, store_vol_kind k, int64_t tenant_id, const char *name,
                         int64_t *id);
 int store_volume_delete(store_tx *tx, store_vol_kind k, int64_t id);
+/* The tenant's volumes of kind k into *n. */
+int store_volume_count(store *s, store_vol_kind k, int64_t tenant_id, int64_t *n);
 int store_dataset_seal(store_tx *tx, int64_t id);
 
 #endif

@@ -1092,3 +1092,38 @@ Test(api_flow, storage_and_pending_quotas_hold)
     cr_expect_eq(r.status, 201, "%s", r.body);
     th_free(&r);
 }
+
+/* What one user or tenant may pile up is bounded: 100 live tokens a user,
+ * 1,000 workspaces a tenant (then 422 quota_exceeded, nothing made); a
+ * revoked token frees its place. */
+Test(api_flow, tokens_and_workspaces_are_bounded, .timeout = 120)
+{
+    char tok[80], path[96], body[64];
+    long uid = th_user(&d, "acme", "alice", "member", tok);
+    snprintf(path, sizeof path, "/v1/users/%ld/tokens", uid);
+    long last = 0;
+    for (int i = 1; i < 100; i++) {
+        snprintf(body, sizeof body, "{\"name\":\"t%d\"}", i);
+        th_resp r = th_post(&d, path, TH_ADMIN, body);
+        cr_assert_eq(r.status, 201, "token %d: %s", i + 1, r.body);
+        last = (long)th_num(&r, "id");
+        th_free(&r);
+    }
+    th_expect_error(th_post(&d, path, TH_ADMIN, "{\"name\":\"one-too-many\"}"), 422,
+                    "quota_exceeded", NULL);
+    char rev[128];
+    snprintf(rev, sizeof rev, "/v1/tokens/%ld", last);
+    th_resp r = th_req(&d, "DELETE", rev, TH_ADMIN, NULL, NULL, 0, NULL);
+    cr_expect(r.status == 200 || r.status == 204, "revoke: %ld %s", r.status, r.body);
+    th_free(&r);
+    th_must(th_post(&d, path, TH_ADMIN, "{\"name\":\"in-its-place\"}"), 201);
+    for (int i = 0; i < 1000; i++) {
+        snprintf(body, sizeof body, "{\"name\":\"w%d\"}", i);
+        th_resp w = th_post(&d, "/v1/workspaces", tok, body);
+        cr_assert_eq(w.status, 201, "workspace %d: %s", i + 1, w.body);
+        th_free(&w);
+    }
+    th_expect_error(th_post(&d, "/v1/workspaces", tok, "{\"name\":\"w1000\"}"), 422,
+                    "quota_exceeded", NULL);
+    th_expect(th_get(&d, "/v1/workspaces/w1000", tok), 404);
+}
