@@ -17,6 +17,7 @@
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "api/api.h"
@@ -568,6 +569,54 @@ static int bootstrap_admin(api_ctx *ctx, const struct config *cfg)
     return 0;
 }
 
+/*
+ * A few MiB the data dir keeps in reserve: SQLite cannot open a database
+ * (its -wal and -shm files are made anew at each start) on a disk with no
+ * room at all, so a cohortd stopped on a full disk could not start again to
+ * serve reads.  The reserve is spent on such a start and taken again, as
+ * far as there is room, at every start.
+ */
+#define RESERVE_NAME "reserve"
+#define RESERVE_BYTES (4LL << 20)
+
+static void reserve_keep(const char *dir)
+{
+    char path[PATH_MAX];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s", dir, RESERVE_NAME);
+    if (stat(path, &sb) == 0 && sb.st_size >= RESERVE_BYTES)
+        return;
+    int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0)
+        return;
+    /* As much as fits, to the page: on a full disk, nothing more. */
+    off_t have = fstat(fd, &sb) == 0 ? sb.st_size : 0;
+    for (off_t len = RESERVE_BYTES - have; len >= 4096 && have < RESERVE_BYTES;) {
+        if (posix_fallocate(fd, have, len) == 0)
+            have += len;
+        else
+            len /= 2;
+        if (have + len > RESERVE_BYTES)
+            len = RESERVE_BYTES - have;
+    }
+    close(fd);
+}
+
+/* Less room left where dir lies than half the reserve. */
+static int disk_full(const char *dir)
+{
+    struct statvfs v;
+    return statvfs(dir, &v) == 0 && (long long)v.f_bavail * (long long)v.f_frsize < RESERVE_BYTES / 2;
+}
+
+/* Frees the reserve: 0, or -1 when there was none. */
+static int reserve_spend(const char *dir)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, RESERVE_NAME);
+    return unlink(path) == 0 ? 0 : -1;
+}
+
 /* Everything the API serves from: the data dir's store, logs, console,
  * admin token and scheduler.  NULL (and why on stderr) on failure. */
 static api_ctx *ctx_open(const struct config *cfg)
@@ -601,6 +650,10 @@ static api_ctx *ctx_open(const struct config *cfg)
         snprintf(path, sizeof path, "%s", cfg->store);
     else
         snprintf(path, sizeof path, "sqlite:%s/cohort.db", cfg->data_dir);
+    if (disk_full(cfg->data_dir) && reserve_spend(cfg->data_dir) == 0)
+        fprintf(stderr, "cohortd: the data dir's disk is full: starting on the room of %s/%s; "
+                        "writes answer 507 no_space until space is freed\n",
+                cfg->data_dir, RESERVE_NAME);
     if (!(ctx->st = store_open(path, err, sizeof err))) {
         fprintf(stderr, "cohortd: %s\n", err);
         goto fail;
@@ -702,6 +755,7 @@ int main(int argc, char **argv)
     snprintf(addr, sizeof addr, "%s:%d\n", cfg.host, http_port(srv));
     if (write_file(cfg.data_dir, "cohortd.addr", addr, 0644) != 0)
         fprintf(stderr, "cohortd: warning: cannot write %s/cohortd.addr\n", cfg.data_dir);
+    reserve_keep(cfg.data_dir); /* spent at this start: taken again where there is room */
     if (api_uploads_sweep(cfg.data_dir) != 0)
         fprintf(stderr, "cohortd: warning: cannot look for unfinished uploads\n");
     printf("cohortd: listening on http://%s:%d (data dir %s, %s schema %d)\n", cfg.host,

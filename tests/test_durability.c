@@ -326,6 +326,18 @@ Test(durability, a_full_disk_answers_507_and_keeps_nothing_half_done)
     cr_expect_eq(r.status, 404, "a refused upload left a file: %ld", r.status);
     th_free(&r);
 
+    /* cohortd starts again on the full disk: reads served, writes 507. */
+    cr_assert_eq(th_stop(&full), 0);
+    th_restart(&full, unlimited);
+    r = th_get(&full, "/v1/jobs?limit=200", tk);
+    cr_expect_eq(r.status, 200, "a read after a restart on a full disk: %ld %s", r.status,
+                 r.body);
+    th_free(&r);
+    r = th_post(&full, "/v1/jobs", tk, job_body(i, body, sizeof body));
+    cr_expect_eq(r.status, 507, "a write after a restart on a full disk: %ld %s", r.status,
+                 r.body);
+    th_free(&r);
+
     free_disk(dir);
     r = th_post(&full, "/v1/jobs", tk, job_body(i, body, sizeof body));
     cr_expect_eq(r.status, 201, "after space is freed: %ld %s", r.status, r.body);
