@@ -26,20 +26,46 @@ void api_json(api_resp *rs, int status, cJSON *obj)
     rs->ctype = "application/json";
 }
 
+/*
+ * Makes s valid UTF-8 in place: a sequence cut short (a name shortened with
+ * %.64s, a message at its buffer's end) or otherwise broken becomes '?'s.
+ * Error bodies are JSON whatever the input.
+ */
+static void utf8_mend(char *s)
+{
+    unsigned char *p = (unsigned char *)s;
+    while (*p) {
+        int len = *p < 0x80 ? 1 : (*p & 0xE0) == 0xC0 ? 2 : (*p & 0xF0) == 0xE0 ? 3
+                : (*p & 0xF8) == 0xF0 ? 4 : 0;
+        int ok = len > 0 && !(len == 2 && *p < 0xC2);
+        for (int i = 1; ok && i < len; i++)
+            ok = (p[i] & 0xC0) == 0x80;
+        if (!ok) {
+            *p++ = '?';
+            continue;
+        }
+        p += len;
+    }
+}
+
 void api_error(api_resp *rs, int status, const char *code, const char *field, const char *fmt,
                ...)
 {
-    char msg[512];
+    char msg[512], fld[256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    utf8_mend(msg);
     cJSON *o = cJSON_CreateObject();
     cJSON *e = cJSON_AddObjectToObject(o, "error");
     cJSON_AddStringToObject(e, "code", code);
     cJSON_AddStringToObject(e, "message", msg);
-    if (field)
-        cJSON_AddStringToObject(e, "field", field);
+    if (field) {
+        snprintf(fld, sizeof fld, "%s", field);
+        utf8_mend(fld);
+        cJSON_AddStringToObject(e, "field", fld);
+    }
     rs->write_fn = NULL;
     rs->write_many = NULL;
     api_json(rs, status, o);

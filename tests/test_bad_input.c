@@ -449,3 +449,40 @@ Test(bad_input, every_json_route_refuses_strings_that_are_not_utf8)
     cr_expect_geq(routes, 15, "only %d JSON routes", routes);
     cr_log_info("%d JSON routes refuse malformed UTF-8", routes);
 }
+
+/* 1 when s is valid UTF-8 (checked here, not with cohortd's own code). */
+static int utf8_ok(const char *s)
+{
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        int n = *p < 0x80 ? 0 : *p >= 0xC2 && *p <= 0xDF ? 1 : (*p & 0xF0) == 0xE0 ? 2
+              : *p >= 0xF0 && *p <= 0xF4 ? 3 : -1;
+        if (n < 0)
+            return 0;
+        for (int i = 1; i <= n; i++)
+            if ((p[i] & 0xC0) != 0x80)
+                return 0;
+        p += n + 1;
+    }
+    return 1;
+}
+
+/* An error that quotes a name shortened to 64 bytes never cuts a
+ * character: the body is valid UTF-8 whatever the name. */
+Test(bad_input, an_error_quoting_a_long_multibyte_name_stays_utf8)
+{
+    char body[512], name[300] = "";
+    /* 63 ASCII bytes, then two-byte characters: byte 64 falls inside one */
+    memset(name, 'x', 63);
+    for (int i = 0; i < 40; i++)
+        memcpy(name + 63 + 2 * i, "\xc3\xa9", 3); /* with its NUL, overwritten by the next */
+    static const char *const tmpl[] = {"{\"%s\":1}", "{\"name\":\"j\",\"env\":{\"%s\":1}}"};
+    for (int t = 0; t < 2; t++) {
+        snprintf(body, sizeof body, tmpl[t], name);
+        th_resp r = th_post(&d, "/v1/jobs", tok, body);
+        cr_expect_eq(r.status, 400, "%s", r.body);
+        cr_expect(utf8_ok(r.body), "not UTF-8: %s", r.body);
+        cr_expect_not_null(r.json, "not JSON: %s", r.body);
+        th_free(&r);
+    }
+}
