@@ -32,6 +32,8 @@
 #define LOG_READ_DEFAULT (1 << 20)
 #define LOG_READ_MAX (8 << 20)
 #define METRICS_PER_CHUNK 1024
+/* Metric rows one job may store (each attempt and rank together). */
+#define API_METRIC_ROWS_MAX 100000
 
 static int log_path(api_ctx *ctx, int64_t job, int64_t attempt, int64_t rank, int create,
                     char *out, size_t n)
@@ -205,15 +207,28 @@ static void mark_cut(api_ctx *ctx, int fd, const store_worker *w)
 struct metrics {
     int64_t job, attempt, rank, at;
     int n;
+    int64_t dropped; /* past the job's bound: not stored */
     char *json[METRICS_PER_CHUNK];
 };
 
 static store_rc metrics_write(store_tx *tx, void *arg)
 {
     struct metrics *m = arg;
-    int rc = STORE_OK;
-    for (int i = 0; rc == STORE_OK && i < m->n; i++)
+    int64_t granted = 0;
+    int rc = store_metric_reserve(tx, m->job, m->n, API_METRIC_ROWS_MAX, &granted);
+    for (int i = 0; rc == STORE_OK && i < granted; i++)
         rc = store_metric_insert(tx, m->job, m->attempt, m->rank, m->at, m->json[i]);
+    m->dropped = m->n - granted;
+    /* The first write to be cut says so, once, in the job's events. */
+    if (rc == STORE_OK && m->dropped > 0 && granted > 0) {
+        char why[160];
+        snprintf(why, sizeof why, "metrics: the job stored %d metric rows, its most; later "
+                                  "COHORT_METRIC lines stay in its log only",
+                 API_METRIC_ROWS_MAX);
+        rc = store_job_note(tx, m->job, m->attempt, why);
+        if (rc == STORE_NOTFOUND)
+            rc = STORE_OK;
+    }
     return rc;
 }
 
@@ -317,7 +332,7 @@ void api_agent_log(api_ctx *ctx, const api_req *rq, api_resp *rs)
             mark_cut(ctx, fd, &w);
             accepted = off + (int64_t)rq->body_len;
         }
-        m = (struct metrics){w.job_id, w.attempt, w.rank, util_now_ms(), 0, {0}};
+        m = (struct metrics){w.job_id, w.attempt, w.rank, util_now_ms(), 0, 0, {0}};
         scan_metrics(data, n, &m);
         if (m.n && (rc = store_write(ctx->st, metrics_write, &m)) != STORE_OK) {
             api_store_error(rs, rc, "metrics");

@@ -551,6 +551,21 @@ int store_job_briefs_tx(store_tx *tx, job_state state,
 }
 
 
+int store_metric_reserve(store_tx *tx, int64_t job_id, int64_t n, int64_t max, int64_t *granted)
+{
+    static const char get[] = "SELECT metric_rows FROM jobs WHERE id = ?1";
+    static const char put[] = "UPDATE jobs SET metric_rows = ?2 WHERE id = ?1";
+    int64_t have = 0;
+    int rc = store_int64(store_tx_conn(tx), &have, get, STORE_ARGS(STORE_I(job_id)));
+    if (rc != STORE_OK)
+        return rc;
+    *granted = have >= max ? 0 : n < max - have ? n : max - have;
+    if (*granted == 0)
+        return STORE_OK;
+    return store_exec(store_tx_conn(tx), NULL, put, STORE_ARGS(STORE_I(job_id),
+            STORE_I(have + *granted)));
+}
+
 int store_metric_insert(store_tx *tx, int64_t job_id, int64_t attempt, int64_t rank,
                         int64_t at, const char *json)
 {

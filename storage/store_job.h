@@ -163,6 +163,9 @@ typedef struct store_metric {
     const char *data; /* JSON object text, valid during the callback */
 } store_metric;
 
+/* Takes room for n metric rows of job_id within max in all (migration 017):
+ * *granted says how many fit (0 once the job has max). */
+int store_metric_reserve(store_tx *tx, int64_t job_id, int64_t n, int64_t max, int64_t *granted);
 int store_metric_insert(store_tx *tx, int64_t job_id, int64_t attempt, int64_t rank,
                         int64_t at, const char *json);
 /* Metrics of a job with id > after, oldest first. */

@@ -1127,3 +1127,45 @@ Test(api_flow, tokens_and_workspaces_are_bounded, .timeout = 120)
                     "quota_exceeded", NULL);
     th_expect(th_get(&d, "/v1/workspaces/w1000", tok), 404);
 }
+
+/*
+ * A job's metric rows are bounded (100,000): COHORT_METRIC lines past it
+ * stay in the log only, and the job's events say so once.  Sent through
+ * the agents' log API, as an agent ships a rank's output.
+ */
+Test(api_flow, a_jobs_metric_rows_are_bounded, .timeout = 120)
+{
+    char tok[80], node[80], p[128];
+    th_user(&d, "acme", "alice", "member", tok);
+    make_volumes(tok);
+    register_at("m", "192.0.2.40", "host", node);
+    long id = th_submit(&d, tok,
+                        "{\"name\":\"m\",\"image\":\"native\",\"workspace\":\"ws\",\"code_path\":"
+                        "\"bin/train\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,\"worker_spec\":"
+                        "\"cpu-small\",\"worker_count\":1}");
+    cJSON *w = desired_worker(node);
+    long wid = (long)cJSON_GetNumberValue(cJSON_GetObjectItem(w, "id"));
+    cJSON_Delete(w);
+    static char chunk[1024 * 40];
+    size_t n = 0;
+    for (int i = 0; i < 1024; i++)
+        n += (size_t)snprintf(chunk + n, sizeof chunk - n, "COHORT_METRIC {\"i\":%05d}\n", i);
+    long long off = 0;
+    for (int c = 0; c < 100; c++) { /* 102,400 metric lines */
+        snprintf(p, sizeof p, "/v1/agent/logs/%ld?offset=%lld", wid, off);
+        th_resp r = th_req(&d, "PUT", p, node, "application/octet-stream", chunk, n, NULL);
+        cr_assert_eq(r.status, 200, "chunk %d: %s", c, r.body);
+        th_free(&r);
+        off += (long long)n;
+    }
+    char out[64];
+    snprintf(p, sizeof p, "SELECT count(*) FROM job_metrics WHERE job_id = %ld", id);
+    th_db_query(&d, p, out, sizeof out);
+    cr_expect_eq(atol(out), 100000, "%s metric rows stored", out);
+    snprintf(p, sizeof p, "/v1/jobs/%ld/events", id);
+    th_resp r = th_get(&d, p, tok);
+    cr_expect(strstr(r.body, "100000 metric rows") != NULL, "%s", r.body);
+    const char *first = strstr(r.body, "metric rows"), *again = first ? strstr(first + 1, "metric rows") : NULL;
+    cr_expect_null(again, "said more than once: %s", r.body);
+    th_free(&r);
+}
