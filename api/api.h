@@ -45,6 +45,7 @@ typedef struct api_ctx {
     struct seal *seal;       /* what seals secrets at rest (seal.h); NULL: none */
     char registry[256];      /* HOST:PORT of the registry it signs for (--registry) */
     struct stuse *stuse;     /* tenants' storage use and quota (stuse.h); NULL: none */
+    struct fsquota *fsq;     /* btrfs's stop at the quota (fsquota.h); NULL: the walk's only */
     int64_t default_max_pending; /* jobs a tenant without its own quota has waiting; -1 */
 } api_ctx;
 

@@ -15,7 +15,9 @@
 
 #include "api/api_cache.h"
 #include "api/api_int.h"
+#include "api/fsquota.h"
 #include "api/jobnet.h"
+#include "api/stuse.h"
 #include "api/seal.h"
 #include "scheduler/sched_life.h"
 #include "storage/store_catalog.h"
@@ -336,6 +338,9 @@ void api_quota_put(api_ctx *ctx, const api_req *rq, api_resp *rs)
     q.tenant_id = t.id;
     if (api_write(ctx, rs, quota_write, &q, "quota"))
         goto out;
+    /* On btrfs the file system holds the storage quota too. */
+    if (ctx->fsq && fsquota_limit(ctx->fsq, t.id, stuse_quota(ctx->stuse, t.id)) != 0)
+        fprintf(stderr, "cohortd: tenant %s: cannot set its btrfs qgroup's limit\n", t.name);
     sched_wake(ctx->sched);
     api_json(rs, 200, quota_json(&q));
 out:

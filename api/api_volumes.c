@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "api/api_int.h"
+#include "api/fsquota.h"
+#include "api/stuse.h"
 
 static const char *const kind_dir[2] = {"datasets", "workspaces"};
 static const char *const kind_what[2] = {"dataset", "workspace"};
@@ -41,10 +43,25 @@ void api_volume_path(api_ctx *ctx, store_vol_kind k, const store_volume *v, char
 
 int api_volume_root(api_ctx *ctx, store_vol_kind k, const store_volume *v, int create)
 {
-    char path[4400];
+    char path[4400], err[512];
     api_volume_path(ctx, k, v, path, sizeof path);
-    if (create && mkdirs(path) != 0)
+    if (create && ctx->fsq) {
+        /* A subvolume in its tenant's qgroup: the file system stops a write
+         * at the tenant's quota (fsquota.h). */
+        char *slash = strrchr(path, '/');
+        *slash = '\0';
+        int made = mkdirs(path);
+        *slash = '/';
+        if (made != 0 || fsquota_make(ctx->fsq, path, v->tenant_id,
+                                      stuse_quota(ctx->stuse, v->tenant_id), err,
+                                      sizeof err) != 0) {
+            if (made == 0)
+                fprintf(stderr, "cohortd: %s\n", err);
+            return -1;
+        }
+    } else if (create && mkdirs(path) != 0) {
         return -1;
+    }
     return open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "api/fsquota.h"
 #include "api/stuse.h"
 #include "api/regtoken.h"
 #include "api/seal.h"
@@ -533,6 +534,7 @@ static void ctx_close(api_ctx *ctx)
     if (!ctx)
         return;
     stuse_stop(ctx->stuse);
+    fsquota_close(ctx->fsq);
     seal_close(ctx->seal);
     regtoken_close(ctx->regtoken);
     api_beats_close(ctx);
@@ -676,6 +678,18 @@ static api_ctx *ctx_open(const struct config *cfg)
         fprintf(stderr, "cohortd: %s\n", err);
         goto fail;
     }
+    /* Volumes on btrfs: the file system stops writes at a tenant's quota. */
+    char vols[sizeof ctx->data_dir + 16];
+    snprintf(vols, sizeof vols, "%s/volumes", ctx->data_dir);
+    if (mkdir(vols, 0750) != 0 && errno != EEXIST) {
+        fprintf(stderr, "cohortd: %s: %s\n", vols, strerror(errno));
+        goto fail;
+    }
+    if ((ctx->fsq = fsquota_open(vols, err, sizeof err)) != NULL)
+        printf("cohortd: volumes on btrfs: each a subvolume, a qgroup per tenant holding its "
+               "storage quota\n");
+    else if (strstr(err, "btrfs,"))
+        fprintf(stderr, "cohortd: %s: quotas are kept by measuring alone\n", err);
     /* Tenants' storage, measured in the background from now on (the first
      * walk may take a while on large volumes: the server does not wait). */
     if (!(ctx->stuse = stuse_start(ctx, cfg->storage_scan_ms,

@@ -46,6 +46,7 @@ static void auth_registry_stop(void)
 static void node_unmount(void);
 
 static void out_cleanup(void);
+static void btrfs_cleanup(void);
 
 static void teardown(void)
 {
@@ -55,6 +56,7 @@ static void teardown(void)
     th_agent_cleanup(&ag);
     th_stop(&d);
     th_cleanup(&d);
+    btrfs_cleanup();
 }
 
 TestSuite(containers, .fini = teardown, .timeout = 120);
@@ -63,11 +65,16 @@ TestSuite(containers, .fini = teardown, .timeout = 120);
  * dataset "ds") and tenant globex (member bob, "ws"). */
 static const char *const *cohortd_args; /* a test's own cohortd options, or NULL */
 
+static char platform_dir[64]; /* a test's own data dir (a mount), or "" */
+
 static void platform_base(void)
 {
     if (!th_can_sandbox())
         cr_skip_test("needs root to run containers");
-    th_start(&d, cohortd_args);
+    if (platform_dir[0])
+        th_start_in(&d, platform_dir, cohortd_args);
+    else
+        th_start(&d, cohortd_args);
     th_user(&d, "acme", "alice", "member", tok);
     th_user(&d, "globex", "bob", "member", tok_b);
     const char *toks[] = {tok, tok_b};
@@ -1750,4 +1757,78 @@ Test(containers, a_job_that_writes_past_the_storage_quota_is_stopped, .timeout =
                     507, "storage_quota_exceeded", NULL);
     cr_expect(th_wait_state(&d, tok_b, calm, "SUCCEEDED", 30000, seen), "the other tenant's "
               "job is %s", seen);
+}
+
+/* ---- btrfs: the file system stops a write at the quota ---- */
+
+static char btrfs_img[80];
+
+static void btrfs_cleanup(void)
+{
+    if (platform_dir[0]) {
+        util_system("umount -l '%s' 2>/dev/null; rmdir '%s' 2>/dev/null; true", platform_dir,
+                    platform_dir);
+        platform_dir[0] = '\0';
+    }
+    if (btrfs_img[0]) {
+        unlink(btrfs_img);
+        btrfs_img[0] = '\0';
+    }
+}
+
+/*
+ * cohortd's data dir on btrfs (a loop-mounted file of the test's): every
+ * workspace is a subvolume in its tenant's qgroup, limited to its quota, so
+ * a job's write past the quota fails in the job itself with EDQUOT ("Disk
+ * quota exceeded"), at once; the quota can be raised, and a workspace
+ * deleted, as anywhere.
+ */
+Test(containers, on_btrfs_a_write_past_the_quota_fails_in_the_job, .timeout = 150)
+{
+    char seen[16];
+    if (!th_can_sandbox())
+        cr_skip_test("needs root to mount a file system");
+    if (access("/usr/bin/btrfs", X_OK) != 0 || access("/usr/sbin/mkfs.btrfs", X_OK) != 0)
+        cr_skip_test("btrfs-progs is not installed (scripts/install-deps installs it)");
+    snprintf(btrfs_img, sizeof btrfs_img, "/tmp/cohort-btrfs-%d.img", (int)getpid());
+    snprintf(platform_dir, sizeof platform_dir, "/tmp/cohort-btrfs-%d", (int)getpid());
+    cr_assert_eq(util_system("truncate -s 400M '%s' && mkfs.btrfs -q '%s' >/dev/null 2>&1 && "
+                             "mkdir -p '%s' && mount -o loop '%s' '%s' && chmod 0711 '%s'",
+                             btrfs_img, btrfs_img, platform_dir, btrfs_img, platform_dir,
+                             platform_dir),
+                 0, "cannot make a btrfs file system at %s", platform_dir);
+    const char *args[] = {"--storage-scan", "60000", NULL}; /* the walk stays out of it */
+    cohortd_args = args;
+    platform(NULL);
+    static const char quota[] = "{\"max_storage_bytes\":2097152}";
+    th_resp r = th_req(&d, "PUT", "/v1/tenants/acme/quota", TH_ADMIN, "application/json", quota,
+                       sizeof quota - 1, NULL);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    th_free(&r);
+    /* What it says goes to its log: the workspace, full, takes nothing more. */
+    th_put_text(&d, tok, "ws", "fill.sh",
+                "#!/bin/sh\ndd if=/dev/zero of=big bs=1048576 count=5 conv=fsync\n"
+                "echo \"dd=$? size=$(wc -c < big)\"\n",
+                "755");
+    long id = submit_as(tok, "fill.sh", "native", NULL);
+    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 60000, seen), "job is %s", seen);
+    char p[96];
+    snprintf(p, sizeof p, "/v1/jobs/%ld/logs?rank=0", id);
+    r = th_get(&d, p, tok);
+    cr_expect(strstr(r.body, "dd=0") == NULL, "dd wrote 5 MiB past a 2 MiB quota: %s", r.body);
+    cr_expect(strstr(r.body, "quota exceeded") != NULL, "not EDQUOT: %s", r.body);
+    const char *sz = strstr(r.body, "size=");
+    long big = sz ? atol(sz + 5) : -1;
+    cr_expect(big >= 0 && big <= 2097152, "big is %ld bytes: %s", big, r.body);
+    th_free(&r);
+    /* globex, without a quota of its own (the default, 20 GiB), writes on */
+    th_put_text(&d, tok_b, "ws", "fill.sh",
+                "#!/bin/sh\ndd if=/dev/zero of=big bs=1048576 count=5 conv=fsync\n", "755");
+    long other = submit_as(tok_b, "fill.sh", "native", NULL);
+    cr_expect(th_wait_state(&d, tok_b, other, "SUCCEEDED", 60000, seen), "globex: %s", seen);
+    /* a workspace (a subvolume) is deleted as any */
+    th_must(th_post(&d, "/v1/workspaces", tok, "{\"name\":\"gone\"}"), 201);
+    r = th_req(&d, "DELETE", "/v1/workspaces/gone", tok, NULL, NULL, 0, NULL);
+    cr_expect(r.status == 200 || r.status == 204, "delete: %ld %s", r.status, r.body);
+    th_free(&r);
 }
