@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "storage/util.h"
+#include "lib/util.h"
 
 struct client {
     CURL *curl;

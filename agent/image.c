@@ -4,7 +4,7 @@
  */
 #include "agent/image.h"
 
-#include "storage/util.h"
+#include "lib/util.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -30,7 +30,7 @@
 #include "agent/runtime.h"
 #include "agent/sup.h"
 #include "storage/store_bill.h"
-#include "storage/util.h"
+#include "lib/util.h"
 
 #define POLL_MS 100
 #define BUSY_POLL_MS 10 /* while workers run: their ends are noticed this soon */

@@ -7,7 +7,7 @@
 #include "agent/fileutil.h"
 #include "agent/netns.h"
 #include "agent/oci.h"
-#include "storage/clock.h"
+#include "lib/clock.h"
 
 #include <dirent.h>
 #include <errno.h>

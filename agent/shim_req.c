@@ -14,7 +14,7 @@
 
 #include "agent/jget.h"
 #include "agent/netns.h"
-#include "storage/util.h"
+#include "lib/util.h"
 
 static int bad(char *err, size_t errlen, const char *fmt, ...)
 {

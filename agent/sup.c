@@ -20,7 +20,7 @@
 #include "agent/fileutil.h"
 #include "agent/jget.h"
 #include "agent/netns.h"
-#include "storage/util.h"
+#include "lib/util.h"
 
 #define MAX_WORKERS 4096
 #define LOG_CHUNK (256 * 1024)

@@ -17,7 +17,7 @@
 
 #include "api/api_int.h"
 #include "storage/store_node.h"
-#include "storage/util.h"
+#include "lib/util.h"
 
 #define BEATS_FLUSH_MS 500
 #define BEATS_MAX 65536 /* pending nodes; past it a heartbeat is written by its request */

@@ -6,7 +6,7 @@
 
 #include <string.h>
 
-#include "storage/util.h"
+#include "lib/util.h"
 
 struct head {
     uint8_t key[API_CACHE_KEY];

@@ -23,7 +23,7 @@
 
 #include <openssl/evp.h>
 
-#include "storage/util.h"
+#include "lib/util.h"
 
 #define MAX_SCOPES 8
 #define SCOPE_MAX 1024

@@ -4,7 +4,7 @@
  */
 #include "api/jobnet.h"
 
-#include "storage/util.h"
+#include "lib/util.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>

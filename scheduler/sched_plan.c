@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "storage/util.h"
+#include "lib/util.h"
 
 /* A tenant's running use: jobs, workers, CPUs and GPUs held now. */
 struct use {

@@ -16,7 +16,7 @@
 #include "storage/store_bill.h"
 #include "storage/store_job.h"
 #include "storage/store_node.h"
-#include "storage/util.h"
+#include "lib/util.h"
 
 /* Bounds on the rest between passes (see sched_main). */
 #define SCHED_REST_MAX_US 50000

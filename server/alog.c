@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "storage/util.h"
+#include "lib/util.h"
 
 struct alog {
     FILE *f;

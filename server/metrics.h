@@ -10,7 +10,7 @@
 
 #include "scheduler/sched_service.h"
 #include "storage/store.h"
-#include "storage/util.h"
+#include "lib/util.h"
 
 /* Route labels: index i names label[i]; at most METRICS_ROUTES. */
 #define METRICS_ROUTES 96

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "storage/util.h"
+#include "lib/util.h"
 
 #define BATCH_MAX 1024
 #define GROUP_MAX 256        /* writes handed to one store_write_many_fn */

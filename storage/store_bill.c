@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "storage/store_int.h"
-#include "storage/util.h"
+#include "lib/util.h"
 
 int64_t store_bill_seconds(int64_t start_ms, int64_t end_ms, int64_t cap_s)
 {

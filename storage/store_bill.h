@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "storage/store.h"
-#include "storage/util.h"
+#include "lib/util.h"
 
 #define STORE_NOTE_MAX 200
 #define STORE_MONEY_MAX 1000000000000000LL /* 10^15 minor units: no sum overflows */

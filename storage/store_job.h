@@ -10,7 +10,7 @@
 #include "storage/store.h"
 #include "storage/store_catalog.h"
 #include "storage/store_volume.h"
-#include "storage/util.h"
+#include "lib/util.h"
 
 /* A job's state.  The database and the API spell it by name
  * (store_job_state_name); the code compares the enum. */

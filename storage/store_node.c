@@ -10,7 +10,7 @@
 #include "storage/store_bill.h"
 #include "storage/store_int.h"
 #include "storage/store_job.h"
-#include "storage/util.h"
+#include "lib/util.h"
 
 /* Live workers hold their node's resources until the agent reports them done. */
 #define NODE_SELECT                                                                        \

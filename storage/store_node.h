@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "storage/store.h"
-#include "storage/util.h"
+#include "lib/util.h"
 
 #define STORE_ADDR_MAX 255
 

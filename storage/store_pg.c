@@ -18,7 +18,7 @@
  * earlier writes the break undid, so the error ends it and the writer
  * reports it.  While the server stays away, once a second at most.
  */
-#include "storage/clock.h"
+#include "lib/clock.h"
 #include "storage/store_int.h"
 
 #include <errno.h>

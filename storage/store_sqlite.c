@@ -14,7 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "storage/util.h"
+#include "lib/util.h"
 
 #define STMT_CACHE 96
 #define BUSY_TIMEOUT_MS 10000

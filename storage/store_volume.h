@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "storage/store.h"
-#include "storage/util.h"
+#include "lib/util.h"
 
 typedef enum { STORE_DATASET = 0, STORE_WORKSPACE = 1 } store_vol_kind;
 

@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "storage/util.h"
+#include "lib/util.h"
 
 static void sleep_ms(int ms)
 {

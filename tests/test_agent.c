@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "storage/util.h"
+#include "lib/util.h"
 #include "tests/harness.h"
 #include "worker/comm_store.h"
 

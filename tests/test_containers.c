@@ -24,7 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "storage/util.h"
+#include "lib/util.h"
 #include "tests/harness.h"
 
 static th_daemon d;

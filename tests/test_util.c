@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "storage/store_bill.h"
-#include "storage/util.h"
+#include "lib/util.h"
 
 Test(util, relpath_accepts_plain_relative_paths)
 {

@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "storage/clock.h"
+#include "lib/clock.h"
 #include "worker/comm_impl.h"
 
 #define DEFAULT_TIMEOUT_MS 30000

@@ -16,7 +16,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "storage/clock.h"
+#include "lib/clock.h"
 #include "worker/comm_impl.h"
 
 #define ID_KEY "cohort/nccl/unique-id"

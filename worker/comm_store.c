@@ -28,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "storage/clock.h"
+#include "lib/clock.h"
 
 #define HDR 4u
 #define BODY_MIN 4u  /* op, pad, key_len */

@@ -26,7 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "storage/clock.h"
+#include "lib/clock.h"
 #include "worker/ckpt.h"
 #include "worker/comm.h"
 #include "worker/data.h"

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "agent/netns.h"
-#include "storage/util.h"
+#include "lib/util.h"
 
 static char tag[32], ip[] = "/usr/sbin/ip", bridge[] = "/usr/sbin/bridge";
 static int net;

@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 #include "bench/common/bench_http.h"
-#include "storage/util.h"
+#include "lib/util.h"
 
 #define ADMIN "bench-soak-admin-token-012345678"
 #define MAX_TENANTS 200

@@ -15,7 +15,7 @@
 
 #include "agent/image.h"
 #include "agent/shim_req.h"
-#include "storage/util.h"
+#include "lib/util.h"
 #include "tests/fuzz/fuzz.h"
 
 #define MAX_WORKERS_FUZZ 16

@@ -9,7 +9,7 @@
 #include <cjson/cJSON.h>
 
 #include "api/api_int.h"
-#include "storage/util.h"
+#include "lib/util.h"
 #include "tests/fuzz/fuzz.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

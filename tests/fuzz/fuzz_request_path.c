@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "storage/util.h"
+#include "lib/util.h"
 #include "tests/fuzz/fuzz.h"
 
 #define PATH_MAX_FUZZ 8192

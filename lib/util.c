@@ -2,7 +2,7 @@
  * util: clock, randomness, hashing and validation helpers shared by every
  * layer.  Owns nothing beyond the buffers callers pass in.
  */
-#include "storage/util.h"
+#include "lib/util.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -1,7 +1,8 @@
 /*
  * util: small helpers every layer needs and no layer owns: clock, random
  * tokens, SHA-256, hex, constant-time compare, name and path validation,
- * and a growable string buffer.  Lowest layer; depends on libc and libcrypto.
+ * and a growable string buffer.  lib/ is the lowest layer: every other may
+ * use it, and it uses nothing of Cohort's; it depends on libc and libcrypto.
  */
 #ifndef COHORT_UTIL_H
 #define COHORT_UTIL_H
@@ -10,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "storage/clock.h"
+#include "lib/clock.h"
 
 #define UTIL_TOKEN_BYTES 32            /* 256 random bits */
 #define UTIL_TOKEN_PREFIX "coh_"

@@ -1,7 +1,7 @@
 /*
  * clock: the one monotonic clock of every program (cohortd, agent, shim,
- * worker).  Header-only, so that programs which link nothing of storage/
- * (the shim, the worker) read time the same way as those that do.
+ * worker).  Header-only, so that programs which link nothing of lib/'s
+ * libraries (the shim, the worker) read time the same way as those that do.
  */
 #ifndef COHORT_CLOCK_H
 #define COHORT_CLOCK_H

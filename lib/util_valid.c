@@ -4,7 +4,7 @@
  */
 #include <string.h>
 
-#include "storage/util.h"
+#include "lib/util.h"
 
 int util_name_valid(const char *s)
 {
