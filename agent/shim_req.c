@@ -14,6 +14,7 @@
 
 #include "agent/jget.h"
 #include "agent/netns.h"
+#include "lib/launch.h"
 #include "lib/util.h"
 
 static int bad(char *err, size_t errlen, const char *fmt, ...)
@@ -153,7 +154,8 @@ static int job_network(const cJSON *ct, const cJSON *spec, shim_req *r, char *er
     const cJSON *jn = cJSON_GetObjectItemCaseSensitive(spec, "job_network");
     r->sp.ip = jget_str(ct, "ip");
     r->sp.bridge = jget_str(ct, "bridge");
-    long long world = env_number(spec, "WORLD_SIZE"), per = env_number(spec, "WORKER_PER_NODE");
+    long long world = env_number(spec, LAUNCH_NAME(WORLD_SIZE)),
+              per = env_number(spec, LAUNCH_NAME(WORKER_PER_NODE));
     int local = world >= 1 && per >= world;
     if (!net || strcmp(net, "job"))
         return 0;

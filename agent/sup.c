@@ -20,9 +20,10 @@
 #include "agent/fileutil.h"
 #include "agent/jget.h"
 #include "agent/netns.h"
+#include "lib/launch.h"
 #include "lib/util.h"
 
-#define MAX_WORKERS 4096
+#define MAX_WORKERS LAUNCH_MAX_NODE_WORKERS
 #define LOG_CHUNK (256 * 1024)
 /* The newest output of a worker that its node keeps once shipped. */
 #define LOG_KEEP (1024 * 1024)
@@ -285,7 +286,7 @@ static void adopt_gpu_worker(const char *dir, struct worker *w)
     text[n] = '\0';
     cJSON *spec = cJSON_Parse(text);
     const cJSON *lr = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(spec, "env"), "LOCAL_RANK");
+        cJSON_GetObjectItemCaseSensitive(spec, "env"), LAUNCH_NAME(LOCAL_RANK));
     w->job_id = jget_int(spec, "job_id", -1);
     w->attempt = jget_int(spec, "attempt", -1);
     if (cJSON_IsString(lr))
@@ -603,7 +604,7 @@ void sup_reconcile(sup *s, const cJSON *workers)
             w->job_id = jget_int(spec, "job_id", -1);
             w->attempt = jget_int(spec, "attempt", -1);
             const cJSON *lr = cJSON_GetObjectItemCaseSensitive(
-                cJSON_GetObjectItemCaseSensitive(spec, "env"), "LOCAL_RANK");
+                cJSON_GetObjectItemCaseSensitive(spec, "env"), LAUNCH_NAME(LOCAL_RANK));
             if (cJSON_IsString(lr))
                 w->local_rank = strtoll(lr->valuestring, NULL, 10);
             w->state = W_STARTING; /* holds its GPUs from now on */

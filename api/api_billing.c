@@ -111,7 +111,7 @@ void api_quote(api_ctx *ctx, const api_req *rq, api_resp *rs)
     if (!in || api_fields_known(in, fields, rs) ||
         api_name(in, "worker_spec", 1, &spec_name, rs) < 0 ||
         api_int(in, "worker_count", 1, 1, API_MAX_WORKERS, &count, rs) < 0 ||
-        api_int(in, "workers_per_node", 0, 1, 1024, &per_node, rs) < 0 ||
+        api_int(in, "workers_per_node", 0, 1, LAUNCH_MAX_PER_NODE, &per_node, rs) < 0 ||
         api_int(in, "max_runtime_seconds", 0, 1, API_MAX_RUNTIME, &max_rt, rs) < 0)
         goto out;
     /* What a create of the same shape refuses, refused alike, with its codes. */

@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 
 #include "api/api.h"
+#include "lib/launch.h"
 
 /* ---- JSON in and out (api_json.c) ---- */
 
@@ -218,10 +219,7 @@ char *api_registry_pull_token(const api_ctx *ctx, const char *subject, const cha
  * validation (api_jobs.c) and by the launch document (api_nodes.c), which
  * names each one as API_ENV(NAME) so that a name outside it cannot compile.
  */
-#define API_CONTRACT_ENV(X)                                                                \
-    X(MASTER_ADDR) X(MASTER_PORT) X(WORLD_SIZE) X(RANK) X(LOCAL_RANK) X(NODE_RANK)         \
-    X(WORKER_PER_NODE) X(BACKEND) X(DATASETS_PATH) X(DATASETS) X(WORKSPACE) X(EPOCHS)      \
-    X(LR) X(BATCH_SIZE) X(TF_CONFIG) X(CUDA_VISIBLE_DEVICES) X(COHORT_RDZV_SECRET)
+#define API_CONTRACT_ENV(X) LAUNCH_ENV(X) /* lib/launch.h: one list for cohortd, agent, worker */
 #define API_ENV_ENUM_(n) API_ENV_##n,
 enum api_env { API_CONTRACT_ENV(API_ENV_ENUM_) API_ENV_COUNT };
 /* Their names, in that order, then NULL. */
@@ -229,7 +227,7 @@ extern const char *const api_env_names[API_ENV_COUNT + 1];
 #define API_ENV(n) (api_env_names[API_ENV_##n])
 
 /* Job submission limits, shared with quotes. */
-#define API_MAX_WORKERS 10000
+#define API_MAX_WORKERS LAUNCH_MAX_WORLD
 #define API_MAX_RUNTIME (30LL * 24 * 3600)
 /* The job's cost so far (charged and running ranks, all attempts); -1 on error. */
 int64_t api_job_cost_total(api_ctx *ctx, int64_t job_id);

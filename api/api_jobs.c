@@ -420,7 +420,7 @@ void api_job_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_int(in, "batch_size", 1, 1, 1 << 24, &j->batch_size, rs) < 0 ||
         api_name(in, "worker_spec", 1, &spec_name, rs) < 0 ||
         api_int(in, "worker_count", 1, 1, MAX_WORKERS, &j->worker_count, rs) < 0 ||
-        api_int(in, "workers_per_node", 0, 1, 1024, &j->workers_per_node, rs) < 0 ||
+        api_int(in, "workers_per_node", 0, 1, LAUNCH_MAX_PER_NODE, &j->workers_per_node, rs) < 0 ||
         api_int(in, "priority", 0, -SCHED_PRIORITY_MAX, SCHED_TIER_MAX, &j->priority, rs) < 0 ||
         api_int(in, "max_runtime_seconds", 0, 1, MAX_RUNTIME, &j->max_runtime_seconds, rs) < 0 ||
         api_int(in, "max_retries", 0, 0, 100, &j->max_retries, rs) < 0)

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "lib/clock.h"
+#include "lib/launch.h"
 #include "worker/comm_impl.h"
 
 #define DEFAULT_TIMEOUT_MS 30000
@@ -71,14 +72,16 @@ int comm_config_from_env(struct comm_config *cfg, char *err, size_t errlen)
     const char *b = getenv("BACKEND");
     int secs = 0;
     memset(cfg, 0, sizeof *cfg);
-    if (env_int("WORLD_SIZE", 1, 65536, 1, &cfg->world_size, err, errlen) < 0 ||
-        env_int("RANK", 0, cfg->world_size - 1, 0, &cfg->rank, err, errlen) < 0 ||
-        env_int("LOCAL_RANK", 0, 65535, cfg->rank, &cfg->local_rank, err, errlen) < 0 ||
+    if (env_int(LAUNCH_NAME(WORLD_SIZE), 1, LAUNCH_MAX_WORLD, 1, &cfg->world_size, err,
+                errlen) < 0 ||
+        env_int(LAUNCH_NAME(RANK), 0, cfg->world_size - 1, 0, &cfg->rank, err, errlen) < 0 ||
+        env_int(LAUNCH_NAME(LOCAL_RANK), 0, LAUNCH_MAX_PER_NODE - 1, cfg->rank, &cfg->local_rank,
+                err, errlen) < 0 ||
         env_int("COHORT_COMM_TIMEOUT", 1, 86400, 30, &secs, err, errlen) < 0 ||
         env_int("COHORT_ROLL_CALL_MS", 0, 600000, 0, &cfg->roll_call_ms, err, errlen) < 0)
         return -1;
     cfg->timeout_ms = secs * 1000;
-    cfg->secret = getenv("COHORT_RDZV_SECRET");
+    cfg->secret = getenv(LAUNCH_NAME(COHORT_RDZV_SECRET));
     if (cfg->secret && strlen(cfg->secret) > COMM_STORE_MAX_SECRET) {
         seterr(err, errlen, "COHORT_RDZV_SECRET is longer than %u bytes", COMM_STORE_MAX_SECRET);
         return -1;
@@ -91,9 +94,9 @@ int comm_config_from_env(struct comm_config *cfg, char *err, size_t errlen)
         seterr(err, errlen, "BACKEND='%s' is not gloo or nccl", b);
         return -1;
     }
-    if (cfg->world_size == 1 && !getenv("MASTER_ADDR"))
+    if (cfg->world_size == 1 && !getenv(LAUNCH_NAME(MASTER_ADDR)))
         return 0;  /* one rank meets nobody */
-    cfg->master_addr = getenv("MASTER_ADDR");
+    cfg->master_addr = getenv(LAUNCH_NAME(MASTER_ADDR));
     if (!cfg->master_addr || !*cfg->master_addr) {
         seterr(err, errlen, "MASTER_ADDR is not set (env:// start-up needs it)");
         return -1;
