@@ -499,7 +499,8 @@ static void route(struct req_state *st, const char *url, const char *method)
 
 /*
  * What a request costs against its tenant's rate: 1, and for a GET, one
- * more for every 50 rows of a page past the first 50 (?limit=200 costs 4),
+ * more for every 50 rows of a page past the first 50 (?limit=200 costs 4)
+ * or, for a log, every MiB past the first,
  * 5 for usage and invoices (aggregates over a month) and 20 for an export
  * (Accept: text/csv).
  */
@@ -509,9 +510,11 @@ static double request_cost(const struct req_state *st)
         return 1.0;
     double cost = 1.0;
     const char *limit = get_query(st->conn, "limit");
-    long rows = limit ? strtol(limit, NULL, 10) : 0;
-    if (rows > 50)
-        cost += (double)((rows - 1) / 50);
+    long n = limit ? strtol(limit, NULL, 10) : 0;
+    if (strstr(st->rq.path, "/logs")) /* there limit is bytes: one more per MiB past the first */
+        cost += n > (1L << 20) ? (double)((n - 1) >> 20) : 0.0;
+    else if (n > 50)
+        cost += (double)((n - 1) / 50);
     if (!strncmp(st->rq.path, "/v1/usage", 9) || !strncmp(st->rq.path, "/v1/invoices", 12))
         cost = cost < 5.0 ? 5.0 : cost;
     const char *accept = get_header(st->conn, MHD_HTTP_HEADER_ACCEPT);
