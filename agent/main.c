@@ -14,6 +14,7 @@
 #include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -231,32 +232,111 @@ static int route_address(const char *server, char *out, size_t n)
     return rc;
 }
 
-static int parse_args(int argc, char **argv, struct config *c)
+/* An option with a value: where it goes in struct config, and what it may be
+ * (a number in lo..hi, or one of choices "a|b", or any text). */
+enum opt_type { OPT_STR, OPT_NUM, OPT_CHOICE };
+
+struct opt {
+    const char *name;
+    enum opt_type type;
+    size_t off;
+    long long lo, hi;
+    const char *choices;
+};
+
+#define OPT_AT(f) offsetof(struct config, f)
+
+static const struct opt options[] = {
+    {"server", OPT_STR, OPT_AT(server), 0, 0, NULL},
+    {"join-token", OPT_STR, OPT_AT(join_token), 0, 0, NULL},
+    {"name", OPT_STR, OPT_AT(name), 0, 0, NULL},
+    {"address", OPT_STR, OPT_AT(address), 0, 0, NULL},
+    {"data-dir", OPT_STR, OPT_AT(data_dir), 0, 0, NULL},
+    {"mount-root", OPT_STR, OPT_AT(mount_root), 0, 0, NULL},
+    {"shim", OPT_STR, OPT_AT(shim), 0, 0, NULL},
+    {"cgroup", OPT_STR, OPT_AT(cgroup), 0, 0, NULL},
+    {"registry", OPT_STR, OPT_AT(registry), 0, 0, NULL},
+    {"insecure-registry", OPT_STR, OPT_AT(insecure), 0, 0, NULL},
+    {"image-cache", OPT_STR, OPT_AT(image_cache), 0, 0, NULL},
+    {"seccomp", OPT_STR, OPT_AT(seccomp), 0, 0, NULL},
+    {"egress-subnet", OPT_STR, OPT_AT(egress_subnet), 0, 0, NULL},
+    {"egress-deny", OPT_STR, OPT_AT(egress_deny), 0, 0, NULL},
+    {"runtime", OPT_CHOICE, OPT_AT(runtime), 0, 0, "crun|host"},
+    {"network", OPT_CHOICE, OPT_AT(network), 0, 0, "job|host"},
+    {"egress", OPT_CHOICE, OPT_AT(egress), 0, 0, "on|off"},
+    {"cpus", OPT_NUM, OPT_AT(cpus), 1, 1 << 20, NULL},
+    {"memory-mb", OPT_NUM, OPT_AT(memory_mb), 1, 1LL << 40, NULL},
+    {"gpus", OPT_NUM, OPT_AT(gpus), 0, 1024, NULL},
+    /* at most the stop grace cohortd bills past max_runtime_seconds */
+    {"stop-grace", OPT_NUM, OPT_AT(grace_s), 0, STORE_BILL_GRACE_S, NULL},
+    {"keep-finished", OPT_NUM, OPT_AT(keep_s), 0, 1LL << 40, NULL},
+    {"image-cache-max", OPT_NUM, OPT_AT(image_cache_max_mb), 0, 1LL << 40, NULL},
+    {"image-resolve-ttl", OPT_NUM, OPT_AT(resolve_ttl_s), 0, 86400, NULL},
+    {"start-timeout", OPT_NUM, OPT_AT(start_timeout_s), 0, 86400, NULL},
+    {"worker-pids", OPT_NUM, OPT_AT(pids_max), 16, 4194304, NULL},
+};
+#define NOPTS (sizeof options / sizeof *options)
+
+/* "a|b|c" holds word: 1, else 0. */
+static int one_of(const char *choices, const char *word)
 {
-    static const struct option opts[] = {
-        {"server", required_argument, NULL, 's'},  {"join-token", required_argument, NULL, 'j'},
-        {"name", required_argument, NULL, 'n'},    {"address", required_argument, NULL, 'a'},
-        {"data-dir", required_argument, NULL, 'd'}, {"cpus", required_argument, NULL, 'c'},
-        {"memory-mb", required_argument, NULL, 'm'}, {"gpus", required_argument, NULL, 'g'},
-        {"port-range", required_argument, NULL, 'p'}, {"launcher", required_argument, NULL, 'l'},
-        {"mount-root", required_argument, NULL, 'r'}, {"stop-grace", required_argument, NULL, 'G'},
-        {"shim", required_argument, NULL, 'S'},    {"cgroup", required_argument, NULL, 'C'},
-        {"gpu-type", required_argument, NULL, 'T'},
-        {"keep-finished", required_argument, NULL, 'K'},
-        {"runtime", required_argument, NULL, 'R'}, {"registry", required_argument, NULL, 'E'},
-        {"insecure-registry", required_argument, NULL, 'I'},
-        {"image-cache", required_argument, NULL, 'i'},
-        {"image-cache-max", required_argument, NULL, 'M'},
-        {"seccomp", required_argument, NULL, 'P'},
-        {"image-resolve-ttl", required_argument, NULL, 'L'},
-        {"start-timeout", required_argument, NULL, 'W'},
-        {"worker-pids", required_argument, NULL, 'N'},
-        {"network", required_argument, NULL, 'O'},
-        {"egress", required_argument, NULL, 'X'},
-        {"egress-subnet", required_argument, NULL, 'Y'},
-        {"egress-deny", required_argument, NULL, 'Z'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
-    };
+    size_t n = strlen(word);
+    for (const char *p = choices; *p; p += strcspn(p, "|") + (p[strcspn(p, "|")] == '|'))
+        if (strcspn(p, "|") == n && !strncmp(p, word, n))
+            return 1;
+    return 0;
+}
+
+/* Stores arg for option o into c: 0, or -1 (said). */
+static int set_option(const struct opt *o, const char *arg, struct config *c)
+{
+    char *at = (char *)c + o->off, *end;
+    if (o->type == OPT_STR || (o->type == OPT_CHOICE && one_of(o->choices, arg))) {
+        *(const char **)at = arg;
+        return 0;
+    }
+    if (o->type == OPT_NUM) {
+        errno = 0;
+        long long v = strtoll(arg, &end, 10);
+        if (*arg && !*end && !errno && v >= o->lo && v <= o->hi) {
+            *(long long *)at = v;
+            return 0;
+        }
+        fprintf(stderr, "cohort-agent: --%s must be %lld..%lld, got '%s'\n", o->name, o->lo,
+                o->hi, arg);
+        return -1;
+    }
+    fprintf(stderr, "cohort-agent: --%s must be one of %s, got '%s'\n", o->name, o->choices,
+            arg);
+    return -1;
+}
+
+/* The options that take more than a table row: a range, a type name, a list. */
+static int set_special(int o, const char *arg, struct config *c)
+{
+    if (o == 'p' && sscanf(arg, "%lld-%lld", &c->port_lo, &c->port_hi) == 2 &&
+        c->port_lo >= 1024 && c->port_hi <= 65535 && c->port_hi >= c->port_lo)
+        return 0;
+    if (o == 'T' && util_name_valid(arg)) {
+        snprintf(c->gpu_type, sizeof c->gpu_type, "%s", arg);
+        return 0;
+    }
+    const char *eq = o == 'l' ? strchr(arg, '=') : NULL;
+    if (eq && eq != arg && c->nlaunchers < SUP_MAX_LAUNCHERS && (size_t)(eq - arg) < PATH_MAX &&
+        strlen(eq + 1) < PATH_MAX) {
+        memcpy(c->launcher[c->nlaunchers][0], arg, (size_t)(eq - arg));
+        c->launcher[c->nlaunchers][0][eq - arg] = '\0';
+        snprintf(c->launcher[c->nlaunchers][1], PATH_MAX, "%s", eq + 1);
+        c->nlaunchers++;
+        return 0;
+    }
+    fprintf(stderr, "cohort-agent: bad value for --%s: %s\n",
+            o == 'p' ? "port-range" : o == 'T' ? "gpu-type" : "launcher", arg);
+    return -1;
+}
+
+static void config_defaults(struct config *c)
+{
     c->data_dir = "/var/lib/cohort-agent";
     c->mount_root = "/cohort";
     c->cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -277,92 +357,30 @@ static int parse_args(int argc, char **argv, struct config *c)
     c->network = "job";
     c->egress = "off";
     c->egress_subnet = "10.78.0.0/16";
-    int o;
-    char *end;
-    while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (o) {
-        case 's': c->server = optarg; break;
-        case 'j': c->join_token = optarg; break;
-        case 'n': c->name = optarg; break;
-        case 'a': c->address = optarg; break;
-        case 'd': c->data_dir = optarg; break;
-        case 'r': c->mount_root = optarg; break;
-        case 'S': c->shim = optarg; break;
-        case 'C': c->cgroup = optarg; break;
-        case 'R':
-            if (strcmp(optarg, "crun") && strcmp(optarg, "host"))
-                goto bad;
-            c->runtime = optarg;
-            break;
-        case 'E': c->registry = optarg; break;
-        case 'O':
-            if (strcmp(optarg, "job") && strcmp(optarg, "host"))
-                goto bad;
-            c->network = optarg;
-            break;
-        case 'X':
-            if (strcmp(optarg, "on") && strcmp(optarg, "off"))
-                goto bad;
-            c->egress = optarg;
-            break;
-        case 'Y': c->egress_subnet = optarg; break;
-        case 'Z': c->egress_deny = optarg; break;
-        case 'I': c->insecure = optarg; break;
-        case 'i': c->image_cache = optarg; break;
-        case 'P': c->seccomp = optarg; break;
-        case 'L':
-            c->resolve_ttl_s = strtoll(optarg, &end, 10);
-            if (*end || c->resolve_ttl_s < 0 || c->resolve_ttl_s > 86400)
-                goto bad;
-            break;
-        case 'W':
-            c->start_timeout_s = strtoll(optarg, &end, 10);
-            if (*end || c->start_timeout_s < 0 || c->start_timeout_s > 86400)
-                goto bad;
-            break;
-        case 'N':
-            c->pids_max = strtoll(optarg, &end, 10);
-            if (*end || c->pids_max < 16 || c->pids_max > 4194304)
-                goto bad;
-            break;
-        case 'M':
-            c->image_cache_max_mb = strtoll(optarg, &end, 10);
-            if (*end || c->image_cache_max_mb < 0)
-                goto bad;
-            break;
-        case 'T':
-            if (!util_name_valid(optarg))
-                goto bad;
-            snprintf(c->gpu_type, sizeof c->gpu_type, "%s", optarg);
-            break;
-        case 'c': c->cpus = strtoll(optarg, &end, 10); if (*end || c->cpus < 1) goto bad; break;
-        case 'm': c->memory_mb = strtoll(optarg, &end, 10); if (*end || c->memory_mb < 1) goto bad; break;
-        case 'g': c->gpus = strtoll(optarg, &end, 10); if (*end || c->gpus < 0) goto bad; break;
-        case 'G': /* at most the stop grace cohortd bills past max_runtime_seconds */
-            c->grace_s = strtoll(optarg, &end, 10);
-            if (*end || c->grace_s < 0 || c->grace_s > STORE_BILL_GRACE_S)
-                goto bad;
-            break;
-        case 'K': c->keep_s = strtoll(optarg, &end, 10); if (*end || c->keep_s < 0) goto bad; break;
-        case 'p':
-            if (sscanf(optarg, "%lld-%lld", &c->port_lo, &c->port_hi) != 2 || c->port_lo < 1024 ||
-                c->port_hi > 65535 || c->port_hi < c->port_lo)
-                goto bad;
-            break;
-        case 'l': {
-            const char *eq = strchr(optarg, '=');
-            if (!eq || eq == optarg || c->nlaunchers == SUP_MAX_LAUNCHERS ||
-                (size_t)(eq - optarg) >= PATH_MAX || strlen(eq + 1) >= PATH_MAX)
-                goto bad;
-            memcpy(c->launcher[c->nlaunchers][0], optarg, (size_t)(eq - optarg));
-            c->launcher[c->nlaunchers][0][eq - optarg] = '\0';
-            snprintf(c->launcher[c->nlaunchers][1], PATH_MAX, "%s", eq + 1);
-            c->nlaunchers++;
-            break;
+}
+
+static int parse_args(int argc, char **argv, struct config *c)
+{
+    static struct option longopts[NOPTS + 5];
+    for (size_t i = 0; i < NOPTS; i++)
+        longopts[i] = (struct option){options[i].name, required_argument, NULL, 0};
+    longopts[NOPTS] = (struct option){"port-range", required_argument, NULL, 'p'};
+    longopts[NOPTS + 1] = (struct option){"gpu-type", required_argument, NULL, 'T'};
+    longopts[NOPTS + 2] = (struct option){"launcher", required_argument, NULL, 'l'};
+    longopts[NOPTS + 3] = (struct option){"help", no_argument, NULL, 'h'};
+    config_defaults(c);
+    int o, idx;
+    while ((o = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
+        if (o == 'h') {
+            usage(stdout);
+            exit(0);
         }
-        case 'h': usage(stdout); exit(0);
-        default: usage(stderr); return -1;
+        if (o != 0 && o != 'p' && o != 'T' && o != 'l') {
+            usage(stderr);
+            return -1;
         }
+        if (o == 0 ? set_option(&options[idx], optarg, c) : set_special(o, optarg, c))
+            return -1;
     }
     if (!c->server || !c->name || !util_name_valid(c->name)) {
         fprintf(stderr, "cohort-agent: --server and a valid --name are required\n");
@@ -374,22 +392,6 @@ static int parse_args(int argc, char **argv, struct config *c)
         return -1;
     }
     return 0;
-bad:
-    fprintf(stderr, "cohort-agent: bad value for --%s: %s\n",
-            o == 'p'   ? "port-range"
-            : o == 'R' ? "runtime"
-            : o == 'M' ? "image-cache-max"
-            : o == 'L' ? "image-resolve-ttl"
-            : o == 'l' ? "launcher"
-            : o == 'T' ? "gpu-type"
-            : o == 'K' ? "keep-finished"
-            : o == 'N' ? "worker-pids"
-            : o == 'O' ? "network"
-            : o == 'X' ? "egress"
-            : o == 'G' ? "stop-grace"
-                       : "capacity",
-            optarg);
-    return -1;
 }
 
 /* Loads the node identity, or registers and saves it. */

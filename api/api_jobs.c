@@ -382,6 +382,93 @@ static int tenant_may_add_a_job(api_ctx *ctx, int64_t tenant, api_resp *rs)
     return 0;
 }
 
+/* The names a create refers to, as the body gave them. */
+struct job_names {
+    const char *name, *image, *ws, *code_path, *spec;
+};
+
+/* The body's scalar fields into j and names: 0, or -1 answered. */
+static int job_fields(const api_req *rq, const cJSON *in, store_job *j, struct job_names *nm,
+                      api_resp *rs)
+{
+    if (api_str(in, "name", 1, STORE_JOB_NAME_MAX, &nm->name, rs) < 0 ||
+        api_name(in, "image", 1, &nm->image, rs) < 0 ||
+        api_name(in, "workspace", 1, &nm->ws, rs) < 0 ||
+        api_str(in, "code_path", 1, UTIL_PATH_MAX, &nm->code_path, rs) < 0 ||
+        api_int(in, "epochs", 1, 1, 1000000, &j->epochs, rs) < 0 ||
+        api_num(in, "lr", 1, 0, 1000, &j->lr, rs) < 0 ||
+        api_int(in, "batch_size", 1, 1, 1 << 24, &j->batch_size, rs) < 0 ||
+        api_name(in, "worker_spec", 1, &nm->spec, rs) < 0 ||
+        api_int(in, "worker_count", 1, 1, MAX_WORKERS, &j->worker_count, rs) < 0 ||
+        api_int(in, "workers_per_node", 0, 1, LAUNCH_MAX_PER_NODE, &j->workers_per_node, rs) < 0 ||
+        api_int(in, "priority", 0, -SCHED_PRIORITY_MAX, SCHED_TIER_MAX, &j->priority, rs) < 0 ||
+        api_int(in, "max_runtime_seconds", 0, 1, MAX_RUNTIME, &j->max_runtime_seconds, rs) < 0 ||
+        api_int(in, "max_retries", 0, 0, 100, &j->max_retries, rs) < 0)
+        return -1;
+    if (j->priority > SCHED_PRIORITY_MAX && !api_is_platform_admin(rq->who)) {
+        api_error(rs, 422, "invalid_value", "priority",
+                  "priority must be -%d..%d: above is a tier across tenants, which only a "
+                  "platform admin sets", SCHED_PRIORITY_MAX, SCHED_PRIORITY_MAX);
+        return -1;
+    }
+    if (nm->name[0] == '\0' || !text_ok(nm->name)) {
+        api_error(rs, 422, "invalid_value", "name",
+                  "name must be 1..%d characters without control characters", STORE_JOB_NAME_MAX);
+        return -1;
+    }
+    if (j->lr <= 0) {
+        api_error(rs, 422, "invalid_value", "lr", "lr must be greater than 0");
+        return -1;
+    }
+    if (j->workers_per_node > 0 && j->worker_count % j->workers_per_node != 0) {
+        api_error(rs, 422, "invalid_value", "workers_per_node",
+                  "worker_count (%lld) must be a multiple of workers_per_node (%lld)",
+                  (long long)j->worker_count, (long long)j->workers_per_node);
+        return -1;
+    }
+    return 0;
+}
+
+/* The image, worker spec and workspace named, copied into j: 0, or -1
+ * answered (422 not_found naming the first missing one). */
+static int job_refs(api_ctx *ctx, const api_req *rq, const struct job_names *nm, store_job *j,
+                    store_volume *ws, api_resp *rs)
+{
+    store_image im;
+    store_spec sp;
+    int found = 0;
+    /* The references and each dataset stand alone: no snapshot shared
+     * between them (a create's reads cost one round trip each). */
+    store_read_each(ctx->st);
+    int rc = store_job_refs(ctx->st, api_tenant_of(rq->who), nm->image, nm->spec, nm->ws, &im,
+                            &sp, ws, &found);
+    if (rc != STORE_OK)
+        return api_store_error(rs, rc, "job");
+    static const struct {
+        int bit;
+        const char *field, *what;
+    } refs[] = {{STORE_REF_IMAGE, "image", "image"},
+                {STORE_REF_SPEC, "worker_spec", "worker spec"},
+                {STORE_REF_WORKSPACE, "workspace", "workspace"}};
+    const char *asked[] = {nm->image, nm->spec, nm->ws};
+    for (int i = 0; i < 3; i++)
+        if (!(found & refs[i].bit)) {
+            api_error(rs, 422, "not_found", refs[i].field, "no %s named '%s'", refs[i].what,
+                      asked[i]);
+            return -1;
+        }
+    snprintf(j->image, sizeof j->image, "%s", im.name);
+    snprintf(j->framework, sizeof j->framework, "%s", im.framework);
+    snprintf(j->workspace, sizeof j->workspace, "%s", ws->name);
+    snprintf(j->worker_spec, sizeof j->worker_spec, "%s", sp.name);
+    j->cpus = sp.cpus;
+    j->memory_mb = sp.memory_mb;
+    j->gpus = sp.gpus;
+    snprintf(j->currency, sizeof j->currency, "%s", sp.currency);
+    j->price_per_hour = sp.price_per_hour;
+    return 0;
+}
+
 void api_job_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     static const char *const fields[] = {
@@ -391,9 +478,7 @@ void api_job_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
     cJSON *in = NULL;
     struct job_new *n = calloc(1, sizeof *n);
     store_job *j = n ? &n->j : NULL;
-    const char *name, *image, *ws_name, *code_path, *spec_name;
-    store_image im;
-    store_spec sp;
+    struct job_names nm = {0};
     store_volume ws;
     if (!n) {
         api_error(rs, 500, "internal", NULL, "out of memory");
@@ -409,66 +494,9 @@ void api_job_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
                   "Idempotency-Key must be 1..%d printable characters", STORE_IDEM_MAX);
         goto fail;
     }
-    if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs))
-        goto fail;
-    if (api_str(in, "name", 1, STORE_JOB_NAME_MAX, &name, rs) < 0 ||
-        api_name(in, "image", 1, &image, rs) < 0 ||
-        api_name(in, "workspace", 1, &ws_name, rs) < 0 ||
-        api_str(in, "code_path", 1, UTIL_PATH_MAX, &code_path, rs) < 0 ||
-        api_int(in, "epochs", 1, 1, 1000000, &j->epochs, rs) < 0 ||
-        api_num(in, "lr", 1, 0, 1000, &j->lr, rs) < 0 ||
-        api_int(in, "batch_size", 1, 1, 1 << 24, &j->batch_size, rs) < 0 ||
-        api_name(in, "worker_spec", 1, &spec_name, rs) < 0 ||
-        api_int(in, "worker_count", 1, 1, MAX_WORKERS, &j->worker_count, rs) < 0 ||
-        api_int(in, "workers_per_node", 0, 1, LAUNCH_MAX_PER_NODE, &j->workers_per_node, rs) < 0 ||
-        api_int(in, "priority", 0, -SCHED_PRIORITY_MAX, SCHED_TIER_MAX, &j->priority, rs) < 0 ||
-        api_int(in, "max_runtime_seconds", 0, 1, MAX_RUNTIME, &j->max_runtime_seconds, rs) < 0 ||
-        api_int(in, "max_retries", 0, 0, 100, &j->max_retries, rs) < 0)
-        goto fail;
-    if (j->priority > SCHED_PRIORITY_MAX && !api_is_platform_admin(rq->who)) {
-        api_error(rs, 422, "invalid_value", "priority",
-                  "priority must be -%d..%d: above is a tier across tenants, which only a "
-                  "platform admin sets", SCHED_PRIORITY_MAX, SCHED_PRIORITY_MAX);
-        goto fail;
-    }
-    if (name[0] == '\0' || !text_ok(name)) {
-        api_error(rs, 422, "invalid_value", "name",
-                  "name must be 1..%d characters without control characters", STORE_JOB_NAME_MAX);
-        goto fail;
-    }
-    if (j->lr <= 0) {
-        api_error(rs, 422, "invalid_value", "lr", "lr must be greater than 0");
-        goto fail;
-    }
-    if (j->workers_per_node > 0 && j->worker_count % j->workers_per_node != 0) {
-        api_error(rs, 422, "invalid_value", "workers_per_node",
-                  "worker_count (%lld) must be a multiple of workers_per_node (%lld)",
-                  (long long)j->worker_count, (long long)j->workers_per_node);
-        goto fail;
-    }
-    /* The references and each dataset stand alone: no snapshot shared
-     * between them (a create's reads cost one round trip each). */
-    store_read_each(ctx->st);
-    int found = 0;
-    int rc = store_job_refs(ctx->st, api_tenant_of(rq->who), image, spec_name, ws_name, &im, &sp,
-                            &ws, &found);
-    if (rc != STORE_OK) {
-        api_store_error(rs, rc, "job");
-        goto fail;
-    }
-    if (!(found & STORE_REF_IMAGE)) {
-        api_error(rs, 422, "not_found", "image", "no image named '%s'", image);
-        goto fail;
-    }
-    if (!(found & STORE_REF_SPEC)) {
-        api_error(rs, 422, "not_found", "worker_spec", "no worker spec named '%s'", spec_name);
-        goto fail;
-    }
-    if (!(found & STORE_REF_WORKSPACE)) {
-        api_error(rs, 422, "not_found", "workspace", "no workspace named '%s'", ws_name);
-        goto fail;
-    }
-    if (job_code_path(ctx, &ws, code_path, rs) || job_datasets(ctx, rq, in, j, rs) ||
+    if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs) ||
+        job_fields(rq, in, j, &nm, rs) || job_refs(ctx, rq, &nm, j, &ws, rs) ||
+        job_code_path(ctx, &ws, nm.code_path, rs) || job_datasets(ctx, rq, in, j, rs) ||
         job_args(in, j, rs) || job_env(in, j, rs))
         goto fail;
     if (!j->datasets_json || !j->args_json || !j->env_json) {
@@ -479,17 +507,8 @@ void api_job_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
     j->user_id = rq->who->user.id;
     snprintf(j->tenant, sizeof j->tenant, "%s", rq->who->user.tenant);
     snprintf(j->user, sizeof j->user, "%s", rq->who->user.name);
-    snprintf(j->name, sizeof j->name, "%s", name);
-    snprintf(j->image, sizeof j->image, "%s", im.name);
-    snprintf(j->framework, sizeof j->framework, "%s", im.framework);
-    snprintf(j->workspace, sizeof j->workspace, "%s", ws.name);
-    snprintf(j->code_path, sizeof j->code_path, "%s", code_path);
-    snprintf(j->worker_spec, sizeof j->worker_spec, "%s", sp.name);
-    j->cpus = sp.cpus;
-    j->memory_mb = sp.memory_mb;
-    j->gpus = sp.gpus;
-    snprintf(j->currency, sizeof j->currency, "%s", sp.currency);
-    j->price_per_hour = sp.price_per_hour;
+    snprintf(j->name, sizeof j->name, "%s", nm.name);
+    snprintf(j->code_path, sizeof j->code_path, "%s", nm.code_path);
     if (api_job_estimate(j->price_per_hour, j->worker_count, j->max_runtime_seconds,
                          &j->estimated_max, rs) ||
         api_job_could_fit(ctx, j, rs) || tenant_may_add_a_job(ctx, j->tenant_id, rs))

@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <malloc.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@
 #define SHUTDOWN_GRACE_MS 30000
 
 struct config {
+    const char *listen;    /* HOST:PORT, parsed into host and port */
     char host[256];
     int port;
     const char *data_dir;
@@ -148,49 +150,87 @@ static int parse_size(const char *s, long long min, long long max, long long *ou
     return 0;
 }
 
-static int parse_args(int argc, char **argv, struct config *c)
+/* An option with a value: where it goes in struct config and its bounds. */
+enum opt_type { OPT_STR, OPT_I64, OPT_INT, OPT_SIZE, OPT_DBL };
+
+struct opt {
+    const char *name;
+    enum opt_type type;
+    size_t off;           /* in struct config */
+    long long lo, hi;     /* numbers only */
+    const char *unit;
+};
+
+#define OPT_AT(f) offsetof(struct config, f)
+
+static const struct opt options[] = {
+    {"listen", OPT_STR, OPT_AT(listen), 0, 0, ""},
+    {"data-dir", OPT_STR, OPT_AT(data_dir), 0, 0, ""},
+    {"store", OPT_STR, OPT_AT(store), 0, 0, ""},
+    {"access-log", OPT_STR, OPT_AT(access_log), 0, 0, ""},
+    {"web-dir", OPT_STR, OPT_AT(web_dir), 0, 0, ""},
+    {"registry", OPT_STR, OPT_AT(registry), 0, 0, ""},
+    {"body-limit", OPT_SIZE, OPT_AT(body_limit), 1024, 1LL << 30, "bytes"},
+    {"bodies-max", OPT_SIZE, OPT_AT(bodies_max), 1024, 1LL << 34, "bytes"},
+    {"default-storage-quota", OPT_I64, OPT_AT(default_storage), 0, 1LL << 60, "bytes"},
+    {"default-max-pending", OPT_I64, OPT_AT(default_pending), 0, 100000000, "jobs"},
+    {"storage-scan", OPT_I64, OPT_AT(storage_scan_ms), 100, 86400000, "ms"},
+    {"upload-limit", OPT_I64, OPT_AT(upload_limit), 1, 1LL << 40, "bytes"},
+    {"threads", OPT_INT, OPT_AT(threads), 1, 256, "threads"},
+    {"heartbeat", OPT_I64, OPT_AT(heartbeat_s), 1, 3600, "seconds"},
+    {"node-timeout", OPT_I64, OPT_AT(node_timeout_s), 1, 3600, "seconds"},
+    {"lease", OPT_I64, OPT_AT(lease_s), 1, 3600, "seconds"},
+    {"min-hold", OPT_I64, OPT_AT(min_hold_s), 1, 7 * 86400, "seconds"},
+    {"budget-grace", OPT_I64, OPT_AT(budget_grace_s), 1, 7 * 86400, "seconds"},
+    {"rate-limit", OPT_DBL, OPT_AT(rate_per_s), 0, 1000000, "a second"},
+    {"rate-burst", OPT_DBL, OPT_AT(rate_burst), 1, 1000000, "requests"},
+    {"log-limit", OPT_I64, OPT_AT(log_limit), 4096, 1LL << 50, "bytes"},
+    {"max-conns", OPT_INT, OPT_AT(max_conns), 16, 1000000, "connections"},
+    {"max-conns-per-ip", OPT_INT, OPT_AT(max_conns_per_ip), 0, 1000000, "connections"},
+    {"idle-timeout", OPT_INT, OPT_AT(idle_timeout_s), 1, 3600, "seconds"},
+    {"header-timeout", OPT_INT, OPT_AT(header_timeout_s), 1, 3600, "seconds"},
+};
+#define NOPTS (sizeof options / sizeof *options)
+
+/* Stores optarg for option o into c: 0, or -1 (said). */
+static int set_option(const struct opt *o, const char *arg, struct config *c)
 {
-    static const struct option opts[] = {
-        {"listen", required_argument, NULL, 'l'},
-        {"data-dir", required_argument, NULL, 'd'},
-        {"store", required_argument, NULL, 'S'},
-        {"body-limit", required_argument, NULL, 'b'},
-        {"bodies-max", required_argument, NULL, 'D'},
-        {"default-storage-quota", required_argument, NULL, 'Q'},
-        {"default-max-pending", required_argument, NULL, 'J'},
-        {"storage-scan", required_argument, NULL, 'K'},
-        {"upload-limit", required_argument, NULL, 'u'},
-        {"threads", required_argument, NULL, 't'},
-        {"access-log", required_argument, NULL, 'a'},
-        {"heartbeat", required_argument, NULL, 'H'},
-        {"node-timeout", required_argument, NULL, 'N'},
-        {"lease", required_argument, NULL, 'L'},
-        {"min-hold", required_argument, NULL, 'M'},
-        {"budget-grace", required_argument, NULL, 'G'},
-        {"web-dir", required_argument, NULL, 'W'},
-        {"registry", required_argument, NULL, 'E'},
-        {"max-conns", required_argument, NULL, 'C'},
-        {"log-limit", required_argument, NULL, 'g'},
-        {"rate-limit", required_argument, NULL, 'R'},
-        {"rate-burst", required_argument, NULL, 'B'},
-        {"max-conns-per-ip", required_argument, NULL, 'P'},
-        {"idle-timeout", required_argument, NULL, 'I'},
-        {"header-timeout", required_argument, NULL, 'T'},
-        {"help", no_argument, NULL, 'h'},
-        {"routes", no_argument, NULL, 'r'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *listen = getenv("COHORT_LISTEN");
-    const char *dd = getenv("COHORT_DATA_DIR");
-    const char *wd = getenv("COHORT_WEB_DIR");
-    const char *sd = getenv("COHORT_STORE");
-    c->store = sd && *sd ? sd : NULL;
-    c->web_dir = wd && *wd ? wd : NULL;
-    const char *reg = getenv("COHORT_REGISTRY");
-    c->registry = reg && *reg ? reg : "127.0.0.1:5000";
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    char *at = (char *)c + o->off;
     long long v;
-    c->data_dir = dd && *dd ? dd : DEFAULT_DATA_DIR;
+    if (o->type == OPT_STR) {
+        *(const char **)at = arg;
+        return 0;
+    }
+    if (parse_size(arg, o->lo, o->hi, &v)) {
+        fprintf(stderr, "cohortd: --%s must be %lld..%lld %s, got '%s'\n", o->name, o->lo,
+                o->hi, o->unit, arg);
+        return -1;
+    }
+    switch (o->type) {
+    case OPT_I64: *(int64_t *)at = v; break;
+    case OPT_INT: *(int *)at = (int)v; break;
+    case OPT_SIZE: *(size_t *)at = (size_t)v; break;
+    case OPT_DBL: *(double *)at = (double)v; break;
+    case OPT_STR: break;
+    }
+    return 0;
+}
+
+/* The defaults, then the environment's (COHORT_LISTEN, _DATA_DIR, _WEB_DIR,
+ * _STORE, _REGISTRY). */
+static void config_defaults(struct config *c)
+{
+    const char *env[][2] = {{"COHORT_LISTEN", DEFAULT_LISTEN},
+                            {"COHORT_DATA_DIR", DEFAULT_DATA_DIR},
+                            {"COHORT_WEB_DIR", NULL},
+                            {"COHORT_STORE", NULL},
+                            {"COHORT_REGISTRY", "127.0.0.1:5000"}};
+    const char **to[] = {&c->listen, &c->data_dir, &c->web_dir, &c->store, &c->registry};
+    for (size_t i = 0; i < sizeof to / sizeof *to; i++) {
+        const char *v = getenv(env[i][0]);
+        *to[i] = v && *v ? v : env[i][1];
+    }
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     c->body_limit = API_DEFAULT_BODY_LIMIT;
     c->default_storage = 20LL << 30;
     c->default_pending = 1000;
@@ -210,154 +250,47 @@ static int parse_args(int argc, char **argv, struct config *c)
     c->max_conns_per_ip = HTTP_DEFAULT_MAX_CONNS_PER_IP;
     c->idle_timeout_s = HTTP_DEFAULT_IDLE_TIMEOUT_S;
     c->header_timeout_s = HTTP_DEFAULT_HEADER_TIMEOUT_S;
-    if (!listen || !*listen)
-        listen = DEFAULT_LISTEN;
-    int o;
-    while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (o) {
-        case 'l':
-            listen = optarg;
-            break;
-        case 'd':
-            c->data_dir = optarg;
-            break;
-        case 'E':
-            if (!*optarg || strlen(optarg) >= 256 || strchr(optarg, '/')) {
-                fprintf(stderr, "cohortd: --registry wants HOST:PORT: %s\n", optarg);
-                return -1;
-            }
-            c->registry = optarg;
-            break;
-        case 'S':
-            c->store = optarg;
-            break;
-        case 'b':
-            if (parse_size(optarg, 1024, 1LL << 30, &v)) {
-                fprintf(stderr, "cohortd: --body-limit must be 1024..1073741824\n");
-                return -1;
-            }
-            c->body_limit = (size_t)v;
-            break;
-        case 'Q':
-            if (parse_size(optarg, 0, 1LL << 60, &v)) {
-                fprintf(stderr, "cohortd: --default-storage-quota must be 0..2^60 bytes\n");
-                return -1;
-            }
-            c->default_storage = v;
-            break;
-        case 'J':
-            if (parse_size(optarg, 0, 100000000, &v)) {
-                fprintf(stderr, "cohortd: --default-max-pending must be 0..100000000\n");
-                return -1;
-            }
-            c->default_pending = v;
-            break;
-        case 'K':
-            if (parse_size(optarg, 100, 86400000, &v)) {
-                fprintf(stderr, "cohortd: --storage-scan must be 100..86400000 ms\n");
-                return -1;
-            }
-            c->storage_scan_ms = v;
-            break;
-        case 'D':
-            if (parse_size(optarg, 1024, 1LL << 34, &v)) {
-                fprintf(stderr, "cohortd: --bodies-max must be 1024..17179869184\n");
-                return -1;
-            }
-            c->bodies_max = (size_t)v;
-            break;
-        case 'u':
-            if (parse_size(optarg, 1, 1LL << 40, &v)) {
-                fprintf(stderr, "cohortd: --upload-limit must be 1..2^40\n");
-                return -1;
-            }
-            c->upload_limit = v;
-            break;
-        case 't':
-            if (parse_size(optarg, 1, 256, &v)) {
-                fprintf(stderr, "cohortd: --threads must be 1..256\n");
-                return -1;
-            }
-            c->threads = (int)v;
-            break;
-        case 'a':
-            c->access_log = optarg;
-            break;
-        case 'H':
-        case 'N':
-        case 'L':
-            if (parse_size(optarg, 1, 3600, &v)) {
-                fprintf(stderr, "cohortd: --%s must be 1..3600 seconds\n",
-                        o == 'H' ? "heartbeat" : o == 'N' ? "node-timeout" : "lease");
-                return -1;
-            }
-            *(o == 'H' ? &c->heartbeat_s : o == 'N' ? &c->node_timeout_s : &c->lease_s) = v;
-            break;
-        case 'M':
-        case 'G':
-            if (parse_size(optarg, 1, 7 * 86400, &v)) {
-                fprintf(stderr, "cohortd: --%s must be 1..604800 seconds\n",
-                        o == 'M' ? "min-hold" : "budget-grace");
-                return -1;
-            }
-            *(o == 'M' ? &c->min_hold_s : &c->budget_grace_s) = v;
-            break;
-        case 'W':
-            c->web_dir = optarg;
-            break;
-        case 'R':
-        case 'B':
-            if (parse_size(optarg, o == 'R' ? 0 : 1, 1000000, &v)) {
-                fprintf(stderr, "cohortd: --%s must be %s..1000000\n",
-                        o == 'R' ? "rate-limit" : "rate-burst", o == 'R' ? "0" : "1");
-                return -1;
-            }
-            *(o == 'R' ? &c->rate_per_s : &c->rate_burst) = (double)v;
-            break;
-        case 'g':
-            if (parse_size(optarg, 4096, 1LL << 50, &v)) {
-                fprintf(stderr, "cohortd: --log-limit must be 4096..2^50 bytes\n");
-                return -1;
-            }
-            c->log_limit = v;
-            break;
-        case 'C':
-        case 'P':
-            if (parse_size(optarg, o == 'C' ? 16 : 0, 1000000, &v)) {
-                fprintf(stderr, "cohortd: --%s must be %s..1000000\n",
-                        o == 'C' ? "max-conns" : "max-conns-per-ip", o == 'C' ? "16" : "0");
-                return -1;
-            }
-            *(o == 'C' ? &c->max_conns : &c->max_conns_per_ip) = (int)v;
-            break;
-        case 'I':
-        case 'T':
-            if (parse_size(optarg, 1, 3600, &v)) {
-                fprintf(stderr, "cohortd: --%s must be 1..3600 seconds\n",
-                        o == 'I' ? "idle-timeout" : "header-timeout");
-                return -1;
-            }
-            *(o == 'I' ? &c->idle_timeout_s : &c->header_timeout_s) = (int)v;
-            break;
-        case 'h':
+}
+
+static int parse_args(int argc, char **argv, struct config *c)
+{
+    static struct option longopts[NOPTS + 3];
+    for (size_t i = 0; i < NOPTS; i++)
+        longopts[i] = (struct option){options[i].name, required_argument, NULL, 0};
+    longopts[NOPTS] = (struct option){"help", no_argument, NULL, 'h'};
+    longopts[NOPTS + 1] = (struct option){"routes", no_argument, NULL, 'r'};
+    config_defaults(c);
+    int o, idx;
+    while ((o = getopt_long(argc, argv, "h", longopts, &idx)) != -1) {
+        if (o == 0 && set_option(&options[idx], optarg, c) == 0)
+            continue;
+        if (o == 0)
+            return -1;
+        if (o == 'h') {
             usage(stdout);
             exit(0);
-        case 'r': /* the routes served, for the OpenAPI check */
+        }
+        if (o == 'r') { /* the routes served, for the OpenAPI check */
             for (const api_route *r = api_routes(); r->pattern; r++)
                 printf("%s %s\n", api_method_name(r->method), r->pattern);
             printf("GET /metrics\n");
             exit(0);
-        default:
-            usage(stderr);
-            return -1;
         }
+        usage(stderr);
+        return -1;
     }
     if (optind < argc) {
         fprintf(stderr, "cohortd: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
-    if (parse_listen(listen, c)) {
-        fprintf(stderr, "cohortd: listen address must be HOST:PORT, got '%s'\n", listen);
+    if (!*c->registry || strlen(c->registry) >= 256 || strchr(c->registry, '/')) {
+        fprintf(stderr, "cohortd: --registry wants HOST:PORT: %s\n", c->registry);
+        return -1;
+    }
+    if (c->store && !*c->store)
+        c->store = NULL;
+    if (parse_listen(c->listen, c)) {
+        fprintf(stderr, "cohortd: listen address must be HOST:PORT, got '%s'\n", c->listen);
         return -1;
     }
     return 0;
