@@ -773,11 +773,110 @@ static void add_pull_token(api_ctx *ctx, const store_job *j, const char *ref, cJ
 }
 
 /* The complete launch spec of one worker. */
+/* The launch spec's workspace, datasets (their names also into dl) and the
+ * storage hidden from the worker. */
+static void launch_volumes(api_ctx *ctx, const store_job *j, cJSON *o, util_buf *dl)
+{
+    char path[4400];
+    store_volume ws;
+    /* Volumes, by their host paths; the agent binds them under mount_root. */
+    if (store_volume_get(ctx->st, STORE_WORKSPACE, j->tenant_id, j->workspace, 0, &ws) == STORE_OK) {
+        api_volume_path(ctx, STORE_WORKSPACE, &ws, path, sizeof path);
+        cJSON_AddStringToObject(o, "workspace", path);
+    } else {
+        cJSON_AddNullToObject(o, "workspace");
+    }
+    cJSON *ds = cJSON_AddArrayToObject(o, "datasets");
+    cJSON *names = cJSON_Parse(j->datasets_json);
+    const cJSON *d;
+    cJSON_ArrayForEach(d, names)
+    {
+        store_volume v;
+        if (!cJSON_IsString(d))
+            continue;
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", d->valuestring);
+        if (store_volume_get(ctx->st, STORE_DATASET, j->tenant_id, d->valuestring, 1, &v) ==
+            STORE_OK) {
+            api_volume_path(ctx, STORE_DATASET, &v, path, sizeof path);
+            cJSON_AddStringToObject(e, "path", path);
+        } else {
+            cJSON_AddNullToObject(e, "path");
+        }
+        cJSON_AddItemToArray(ds, e);
+        util_buf_printf(dl, "%s%s", dl->len ? "," : "", d->valuestring);
+    }
+    cJSON_Delete(names);
+    /* Storage the worker must not see: every tenant's volumes. */
+    cJSON *hide = cJSON_AddArrayToObject(o, "hide");
+    snprintf(path, sizeof path, "%s/volumes", ctx->data_dir);
+    cJSON_AddItemToArray(hide, cJSON_CreateString(path));
+
+}
+
+/* The launch spec's environment: the worker contract's, then the job's own. */
+static void launch_env(api_ctx *ctx, const store_worker *w, const store_job *j,
+                       const store_node *master, const jobnet *net, const char *datasets,
+                       cJSON *o)
+{
+    char buf[64], ov[24];
+    /* The worker contract's environment, then the job's own variables. */
+    cJSON *env = cJSON_AddObjectToObject(o, "env");
+    env_add(env, API_ENV(MASTER_ADDR), jobnet_map(net, master->address, ov, sizeof ov));
+    env_addi(env, API_ENV(MASTER_PORT), j->master_port);
+    env_addi(env, API_ENV(WORLD_SIZE), j->worker_count);
+    env_addi(env, API_ENV(RANK), w->rank);
+    env_addi(env, API_ENV(LOCAL_RANK), w->local_rank);
+    env_addi(env, API_ENV(NODE_RANK), w->node_rank);
+    env_addi(env, API_ENV(WORKER_PER_NODE), j->placed_per_node);
+    env_add(env, API_ENV(BACKEND), j->gpus > 0 ? "nccl" : "gloo");
+    env_add(env, API_ENV(DATASETS_PATH), API_MOUNT_ROOT "/datasets");
+    env_add(env, API_ENV(DATASETS), datasets);
+    env_add(env, API_ENV(WORKSPACE), API_MOUNT_ROOT "/workspace");
+    env_addi(env, API_ENV(EPOCHS), j->epochs);
+    fmt_double(j->lr, buf, sizeof buf);
+    env_add(env, API_ENV(LR), buf);
+    env_addi(env, API_ENV(BATCH_SIZE), j->batch_size);
+    /* cohort-worker's rendezvous store admits only the attempt's ranks. */
+    if (j->rdzv_secret[0])
+        env_add(env, API_ENV(COHORT_RDZV_SECRET), j->rdzv_secret);
+    if (!strcmp(j->framework, "tensorflow"))
+        tf_config(ctx, j, w, master, net, env);
+    cJSON *user_env = cJSON_Parse(j->env_json);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, user_env)
+    {
+        if (cJSON_IsString(e) && !cJSON_GetObjectItemCaseSensitive(env, e->string))
+            env_add(env, e->string, e->valuestring);
+    }
+    cJSON_Delete(user_env);
+
+}
+
+/* The launch spec's arguments after the program. */
+static void launch_args(const store_worker *w, const store_job *j, cJSON *o)
+{
+    char buf[64];
+    /* Arguments after the program: --local_rank=N as torch.distributed.launch does. */
+    cJSON *args = cJSON_AddArrayToObject(o, "args");
+    if (strcmp(j->framework, "tensorflow")) {
+        snprintf(buf, sizeof buf, "--local_rank=%lld", (long long)w->local_rank);
+        cJSON_AddItemToArray(args, cJSON_CreateString(buf));
+    }
+    cJSON *user_args = cJSON_Parse(j->args_json);
+    const cJSON *a;
+    cJSON_ArrayForEach(a, user_args)
+    {
+        if (cJSON_IsString(a))
+            cJSON_AddItemToArray(args, cJSON_CreateString(a->valuestring));
+    }
+    cJSON_Delete(user_args);
+}
+
 static cJSON *launch_spec(api_ctx *ctx, const store_worker *w, const store_job *j,
                           const store_node *master, const jobnet *net)
 {
-    char path[4400], buf[64], ov[24];
-    store_volume ws;
+    util_buf dl = {0}; /* the datasets' names, for DATASETS */
     cJSON *o = api_object(w->id, NULL);
     cJSON_AddNumberToObject(o, "job_id", (double)j->id);
     cJSON_AddNumberToObject(o, "attempt", (double)w->attempt);
@@ -814,87 +913,10 @@ static cJSON *launch_spec(api_ctx *ctx, const store_worker *w, const store_job *
     cJSON_AddNumberToObject(res, "cpus", (double)j->cpus);
     cJSON_AddNumberToObject(res, "memory_mb", (double)j->memory_mb);
     cJSON_AddNumberToObject(res, "gpus", (double)j->gpus);
-
-    /* Volumes, by their host paths; the agent binds them under mount_root. */
-    if (store_volume_get(ctx->st, STORE_WORKSPACE, j->tenant_id, j->workspace, 0, &ws) == STORE_OK) {
-        api_volume_path(ctx, STORE_WORKSPACE, &ws, path, sizeof path);
-        cJSON_AddStringToObject(o, "workspace", path);
-    } else {
-        cJSON_AddNullToObject(o, "workspace");
-    }
-    cJSON *ds = cJSON_AddArrayToObject(o, "datasets");
-    cJSON *names = cJSON_Parse(j->datasets_json);
-    util_buf dl = {0};
-    const cJSON *d;
-    cJSON_ArrayForEach(d, names)
-    {
-        store_volume v;
-        if (!cJSON_IsString(d))
-            continue;
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "name", d->valuestring);
-        if (store_volume_get(ctx->st, STORE_DATASET, j->tenant_id, d->valuestring, 1, &v) ==
-            STORE_OK) {
-            api_volume_path(ctx, STORE_DATASET, &v, path, sizeof path);
-            cJSON_AddStringToObject(e, "path", path);
-        } else {
-            cJSON_AddNullToObject(e, "path");
-        }
-        cJSON_AddItemToArray(ds, e);
-        util_buf_printf(&dl, "%s%s", dl.len ? "," : "", d->valuestring);
-    }
-    cJSON_Delete(names);
-    /* Storage the worker must not see: every tenant's volumes. */
-    cJSON *hide = cJSON_AddArrayToObject(o, "hide");
-    snprintf(path, sizeof path, "%s/volumes", ctx->data_dir);
-    cJSON_AddItemToArray(hide, cJSON_CreateString(path));
-
-    /* The worker contract's environment, then the job's own variables. */
-    cJSON *env = cJSON_AddObjectToObject(o, "env");
-    env_add(env, API_ENV(MASTER_ADDR), jobnet_map(net, master->address, ov, sizeof ov));
-    env_addi(env, API_ENV(MASTER_PORT), j->master_port);
-    env_addi(env, API_ENV(WORLD_SIZE), j->worker_count);
-    env_addi(env, API_ENV(RANK), w->rank);
-    env_addi(env, API_ENV(LOCAL_RANK), w->local_rank);
-    env_addi(env, API_ENV(NODE_RANK), w->node_rank);
-    env_addi(env, API_ENV(WORKER_PER_NODE), j->placed_per_node);
-    env_add(env, API_ENV(BACKEND), j->gpus > 0 ? "nccl" : "gloo");
-    env_add(env, API_ENV(DATASETS_PATH), API_MOUNT_ROOT "/datasets");
-    env_add(env, API_ENV(DATASETS), dl.buf ? dl.buf : "");
-    env_add(env, API_ENV(WORKSPACE), API_MOUNT_ROOT "/workspace");
-    env_addi(env, API_ENV(EPOCHS), j->epochs);
-    fmt_double(j->lr, buf, sizeof buf);
-    env_add(env, API_ENV(LR), buf);
-    env_addi(env, API_ENV(BATCH_SIZE), j->batch_size);
-    /* cohort-worker's rendezvous store admits only the attempt's ranks. */
-    if (j->rdzv_secret[0])
-        env_add(env, API_ENV(COHORT_RDZV_SECRET), j->rdzv_secret);
+    launch_volumes(ctx, j, o, &dl);
+    launch_env(ctx, w, j, master, net, dl.buf ? dl.buf : "", o);
     free(dl.buf);
-    if (!strcmp(j->framework, "tensorflow"))
-        tf_config(ctx, j, w, master, net, env);
-    cJSON *user_env = cJSON_Parse(j->env_json);
-    const cJSON *e;
-    cJSON_ArrayForEach(e, user_env)
-    {
-        if (cJSON_IsString(e) && !cJSON_GetObjectItemCaseSensitive(env, e->string))
-            env_add(env, e->string, e->valuestring);
-    }
-    cJSON_Delete(user_env);
-
-    /* Arguments after the program: --local_rank=N as torch.distributed.launch does. */
-    cJSON *args = cJSON_AddArrayToObject(o, "args");
-    if (strcmp(j->framework, "tensorflow")) {
-        snprintf(buf, sizeof buf, "--local_rank=%lld", (long long)w->local_rank);
-        cJSON_AddItemToArray(args, cJSON_CreateString(buf));
-    }
-    cJSON *user_args = cJSON_Parse(j->args_json);
-    const cJSON *a;
-    cJSON_ArrayForEach(a, user_args)
-    {
-        if (cJSON_IsString(a))
-            cJSON_AddItemToArray(args, cJSON_CreateString(a->valuestring));
-    }
-    cJSON_Delete(user_args);
+    launch_args(w, j, o);
     return o;
 }
 
