@@ -124,7 +124,7 @@ int fsquota_limit(fsquota *q, int64_t tenant, int64_t limit)
 int fsquota_make(fsquota *q, const char *path, int64_t tenant, int64_t limit, char *err,
                  size_t errlen)
 {
-    char why[256] = "", id[64] = "", group[32], sub[48];
+    char why[256] = "", id[64] = "", group[32], sub[80];
     struct stat sb;
     if (stat(path, &sb) == 0)
         return 0; /* made before */

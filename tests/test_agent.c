@@ -1743,14 +1743,10 @@ static size_t idx_header(unsigned char *out, int ndim, const unsigned *dims)
     return 4 + 4 * (size_t)ndim;
 }
 
-Test(agent, an_unmodified_torch_distributed_script_trains, .timeout = 600)
+/* Dataset "digits": 512 8x8 images of 10 classes in MNIST's idx format,
+ * a fixed pattern per class plus noise. */
+static void digits_dataset(void)
 {
-    platform(NULL);
-    th_registry_add_pytorch();
-    const char *extra[] = {"--cpus", "8", "--image-cache", th_shared_image_cache(), NULL};
-    th_agent_start(&ag[0], &d, "n1", extra);
-    nagents = 1;
-    /* 512 8x8 images of 10 classes: a fixed pattern per class plus noise. */
     enum { N = 512, SIDE = 8 };
     static unsigned char images[16 + N * SIDE * SIDE], labels[8 + N];
     unsigned dims3[] = {N, SIDE, SIDE}, dims1[] = {N};
@@ -1768,13 +1764,23 @@ Test(agent, an_unmodified_torch_distributed_script_trains, .timeout = 600)
     th_must(th_put_file(&d, "/v1/datasets/digits/files/train-images-idx3-ubyte", tok, images,
                         hi + N * SIDE * SIDE), 201);
     th_must(th_put_file(&d, "/v1/datasets/digits/files/train-labels-idx1-ubyte", tok, labels, hl + N), 201);
+}
+
+Test(agent, an_unmodified_torch_distributed_script_trains, .timeout = 600)
+{
+    platform(NULL);
+    th_registry_add_pytorch();
+    const char *extra[] = {"--cpus", "8", "--image-cache", th_shared_image_cache(), NULL};
+    th_agent_start(&ag[0], &d, "n1", extra);
+    nagents = 1;
+    digits_dataset();
     put_source_file("tests/ddp_train.py", "ddp_train.py");
     long id = submit("{\"name\":\"ddp\",\"image\":\"pytorch\",\"datasets\":[\"digits\"],"
                      "\"workspace\":\"ws\",\"code_path\":\"ddp_train.py\",\"epochs\":6,"
                      "\"lr\":0.5,\"batch_size\":32,\"worker_spec\":\"cpu-small\","
                      "\"worker_count\":2,\"env\":{\"OMP_NUM_THREADS\":\"1\"}}");
     char seen[16];
-    r = succeeded_log(id, 400000);
+    th_resp r = succeeded_log(id, 400000);
     /* The loss falls: the last epoch's is below the first's. */
     double first = -1, last = -1;
     for (char *line = strtok(r.body, "\n"); line; line = strtok(NULL, "\n")) {
@@ -1819,6 +1825,43 @@ Test(agent, an_unmodified_torch_distributed_script_trains, .timeout = 600)
     snprintf(p, sizeof p, "/v1/jobs/%ld", id);
     r = th_get(&d, p, tok);
     cr_expect(!strncmp(th_str(&r, "image_digest"), "sha256:", 7), "%s", r.body);
+    th_free(&r);
+}
+
+/* The same unmodified script, one rank on each of two hosts: torch's own
+ * env:// rendezvous and gloo meet over the job's overlay. */
+Test(agent, an_unmodified_torch_distributed_script_trains_across_two_hosts, .timeout = 600)
+{
+    th_registry_add_pytorch();
+    two_hosts("2");
+    digits_dataset();
+    put_source_file("tests/ddp_train.py", "ddp_train.py");
+    long id = submit("{\"name\":\"ddp2\",\"image\":\"pytorch\",\"datasets\":[\"digits\"],"
+                     "\"workspace\":\"ws\",\"code_path\":\"ddp_train.py\",\"epochs\":4,"
+                     "\"lr\":0.5,\"batch_size\":32,\"worker_spec\":\"cpu-small\","
+                     "\"worker_count\":2,\"workers_per_node\":1,"
+                     "\"env\":{\"OMP_NUM_THREADS\":\"1\"}}");
+    th_resp r = succeeded_log(id, 400000);
+    double first = -1, last = -1;
+    for (char *line = strtok(r.body, "\n"); line; line = strtok(NULL, "\n")) {
+        int epoch;
+        double loss;
+        if (sscanf(line, "rank 0/2 epoch %d loss %lf", &epoch, &loss) == 2) {
+            if (first < 0)
+                first = loss;
+            last = loss;
+        }
+    }
+    th_free(&r);
+    cr_expect(first > 0 && last >= 0, "no loss lines in the log");
+    cr_expect_lt(last, first, "the loss went from %.4f to %.4f", first, last);
+    char p[64];
+    snprintf(p, sizeof p, "/v1/jobs/%ld/workers", id);
+    r = th_get(&d, p, tok);
+    const cJSON *items = cJSON_GetObjectItem(r.json, "items");
+    cr_expect_neq(cJSON_GetObjectItem(cJSON_GetArrayItem(items, 0), "node_id")->valuedouble,
+                  cJSON_GetObjectItem(cJSON_GetArrayItem(items, 1), "node_id")->valuedouble,
+                  "both ranks on one host");
     th_free(&r);
 }
 
