@@ -850,6 +850,13 @@ static void launch_env(api_ctx *ctx, const store_worker *w, const store_job *j,
             env_add(env, e->string, e->valuestring);
     }
     cJSON_Delete(user_env);
+    /* Over the overlay, Gloo and NCCL find their peers on eth0 (they would
+     * take the address the hostname resolves to: the loopback), unless the
+     * job says otherwise. */
+    static const char *const ifnames[] = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"};
+    for (int i = 0; net && net->nodes > 0 && i < 2; i++)
+        if (!cJSON_GetObjectItemCaseSensitive(env, ifnames[i]))
+            env_add(env, ifnames[i], "eth0");
 
 }
 

@@ -722,6 +722,9 @@ Test(api_flow, a_job_over_job_network_nodes_gets_one_overlay)
         cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(
                              cJSON_GetObjectItem(w[i], "env"), "MASTER_ADDR")),
                          "10.77.0.1");
+        cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(
+                             cJSON_GetObjectItem(w[i], "env"), "GLOO_SOCKET_IFNAME")),
+                         "eth0", "Gloo would take the loopback");
         cJSON_Delete(w[i]);
     }
     /* Two nodes of the host's network: the node's own address, no overlay. */
