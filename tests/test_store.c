@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "storage/store.h"
+#include "storage/store_bill.h"
 #include "storage/store_job.h"
 #include "storage/store_tenant.h"
 #include "tests/harness.h"
@@ -626,4 +627,63 @@ Test(store, every_result_code_has_a_name_of_its_own)
     cr_expect_str_eq(store_rc_name(STORE_JOB_FINAL), "STORE_JOB_FINAL");
     cr_expect_str_eq(store_rc_name(-100), "STORE_?");
     cr_expect_str_eq(store_rc_name(1), "STORE_?");
+}
+
+/* ---- metering without root: the store and a clock of the test's own ---- */
+
+struct charge_ids {
+    int64_t w[2];
+};
+
+static store_rc charge_write(store_tx *tx, void *arg)
+{
+    const struct charge_ids *c = arg;
+    int rc = STORE_OK;
+    for (int i = 0; rc == STORE_OK && i < 2; i++)
+        rc = store_charge_worker(tx, c->w[i]);
+    return rc;
+}
+
+/*
+ * A rank's charge, as its end reports it: whole seconds from its start to
+ * its end, at most max_runtime_seconds, unless it ended by SIGKILL (it
+ * ignored the SIGTERM of its stop and ran through the stop grace), which
+ * is billed up to max_runtime + STORE_BILL_GRACE_S.  Times are the test's
+ * own (ms since the epoch 0): no agent, no root, no sleeping.
+ */
+Test(store, a_killed_rank_pays_its_stop_grace_and_a_polite_one_its_cap)
+{
+    char err[256], out[256];
+    store *s = store_open(db, err, sizeof err);
+    cr_assert(s, "%s", err);
+    /* 3,600 an hour: one unit a second.  Both ranks ran 12 s against a cap of 2. */
+    char q[2048];
+    snprintf(q, sizeof q,
+        "INSERT INTO tenants(id, name, created_at) VALUES (5, 'acme', 0);"
+        " INSERT INTO users(id, tenant_id, name, role, created_at) VALUES (9, 5, 'u', 'member', 0);"
+        " INSERT INTO nodes(id, name, address, cpus, memory_mb, port_lo, port_hi, token_hash,"
+        " registered_at, last_heartbeat) VALUES (3, 'n', '127.0.0.1', 4, 4096, 30000, 30099,"
+        " %s, 0, 0);"
+        " INSERT INTO jobs(id, tenant_id, user_id, name, image, framework, workspace, code_path,"
+        " epochs, lr, batch_size, worker_spec, cpus, memory_mb, gpus, worker_count, currency,"
+        " price_per_hour, created_at, updated_at, state, max_runtime_seconds)"
+        " VALUES (11, 5, 9, 'j', 'i', 'native', 'ws', 'c', 1, 0.1, 1, 's', 1, 1, 0, 2, 'USD', 3600,"
+        " 0, 0, 'FAILED', 2);"
+        " INSERT INTO workers(id, job_id, attempt, rank, node_rank, local_rank, node_id, state,"
+        " signal, created_at, started_at, finished_at) VALUES"
+        " (21, 11, 1, 0, 0, 0, 3, 'exited', 9, 0, 1000, 13000),"
+        " (22, 11, 1, 1, 0, 1, 3, 'exited', 15, 0, 1000, 13000)",
+        th_pg() ? "'\\x00'::bytea" : "x'00'");
+    sql(q, out, sizeof out);
+    struct charge_ids c = {{21, 22}};
+    cr_assert_eq(store_write(s, charge_write, &c), STORE_OK);
+    sql("SELECT rank, seconds, amount FROM ledger WHERE kind = 'charge' AND job_id = 11"
+        " ORDER BY rank", out, sizeof out);
+    cr_expect_str_eq(out, "0|12|12\n1|2|2\n",
+                     "the killed rank pays its 12 s, the polite one its cap of 2: %s", out);
+    /* charged once: a second report changes nothing */
+    cr_assert_eq(store_write(s, charge_write, &c), STORE_OK);
+    sql("SELECT count(*), sum(amount) FROM ledger WHERE kind = 'charge'", out, sizeof out);
+    cr_expect_str_eq(out, "2|14\n", "%s", out);
+    store_close(s);
 }
