@@ -874,6 +874,30 @@ static int resolve(const char *host, int port, struct sockaddr_storage *ss, char
     return 0;
 }
 
+int http_bind(const char *host, int port, int *bound, char *err, size_t errlen)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int one = 1, fd = -1;
+    if (resolve(host, port, &ss, err, errlen) != 0)
+        return -1;
+    fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(fd, (struct sockaddr *)&ss,
+             ss.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in)) !=
+            0 ||
+        listen(fd, 1024) != 0 || getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
+        snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    *bound = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                             : ((struct sockaddr_in *)&ss)->sin_port);
+    return fd;
+}
+
+
 http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t errlen)
 {
     http_server *s = calloc(1, sizeof *s);
@@ -902,10 +926,20 @@ http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t 
     s->route_other = n;
     labels[n++] = "other";
     metrics_init(labels, n);
-    if (resolve(cfg->host, cfg->port, &ss, err, errlen) != 0)
+    int bound = 0;
+    MHD_socket lfd = cfg->listen_fd >= 0 ? cfg->listen_fd
+                                         : http_bind(cfg->host, cfg->port, &bound, err, errlen);
+    if (lfd < 0)
         goto fail;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
                      MHD_USE_TURBO | MHD_USE_ERROR_LOG;
+    socklen_t sl = sizeof ss;
+    if (getsockname(lfd, (struct sockaddr *)&ss, &sl) != 0) {
+        snprintf(err, errlen, "the listening socket: %s", strerror(errno));
+        if (cfg->listen_fd < 0)
+            close(lfd);
+        goto fail;
+    }
     if (ss.ss_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     s->max_conns = cfg->max_conns > 0 ? cfg->max_conns : HTTP_DEFAULT_MAX_CONNS;
@@ -915,7 +949,7 @@ http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t 
     /* libmicrohttpd's own limit (split among the pool's threads) lies well
      * past ours, so that accept_policy is what refuses. */
     s->d = MHD_start_daemon(flags, 0, accept_policy, s, on_request, s,
-                            MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+                            MHD_OPTION_LISTEN_SOCKET, lfd,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
                             MHD_OPTION_CONNECTION_LIMIT,
                             (unsigned)(s->max_conns * 2 + 64 * (cfg->threads + 1)),
@@ -933,6 +967,8 @@ http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t 
     if (!s->d) {
         snprintf(err, errlen, "cannot listen on %s:%d: %s", cfg->host, cfg->port,
                  errno ? strerror(errno) : "libmicrohttpd refused to start");
+        if (cfg->listen_fd < 0)
+            close(lfd);
         goto fail;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);

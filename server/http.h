@@ -42,11 +42,17 @@ typedef struct http_config {
      * when 0, and never below the API's body limit): a body that would go
      * past it is drained and answered 503 busy with Retry-After, not kept. */
     size_t bodies_max;
+    /* A socket bound and listening already (http_bind), or -1: bind host:port. */
+    int listen_fd;
 } http_config;
 
 #define HTTP_DEFAULT_RATE_PER_S 500
 #define HTTP_DEFAULT_RATE_BURST 1000
 
+/* Binds and listens on host:port (0: any free port) before anything is
+ * served, so that the address can be published first: the socket, with the
+ * port bound in *bound, or -1 with err set. */
+int http_bind(const char *host, int port, int *bound, char *err, size_t errlen);
 /* Starts serving; NULL with a message in err on failure. */
 http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t errlen);
 /* The port actually bound. */

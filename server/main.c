@@ -689,20 +689,29 @@ int main(int argc, char **argv)
     access = open_access_log(&cfg, &failed);
     if (failed || !(ctx = ctx_open(&cfg)))
         goto out;
-    http_config hc = {cfg.host,      cfg.port,          cfg.threads,
-                      access,        cfg.max_conns,     cfg.max_conns_per_ip,
-                      cfg.idle_timeout_s, cfg.header_timeout_s, cfg.rate_per_s,
-                      cfg.rate_burst, cfg.bodies_max};
-    srv = http_start(&hc, ctx, err, sizeof err);
-    if (!srv) {
+    /* Bound, then published, then the reserve taken back (when it was
+     * spent), and only then served: no request lands in the room of the
+     * reserve on a full disk. */
+    int bound = 0, lfd = http_bind(cfg.host, cfg.port, &bound, err, sizeof err);
+    if (lfd < 0) {
         fprintf(stderr, "cohortd: %s\n", err);
         goto out;
     }
     char addr[300];
-    snprintf(addr, sizeof addr, "%s:%d\n", cfg.host, http_port(srv));
+    snprintf(addr, sizeof addr, "%s:%d\n", cfg.host, bound);
     if (write_file(cfg.data_dir, "cohortd.addr", addr, 0644) != 0)
         fprintf(stderr, "cohortd: warning: cannot write %s/cohortd.addr\n", cfg.data_dir);
     reserve_keep(cfg.data_dir); /* spent at this start: taken again where there is room */
+    http_config hc = {cfg.host,      bound,             cfg.threads,
+                      access,        cfg.max_conns,     cfg.max_conns_per_ip,
+                      cfg.idle_timeout_s, cfg.header_timeout_s, cfg.rate_per_s,
+                      cfg.rate_burst, cfg.bodies_max, lfd};
+    srv = http_start(&hc, ctx, err, sizeof err);
+    if (!srv) {
+        close(lfd);
+        fprintf(stderr, "cohortd: %s\n", err);
+        goto out;
+    }
     if (api_uploads_sweep(cfg.data_dir) != 0)
         fprintf(stderr, "cohortd: warning: cannot look for unfinished uploads\n");
     printf("cohortd: listening on http://%s:%d (data dir %s, %s schema %d)\n", cfg.host,

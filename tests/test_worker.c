@@ -47,17 +47,29 @@ static void tmpdir(char *out, size_t len)
 }
 
 /* A port nobody listens on right now. */
+/*
+ * A port for a rank 0 to listen on: below the kernel's ephemeral range
+ * (32768 and up by default), where an outgoing connection of another
+ * process cannot take it between this check and the rank's bind, and past
+ * the harness's walk (20000-29499); spread by pid so that suites running
+ * side by side start apart.
+ */
 static int free_port(void)
 {
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-    socklen_t l = sizeof a;
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
-    cr_assert(fd >= 0);
-    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &l), 0);
-    port = ntohs(a.sin_port);
-    close(fd);
-    return port;
+    static int next;
+    for (int i = 0; i < 2000; i++) {
+        int port = 29500 + (int)(((unsigned)getpid() * 131u + (unsigned)next++ * 7u) % 3000u);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), ok;
+        cr_assert(fd >= 0);
+        ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+        close(fd);
+        if (ok)
+            return port;
+    }
+    cr_assert_fail("no free port in 29500-32499");
+    return 0;
 }
 
 static char *slurp(const char *path)
