@@ -1743,6 +1743,22 @@ static size_t idx_header(unsigned char *out, int ndim, const unsigned *dims)
     return 4 + 4 * (size_t)ndim;
 }
 
+/* The first and the last epoch's loss rank 0 of ddp_train.py printed in
+ * the log r (freed here); -1 where none. */
+static void ddp_losses(th_resp *r, double *first, double *last)
+{
+    for (char *line = strtok(r->body, "\n"); line; line = strtok(NULL, "\n")) {
+        int epoch;
+        double loss;
+        if (sscanf(line, "rank 0/2 epoch %d loss %lf", &epoch, &loss) == 2) {
+            if (*first < 0)
+                *first = loss;
+            *last = loss;
+        }
+    }
+    th_free(r);
+}
+
 /* Dataset "digits": 512 8x8 images of 10 classes in MNIST's idx format,
  * a fixed pattern per class plus noise. */
 static void digits_dataset(void)
@@ -1783,16 +1799,7 @@ Test(agent, an_unmodified_torch_distributed_script_trains, .timeout = 600)
     th_resp r = succeeded_log(id, 400000);
     /* The loss falls: the last epoch's is below the first's. */
     double first = -1, last = -1;
-    for (char *line = strtok(r.body, "\n"); line; line = strtok(NULL, "\n")) {
-        int epoch;
-        double loss;
-        if (sscanf(line, "rank 0/2 epoch %d loss %lf", &epoch, &loss) == 2) {
-            if (first < 0)
-                first = loss;
-            last = loss;
-        }
-    }
-    th_free(&r);
+    ddp_losses(&r, &first, &last);
     cr_expect(first > 0 && last >= 0, "no loss lines in the log");
     cr_expect_lt(last, first * 0.7, "the loss went from %.4f to %.4f", first, last);
     char p[128];
@@ -1843,16 +1850,7 @@ Test(agent, an_unmodified_torch_distributed_script_trains_across_two_hosts, .tim
                      "\"env\":{\"OMP_NUM_THREADS\":\"1\"}}");
     th_resp r = succeeded_log(id, 400000);
     double first = -1, last = -1;
-    for (char *line = strtok(r.body, "\n"); line; line = strtok(NULL, "\n")) {
-        int epoch;
-        double loss;
-        if (sscanf(line, "rank 0/2 epoch %d loss %lf", &epoch, &loss) == 2) {
-            if (first < 0)
-                first = loss;
-            last = loss;
-        }
-    }
-    th_free(&r);
+    ddp_losses(&r, &first, &last);
     cr_expect(first > 0 && last >= 0, "no loss lines in the log");
     cr_expect_lt(last, first, "the loss went from %.4f to %.4f", first, last);
     char p[64];
