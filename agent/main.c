@@ -51,6 +51,8 @@ struct config {
 
 static volatile sig_atomic_t stopping;
 
+static void sleep_ms(long ms);
+
 static void on_stop(int sig)
 {
     (void)sig;
@@ -443,8 +445,20 @@ static int identity(struct config *c, client *cl, char *token, size_t tn, long l
                             strcmp(c->runtime, "host") && !strcmp(c->network, "job") ? "job"
                                                                                     : "host");
     cJSON *out = NULL;
-    long st = client_call(cl, "POST", "/v1/agent/register", body, &out, CALL_TIMEOUT_MS, err,
-                          sizeof err);
+    long st;
+    /* A server that is busy, limiting, down or unreachable is tried again
+     * (up to 10 s apart, until stopped); a refusal (4xx) is final. */
+    for (int64_t wait_ms = 500;; wait_ms = wait_ms < 5000 ? wait_ms * 2 : 10000) {
+        st = client_call(cl, "POST", "/v1/agent/register", body, &out, CALL_TIMEOUT_MS, err,
+                         sizeof err);
+        if ((st > 0 && st < 500 && st != 429) || stopping)
+            break;
+        fprintf(stderr, "cohort-agent: registration: %s; trying again in %lld ms\n",
+                st > 0 ? "the server is busy" : err, (long long)wait_ms);
+        cJSON_Delete(out);
+        out = NULL;
+        sleep_ms(wait_ms);
+    }
     cJSON_Delete(body);
     const cJSON *id = cJSON_GetObjectItem(out, "node_id"), *t = cJSON_GetObjectItem(out, "node_token");
     if (st != 201 || !cJSON_IsNumber(id) || !cJSON_IsString(t)) {

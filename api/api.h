@@ -92,8 +92,11 @@ typedef struct api_upload {
     int fd;
     int64_t limit;
     int64_t written;
-    int64_t quota_left;  /* the tenant's storage quota left; -1: none.  limit
-                          * is at most this, and passing it says so */
+    int64_t quota_left;  /* the tenant's storage quota left at open; -1: none */
+    /* Takes n more bytes of the tenant's quota before they are written (so
+     * that uploads side by side cannot each take what is left): 0, or -1
+     * when they do not fit.  NULL: no quota. */
+    int (*reserve)(struct api_upload *up, int64_t n);
     void *state;
     void (*finish)(api_ctx *ctx, const api_req *rq, api_resp *rs, struct api_upload *up);
     void (*abort)(struct api_upload *up); /* frees state, removes the partial file */

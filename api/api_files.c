@@ -153,16 +153,30 @@ static int file_volume_open(api_ctx *ctx, const api_req *rq, api_resp *rs, store
 
 struct upload_state {
     int dir;
-    int64_t tenant;
+    int64_t tenant, quota;   /* the quota: -1 none */
+    struct stuse *stuse;
+    int64_t reserved;        /* of the tenant's quota, taken as bytes came */
     char tmp[64];
     char leaf[256];
     char path[UTIL_PATH_MAX + 1];
     mode_t mode;
 };
 
+/* api_upload.reserve: n more bytes of the tenant's quota, or -1. */
+static int upload_reserve(api_upload *up, int64_t n)
+{
+    struct upload_state *u = up->state;
+    if (stuse_take(u->stuse, u->tenant, n, u->quota) != 0)
+        return -1;
+    u->reserved += n;
+    return 0;
+}
+
 static void upload_abort(api_upload *up)
 {
     struct upload_state *u = up->state;
+    if (u && u->reserved)
+        stuse_add(u->stuse, u->tenant, -u->reserved); /* never landed */
     if (up->fd >= 0)
         close(up->fd);
     up->fd = -1;
@@ -188,7 +202,10 @@ static void upload_finish(api_ctx *ctx, const api_req *rq, api_resp *rs, api_upl
     }
     u->tmp[0] = '\0';
     fsync(u->dir);
-    stuse_add(ctx->stuse, u->tenant, up->written); /* counted until the next walk */
+    /* counted until the next walk: as it came (reserve), or now */
+    if (!up->reserve)
+        stuse_add(ctx->stuse, u->tenant, up->written);
+    u->reserved = 0;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "path", u->path);
     cJSON_AddNumberToObject(o, "size", (double)up->written);
@@ -268,13 +285,12 @@ static void file_put(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_ki
         goto fail;
     }
     up->limit = ctx->upload_limit;
-    up->quota_left = -1;
-    if (quota >= 0) {
-        up->quota_left = quota > used ? quota - used : 0;
-        if (up->quota_left < up->limit)
-            up->limit = up->quota_left;
-    }
+    up->quota_left = quota >= 0 ? (quota > used ? quota - used : 0) : -1;
+    if (quota >= 0)
+        up->reserve = upload_reserve;
     u->tenant = v.tenant_id;
+    u->quota = quota;
+    u->stuse = ctx->stuse;
     up->state = u;
     up->finish = upload_finish;
     up->abort = upload_abort;

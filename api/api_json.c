@@ -114,6 +114,10 @@ static const cJSON *first_bad_utf8(const cJSON *item, char *path, size_t n)
     return NULL;
 }
 
+/* Values one JSON body may hold (counted by its commas and openings): the
+ * largest a route takes is a job's env and args, a few thousand. */
+#define API_JSON_VALUES_MAX 20000
+
 cJSON *api_parse_object(const api_req *rq, api_resp *rs)
 {
     if (rq->body_len == 0) {
@@ -128,6 +132,17 @@ cJSON *api_parse_object(const api_req *rq, api_resp *rs)
      * be escaped), and it would cut a C string short: "ab\0cd" named "ab". */
     if (memchr(rq->body, '\0', rq->body_len)) {
         api_error(rs, 400, "invalid_json", NULL, "the body holds a NUL byte");
+        return NULL;
+    }
+    /* A parse costs memory per value, not per byte (1 MiB of "0," is half a
+     * million values): bodies of more values than any route takes are
+     * refused before they are parsed. */
+    size_t values = 0;
+    for (size_t i = 0; i < rq->body_len; i++)
+        values += rq->body[i] == ',' || rq->body[i] == '[' || rq->body[i] == '{';
+    if (values > API_JSON_VALUES_MAX) {
+        api_error(rs, 413, "too_large", NULL, "the body holds more than %d JSON values",
+                  API_JSON_VALUES_MAX);
         return NULL;
     }
     const char *end = NULL;

@@ -74,6 +74,21 @@ void stuse_add(stuse *u, int64_t tenant, int64_t delta)
     pthread_mutex_unlock(&u->lock);
 }
 
+int stuse_take(stuse *u, int64_t tenant, int64_t n, int64_t quota)
+{
+    int rc = 0;
+    if (!u)
+        return 0;
+    pthread_mutex_lock(&u->lock);
+    struct tenant_use *e = entry(u, tenant);
+    if (!e || (quota >= 0 && e->walked + e->added + n > quota))
+        rc = -1;
+    else
+        e->added += n;
+    pthread_mutex_unlock(&u->lock);
+    return rc;
+}
+
 int64_t stuse_quota(stuse *u, int64_t tenant)
 {
     store_quota q;

@@ -28,6 +28,9 @@ void stuse_stop(stuse *u);
 int64_t stuse_used(stuse *u, int64_t tenant);
 /* An upload of delta bytes (negative: a file removed) has landed. */
 void stuse_add(stuse *u, int64_t tenant, int64_t delta);
+/* Takes n bytes for tenant when its use and n fit quota (-1: none), at
+ * once for all callers: 0, or -1 (nothing taken). */
+int stuse_take(stuse *u, int64_t tenant, int64_t n, int64_t quota);
 /* The tenant's quota in bytes: its own, else the platform's default; -1:
  * none.  Reads the store (a read snapshot of the caller's). */
 int64_t stuse_quota(stuse *u, int64_t tenant);

@@ -10,6 +10,7 @@
 #include "server/http.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -50,6 +51,7 @@ struct http_server {
     int64_t max_conns;    /* past it a new connection is closed as accepted */
     size_t bodies_max;    /* bytes of JSON bodies held at once (take) */
     size_t bodies_held;   /* atomic */
+    size_t unauth_held;   /* of those, without credentials: at most an eighth (atomic) */
 };
 
 /*
@@ -65,6 +67,7 @@ struct conn_watch {
     MHD_socket fd;
     int64_t since_ms;   /* monotonic: opened, or its last request ended */
     int in_request;     /* headers whole, being served (atomic) */
+    int64_t body_until; /* a JSON body must be whole by then (monotonic ms); 0: none (atomic) */
     int cut;
     struct conn_watch *prev, *next;
 };
@@ -87,6 +90,8 @@ struct req_state {
     size_t body_held;   /* of srv->bodies_held, given back at completion */
     int reserved;       /* body_held is its whole Content-Length, taken at admit */
     int busy;           /* the budget had no room: drained, answered 503 */
+    int unauth;         /* no credentials: its own, smaller share of the budget */
+    struct conn_watch *watch; /* its connection's, for the body's deadline; NULL: none */
     size_t body_limit;  /* this request's: the API's, or HTTP_UNAUTH_BODY_MAX */
     int64_t t0;
     enum phase phase;
@@ -291,14 +296,18 @@ static void on_bump(void *arg)
     pthread_mutex_unlock(&srv->wlock);
 }
 
-/* Ends long polls at their deadlines. */
-/* Shuts down every connection whose request headers are overdue. */
+/* Shuts down every connection whose request headers, or whose JSON body,
+ * are overdue: a client that trickles either holds memory and a place in
+ * the bodies' budget for nothing. */
 static void cut_slow_headers(http_server *srv, int64_t now)
 {
     pthread_mutex_lock(&srv->cwlock);
     for (struct conn_watch *w = srv->watched; w; w = w->next) {
-        if (w->cut || __atomic_load_n(&w->in_request, __ATOMIC_ACQUIRE) ||
-            now - __atomic_load_n(&w->since_ms, __ATOMIC_ACQUIRE) < srv->header_timeout_ms)
+        int64_t body_until = __atomic_load_n(&w->body_until, __ATOMIC_ACQUIRE);
+        int late_body = body_until && now > body_until;
+        if (w->cut || (!late_body && (__atomic_load_n(&w->in_request, __ATOMIC_ACQUIRE) ||
+                                      now - __atomic_load_n(&w->since_ms, __ATOMIC_ACQUIRE) <
+                                          srv->header_timeout_ms)))
             continue;
         shutdown(w->fd, SHUT_RDWR);
         w->cut = 1;
@@ -312,6 +321,7 @@ static void cut_slow_headers(http_server *srv, int64_t now)
 static void *waiter_main(void *arg)
 {
     http_server *srv = arg;
+    int64_t trimmed = util_mono_ms();
     pthread_mutex_lock(&srv->wlock);
     while (!srv->wstop) {
         struct timespec ts;
@@ -326,6 +336,12 @@ static void *waiter_main(void *arg)
         wake_due(srv, srv->wstop ? INT64_MAX : now);
         pthread_mutex_unlock(&srv->wlock);
         cut_slow_headers(srv, now);
+        /* What a flood of connections made the allocator keep goes back to
+         * the system once they are gone. */
+        if (now - trimmed > 10000) {
+            malloc_trim(0);
+            trimmed = now;
+        }
         pthread_mutex_lock(&srv->wlock);
     }
     wake_due(srv, INT64_MAX);
@@ -498,7 +514,8 @@ static void route(struct req_state *st, const char *url, const char *method)
 #define DRAIN_MAX (16LL << 20)
 
 /*
- * What a request costs against its tenant's rate: 1, and for a GET, one
+ * What a request costs against its tenant's rate: 1, an upload one more
+ * per MiB it says it brings, and for a GET, one
  * more for every 50 rows of a page past the first 50 (?limit=200 costs 4)
  * or, for a log, every MiB past the first,
  * 5 for usage and invoices (aggregates over a month) and 20 for an export
@@ -506,6 +523,13 @@ static void route(struct req_state *st, const char *url, const char *method)
  */
 static double request_cost(const struct req_state *st)
 {
+    if (st->route && st->route->body == API_BODY_UPLOAD) { /* one more per MiB */
+        const char *cl = get_header(st->conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        long long n = cl ? strtoll(cl, NULL, 10) : 0;
+        if (n > st->srv->ctx->upload_limit)
+            return 1.0; /* refused for its size, not its rate */
+        return 1.0 + (n > 0 ? (double)(n >> 20) : 0.0);
+    }
     if (st->rq.method != API_GET)
         return 1.0;
     double cost = 1.0;
@@ -523,13 +547,62 @@ static double request_cost(const struct req_state *st)
     return cost;
 }
 
-/* Takes n bytes of the bodies' budget: 0, or -1 (nothing taken). */
-static int budget_take(http_server *srv, size_t n)
+/* A request without credentials (the registry's token endpoint, agent
+ * registration, health) counts against the rate of its client's address,
+ * a bucket of its own beside the tenants': 1 answered 429, or 0. */
+static int too_fast_unauth(struct req_state *st, api_resp *rs)
 {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(st->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *p = NULL;
+    size_t n = 0;
+    if (sa && sa->sa_family == AF_INET) {
+        p = (const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr;
+        n = 4;
+    } else if (sa && sa->sa_family == AF_INET6) {
+        p = (const unsigned char *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
+        n = 16;
+    }
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ull;
+    /* negative: never a tenant's key */
+    int64_t key = -(int64_t)(h >> 2) - 1;
+    int64_t wait_ms = ratelimit_take_n(st->srv->rate, key, 1.0, util_mono_ms());
+    if (wait_ms <= 0)
+        return 0;
+    int64_t secs = (wait_ms + 999) / 1000;
+    api_error(rs, 429, "rate_limited", NULL,
+              "more than %.0f requests a second from this address: retry in %lld s",
+              st->srv->rate_per_s, (long long)secs);
+    rs->xname = "Retry-After";
+    snprintf(rs->xvalue, sizeof rs->xvalue, "%lld", (long long)secs);
+    return 1;
+}
+
+/* Takes n bytes of the bodies' budget (and, for a request without
+ * credentials, of their eighth of it, so that they can never fill the
+ * rest): 0, or -1 (nothing taken). */
+static int budget_take(http_server *srv, size_t n, int unauth)
+{
+    if (unauth && __atomic_add_fetch(&srv->unauth_held, n, __ATOMIC_RELAXED) > srv->bodies_max / 8) {
+        __atomic_sub_fetch(&srv->unauth_held, n, __ATOMIC_RELAXED);
+        return -1;
+    }
     if (__atomic_add_fetch(&srv->bodies_held, n, __ATOMIC_RELAXED) <= srv->bodies_max)
         return 0;
     __atomic_sub_fetch(&srv->bodies_held, n, __ATOMIC_RELAXED);
+    if (unauth)
+        __atomic_sub_fetch(&srv->unauth_held, n, __ATOMIC_RELAXED);
     return -1;
+}
+
+static void budget_give(http_server *srv, size_t n, int unauth)
+{
+    __atomic_sub_fetch(&srv->bodies_held, n, __ATOMIC_RELAXED);
+    if (unauth)
+        __atomic_sub_fetch(&srv->unauth_held, n, __ATOMIC_RELAXED);
 }
 
 /* Authenticates and checks the body's bounds before any of it is read;
@@ -562,6 +635,10 @@ static void admit(struct req_state *st)
             st->ready = 1;
             return;
         }
+    } else if (st->route->auth == API_AUTH_NONE && srv->rate &&
+               too_fast_unauth(st, rs)) {
+        st->ready = 1;
+        return;
     } else if (st->route->auth == API_AUTH_NODE) {
         if (api_authenticate_node(srv->ctx, get_header(st->conn, MHD_HTTP_HEADER_AUTHORIZATION),
                                   &st->node, rs) != 0) {
@@ -575,7 +652,15 @@ static void admit(struct req_state *st)
     /* Before credentials, a few KiB: whoever has none is refused from the
      * headers (no drain), and a chunked body is cut there (take). */
     int unauth = st->route->auth == API_AUTH_NONE;
+    st->unauth = unauth;
     st->body_limit = unauth ? HTTP_UNAUTH_BODY_MAX : srv->ctx->body_limit;
+    /* Both framings at once is how requests are smuggled: refused. */
+    if (cl && get_header(st->conn, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+        api_error(rs, 400, "bad_request", NULL,
+                  "send Content-Length or Transfer-Encoding, not both");
+        st->ready = 1;
+        return;
+    }
     if (st->route->body == API_BODY_JSON || st->route->body == API_BODY_RAW) {
         /* Up to DRAIN_MAX an oversized body is read and dropped (take), and
          * answered 413 at its end; past that, from the headers alone. */
@@ -595,7 +680,7 @@ static void admit(struct req_state *st)
         /* A body of known length takes its room in the budget whole, or
          * none: clients that all get part of it would all be refused. */
         if (len > 0 && len <= (long long)st->body_limit) {
-            if (budget_take(srv, (size_t)len) == 0) {
+            if (budget_take(srv, (size_t)len, unauth) == 0) {
                 st->body_held = (size_t)len;
                 st->reserved = 1;
             } else {
@@ -634,19 +719,18 @@ static void take(struct req_state *st, const char *data, size_t n)
         return;
     if (rs->upload) {
         api_upload *up = rs->upload;
-        if (up->written + (int64_t)n > up->limit) {
-            int quota = up->quota_left >= 0 && up->limit == up->quota_left;
-            int64_t left = up->quota_left;
+        int big = up->written + (int64_t)n > up->limit;
+        if (big || (up->reserve && up->reserve(up, (int64_t)n) != 0)) {
             up->abort(up);
             free(up);
             rs->upload = NULL;
-            if (quota)
-                api_error(rs, 507, "storage_quota_exceeded", NULL,
-                          "the tenant's storage quota has %lld bytes left (GET /v1/quota)",
-                          (long long)left);
-            else
+            if (big)
                 api_error(rs, 413, "too_large", NULL, "the file is larger than %lld bytes",
                           (long long)st->srv->ctx->upload_limit);
+            else
+                api_error(rs, 507, "storage_quota_exceeded", NULL,
+                          "the tenant's storage quota has no room for this file (GET "
+                          "/v1/quota)");
             st->ready = 1;
             return;
         }
@@ -678,7 +762,12 @@ static void take(struct req_state *st, const char *data, size_t n)
     }
     /* Every body being read shares one budget: past it, refused, not kept
      * (a chunked one takes its room as it comes). */
-    if (st->busy || (!st->reserved && budget_take(st->srv, n) != 0)) {
+    if (st->reserved && st->body.len + n > st->body_held) {
+        api_error(rs, 400, "bad_request", NULL, "the body is longer than its Content-Length");
+        st->ready = 1;
+        return;
+    }
+    if (st->busy || (!st->reserved && budget_take(st->srv, n, st->unauth) != 0)) {
         api_error(rs, 503, "busy", NULL,
                   "the server is reading too many request bodies at once: retry in 1 s");
         rs->xname = "Retry-After";
@@ -728,6 +817,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             admit(st);
             store_read_end(srv->ctx->st);
         }
+        /* A JSON body (an upload streams to disk instead) must be whole in
+         * HTTP_BODY_TIMEOUT_MS; one sent without credentials, in the header
+         * deadline. */
+        st->watch = w;
+        if (w && st->route &&
+            (st->route->body == API_BODY_JSON || st->route->body == API_BODY_RAW))
+            __atomic_store_n(&w->body_until,
+                             util_mono_ms() + (st->unauth ? srv->header_timeout_ms
+                                                          : HTTP_BODY_TIMEOUT_MS),
+                             __ATOMIC_RELEASE);
         return st->ready ? respond(st) : MHD_YES;
     }
     if (st->phase == P_SENT)
@@ -740,6 +839,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         return MHD_YES;
     }
+    if (st->watch) /* the body is whole: its deadline is over */
+        __atomic_store_n(&st->watch->body_until, 0, __ATOMIC_RELEASE);
     enum phase ph = __atomic_load_n(&st->phase, __ATOMIC_ACQUIRE);
     if (ph == P_WAIT || ph == P_PARKED)
         return MHD_YES;
@@ -795,7 +896,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         st->rs.stream->done(st->rs.stream);
     api_resp_clear(&st->rs);
     free(st->pbuf);
-    __atomic_sub_fetch(&st->srv->bodies_held, st->body_held, __ATOMIC_RELAXED);
+    budget_give(st->srv, st->body_held, st->unauth);
     free(st->body.buf);
     free(st);
     *con_cls = NULL;
@@ -961,6 +1062,9 @@ http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t 
                                                                : HTTP_DEFAULT_IDLE_TIMEOUT_S),
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                             MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
+                            /* what one connection may hold: its headers and a
+                             * read buffer (bodies are copied out as they come) */
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
                             MHD_OPTION_END);

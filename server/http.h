@@ -19,6 +19,10 @@ typedef struct http_server http_server;
 #define HTTP_DEFAULT_IDLE_TIMEOUT_S 60
 #define HTTP_DEFAULT_HEADER_TIMEOUT_S 20
 #define HTTP_DEFAULT_BODIES_MAX (64u << 20)
+/* Bytes one connection may hold in libmicrohttpd (headers, read buffer). */
+#define HTTP_CONN_MEMORY 16384
+/* A JSON body must be whole this long after its headers. */
+#define HTTP_BODY_TIMEOUT_MS 30000
 /* The body a request without credentials may send (agent registration):
  * past it 413 from the headers, and nothing of it is kept. */
 #define HTTP_UNAUTH_BODY_MAX 16384

@@ -5,6 +5,11 @@
  * token revocation and expiry; pagination.
  */
 #include <criterion/criterion.h>
+#include <stdlib.h>
+#include <sys/time.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -1039,6 +1044,44 @@ static th_resp put_bytes(const char *tok, const char *name, size_t n)
     return th_req(&d, "PUT", p, tok, "application/octet-stream", buf, n, NULL);
 }
 
+/* n chunked PUTs of size bytes each (race-N.bin), their chunks sent in
+ * turn so that all are under way at once: how many were answered 201. */
+static int race_uploads(const char *tok, int n, int size)
+{
+    int fds[8], landed = 0;
+    char head[512], chunk[10000 + 16];
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_port = htons((uint16_t)atoi(strrchr(d.base, ':') + 1));
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    cr_assert_leq(n, 8);
+    for (int i = 0; i < n; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        cr_assert(fds[i] >= 0 && connect(fds[i], (struct sockaddr *)&a, sizeof a) == 0);
+        int h = snprintf(head, sizeof head,
+                         "PUT /v1/workspaces/ws/files/race-%d.bin HTTP/1.1\r\nHost: x\r\n"
+                         "Authorization: Bearer %s\r\nTransfer-Encoding: chunked\r\n\r\n",
+                         i, tok);
+        cr_assert_eq(send(fds[i], head, (size_t)h, MSG_NOSIGNAL), h);
+    }
+    int h = snprintf(chunk, sizeof chunk, "%x\r\n", 10000);
+    memset(chunk + h, 'r', 10000);
+    memcpy(chunk + h + 10000, "\r\n", 2);
+    for (int sent = 0; sent < size; sent += 10000)
+        for (int i = 0; i < n; i++)
+            send(fds[i], chunk, (size_t)h + 10002, MSG_NOSIGNAL); /* a refused one may close */
+    for (int i = 0; i < n; i++) {
+        char resp[256] = "";
+        struct timeval tv = {10, 0};
+        setsockopt(fds[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        send(fds[i], "0\r\n\r\n", 5, MSG_NOSIGNAL);
+        ssize_t k = recv(fds[i], resp, sizeof resp - 1, 0);
+        resp[k > 0 ? k : 0] = '\0';
+        landed += !strncmp(resp, "HTTP/1.1 201", 12);
+        close(fds[i]);
+    }
+    return landed;
+}
+
 /*
  * A tenant keeps what its quota allows: an upload that would pass
  * max_storage_bytes is refused storage_quota_exceeded and leaves nothing;
@@ -1084,6 +1127,17 @@ Test(api_flow, storage_and_pending_quotas_hold)
     const cJSON *pj = cJSON_GetObjectItem(r.json, "pending_jobs");
     cr_expect_eq(cJSON_GetNumberValue(cJSON_GetObjectItem(pj, "used")), 2, "%s", r.body);
     cr_expect_eq(cJSON_GetNumberValue(cJSON_GetObjectItem(pj, "limit")), 2, "%s", r.body);
+    th_free(&r);
+    /* Uploads side by side take the quota left one byte at a time: of four
+     * of 60,000 bytes, chunked and interleaved, against 100,000 left, at
+     * most one lands. */
+    int landed = race_uploads(tok, 4, 60000);
+    cr_expect_leq(landed, 1, "%d of 4 uploads landed past the quota", landed);
+    usleep(600 * 1000);
+    r = th_get(&d, "/v1/quota", tok);
+    sb = cJSON_GetObjectItem(r.json, "storage_bytes");
+    used = cJSON_GetNumberValue(cJSON_GetObjectItem(sb, "used"));
+    cr_expect(used <= 300000, "used %g of a 300,000-byte quota: %s", used, r.body);
     th_free(&r);
     /* another tenant: the platform's default of 50,000 bytes */
     th_user(&d, "globex", "bob", "member", other);

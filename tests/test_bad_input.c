@@ -5,6 +5,7 @@
  */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <sys/time.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -485,4 +486,35 @@ Test(bad_input, an_error_quoting_a_long_multibyte_name_stays_utf8)
         cr_expect_not_null(r.json, "not JSON: %s", r.body);
         th_free(&r);
     }
+}
+
+/* Sends req to cohortd as it is and reads the answer's first 2 KiB into out. */
+static void raw_exchange(const char *req, char *out, size_t n)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_port = htons((uint16_t)atoi(strrchr(d.base, ':') + 1));
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    cr_assert_eq(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ssize_t k = recv(fd, out, n - 1, 0);
+    out[k > 0 ? k : 0] = '\0';
+    close(fd);
+}
+
+/* Content-Length and Transfer-Encoding together (how requests are
+ * smuggled, and how a body once passed the budget its length reserved) are
+ * refused. */
+Test(bad_input, a_body_framed_twice_is_refused)
+{
+    static const char raw[] = "POST /v1/workspaces HTTP/1.1\r\nHost: x\r\n"
+                              "Content-Type: application/json\r\nContent-Length: 1\r\n"
+                              "Transfer-Encoding: chunked\r\nAuthorization: Bearer ";
+    char req[512], resp[2048] = "";
+    snprintf(req, sizeof req, "%s%s\r\n\r\n10\r\n{\"name\":\"twice\"}\r\n0\r\n\r\n", raw, tok);
+    raw_exchange(req, resp, sizeof resp);
+    cr_expect(!strncmp(resp, "HTTP/1.1 400", 12), "%s", resp);
+    th_expect(th_get(&d, "/v1/workspaces/twice", tok), 404);
 }

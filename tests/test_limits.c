@@ -628,3 +628,71 @@ Test(limits, past_the_connection_limit_a_client_is_refused_at_once)
     th_stop(&d3);
     th_cleanup(&d3);
 }
+
+/*
+ * Clients without credentials that hold bodies open (a Content-Length of
+ * 16 KiB each, sent a byte at a time or not at all) take their own eighth
+ * of the bodies' budget, never the rest: a tenant's POST is served among
+ * 700 of them; and each is cut at the header deadline (3 s here), not
+ * kept.
+ */
+Test(limits, slow_unauthenticated_bodies_block_no_tenant_and_are_cut)
+{
+    enum { N = 700 }; /* 11 MiB declared, past the whole 4 MiB budget */
+    static int fds[N];
+    th_daemon d2;
+    char t2[80];
+    const char *args[] = {"--bodies-max", "4194304", "--header-timeout", "3", NULL};
+    th_start(&d2, args);
+    th_user(&d2, "acme", "alice", "member", t2);
+    int port = port_of(&d2);
+    static const char head[] = "POST /v1/agent/register HTTP/1.1\r\nHost: x\r\n"
+                               "Content-Type: application/json\r\nContent-Length: 16384\r\n\r\n{";
+    for (int i = 0; i < N; i++) {
+        char ip[20];
+        snprintf(ip, sizeof ip, "127.0.2.%d", 1 + i % 4);
+        fds[i] = connect_from(ip, port);
+        cr_assert_eq(send(fds[i], head, sizeof head - 1, MSG_NOSIGNAL), (ssize_t)sizeof head - 1);
+    }
+    usleep(300 * 1000); /* all admitted: their share is full */
+    th_resp r = th_post(&d2, "/v1/workspaces", t2, "{\"name\":\"among-them\"}");
+    cr_expect_eq(r.status, 201, "a tenant's POST among %d held bodies: %ld %s", N, r.status,
+                 r.body);
+    th_free(&r);
+    double t0 = now_s();
+    int open = N;
+    while (open > 0 && now_s() - t0 < 10.0) {
+        open = 0;
+        for (int i = 0; i < N; i++)
+            open += !closed_by_server(fds[i]);
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    cr_expect_eq(open, 0, "%d held bodies still open %.1f s on", open, now_s() - t0);
+    for (int i = 0; i < N; i++)
+        close(fds[i]);
+    th_stop(&d2);
+    th_cleanup(&d2);
+}
+
+/* The routes that take no token (the registry's token endpoint among them)
+ * count against the client address's rate: a flood of token requests is
+ * answered 429 past it, where it used to be answered whole. */
+Test(limits, the_unauthenticated_routes_are_rate_limited_by_address)
+{
+    static const char *const args[] = {"--rate-limit", "50", "--rate-burst", "50", NULL};
+    th_daemon rd;
+    th_start(&rd, args);
+    int ok = 0, limited = 0;
+    for (int i = 0; i < 200; i++) {
+        th_resp r = th_get(&rd, "/v1/registry/token?service=cohort-registry&scope="
+                                "repository:cohort/pytorch:pull", NULL);
+        ok += r.status == 200;
+        limited += r.status == 429;
+        th_free(&r);
+    }
+    cr_expect_gt(limited, 0, "200 token requests at once, none limited (%d answered)", ok);
+    cr_expect_leq(ok, 50 + 20, "%d answered past a burst of 50", ok);
+    th_stop(&rd);
+    th_cleanup(&rd);
+}
