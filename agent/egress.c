@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "agent/fileutil.h"
 #include "agent/netns.h"
-#include "agent/runtime.h"
 
 /* Never reached through the bridge, whatever --egress-deny says. */
 static const char *const always_denied[] = {
@@ -164,8 +164,8 @@ int egress_open(egress *e, uint32_t hash, const char *subnet, const char *deny,
     }
     if (deny_hosts(e, services, err, errlen) != 0)
         return -1;
-    if (rt_find_program("ip", e->ip, sizeof e->ip) != 0 ||
-        rt_find_program("nft", e->nft, sizeof e->nft) != 0) {
+    if (fu_find_program("ip", e->ip, sizeof e->ip) != 0 ||
+        fu_find_program("nft", e->nft, sizeof e->nft) != 0) {
         snprintf(err, errlen, "--egress on needs iproute2's ip and nftables' nft (apt-get "
                               "install iproute2 nftables)");
         return -1;

@@ -7,6 +7,8 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 int fu_read(const char *path, char *buf, size_t n)
@@ -39,4 +41,19 @@ int fu_read_in(const char *dir, const char *name, char *buf, size_t n)
         return -1;
     }
     return fu_read(path, buf, n);
+}
+
+int fu_find_program(const char *prog, char *out, size_t n)
+{
+    const char *path = getenv("PATH");
+    if (!path || !*path)
+        path = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
+    while (*path) {
+        size_t len = strcspn(path, ":");
+        snprintf(out, n, "%.*s/%s", (int)len, path, prog);
+        if (access(out, X_OK) == 0)
+            return 0;
+        path += len + (path[len] == ':');
+    }
+    return -1;
 }

@@ -13,4 +13,8 @@ int fu_read(const char *path, char *buf, size_t n);
 /* The same for dir/name (a path too long for the buffer fails: ENAMETOOLONG). */
 int fu_read_in(const char *dir, const char *name, char *buf, size_t n);
 
+/* The first prog on $PATH (or, without one, the usual system directories)
+ * that is executable, into out: 0, or -1. */
+int fu_find_program(const char *prog, char *out, size_t n);
+
 #endif

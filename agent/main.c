@@ -27,6 +27,7 @@
 #include "agent/cgroup.h"
 #include "agent/client.h"
 #include "agent/egress.h"
+#include "agent/fileutil.h"
 #include "agent/netns.h"
 #include "agent/runtime.h"
 #include "agent/sup.h"
@@ -179,8 +180,8 @@ static int job_network(const struct config *cfg, cJSON *container, egress *eg)
                         "from any job. Use it only on a trusted single-tenant node.\n");
         return 0;
     }
-    if (rt_find_program("ip", ip, sizeof ip) != 0 ||
-        rt_find_program("bridge", bridge, sizeof bridge) != 0) {
+    if (fu_find_program("ip", ip, sizeof ip) != 0 ||
+        fu_find_program("bridge", bridge, sizeof bridge) != 0) {
         fprintf(stderr, "cohort-agent: --network job needs iproute2's ip and bridge (apt-get "
                         "install iproute2), or --network host on a trusted node\n");
         return -1;
@@ -713,7 +714,7 @@ static sup *open_sup(const struct config *cfg, cg_root *cg, struct sup_paths *sp
         sc.launcher_image[sc.nlaunchers] = cfg->launcher[i][0];
         sc.launcher_path[sc.nlaunchers++] = cfg->launcher[i][1];
     }
-    if (rt_find_program("python3", sp->python, sizeof sp->python) == 0 &&
+    if (fu_find_program("python3", sp->python, sizeof sp->python) == 0 &&
         sc.nlaunchers < SUP_MAX_LAUNCHERS - 2) {
         sc.launcher_image[sc.nlaunchers] = "pytorch";
         sc.launcher_path[sc.nlaunchers++] = sp->python;

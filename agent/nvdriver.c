@@ -4,7 +4,7 @@
  */
 #include "agent/nvdriver.h"
 
-#include "agent/runtime.h"
+#include "agent/fileutil.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -147,7 +147,7 @@ cJSON *nvd_find(char *err, size_t errlen)
     bins = cJSON_AddArrayToObject(out, "bins");
     for (int i = 0; bins && driver_bins[i]; i++) {
         char path[PATH_MAX];
-        if (rt_find_program(driver_bins[i], path, sizeof path) == 0 &&
+        if (fu_find_program(driver_bins[i], path, sizeof path) == 0 &&
             add_file(bins, driver_bins[i], strlen(driver_bins[i]), path, strlen(path)) != 0)
             goto oom;
     }

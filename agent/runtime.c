@@ -14,27 +14,13 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "agent/fileutil.h"
 #include "agent/nvdriver.h"
 #include "agent/oci.h"
 
 #ifndef TMPFS_MAGIC
 #define TMPFS_MAGIC 0x01021994
 #endif
-
-int rt_find_program(const char *prog, char *out, size_t n)
-{
-    const char *path = getenv("PATH");
-    if (!path || !*path)
-        path = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
-    while (*path) {
-        size_t len = strcspn(path, ":");
-        snprintf(out, n, "%.*s/%s", (int)len, path, prog);
-        if (access(out, X_OK) == 0)
-            return 0;
-        path += len + (path[len] == ':');
-    }
-    return -1;
-}
 
 /* Reads a one-line file into out; "" when unreadable. */
 static void read_line(const char *path, char *out, size_t n)
@@ -224,9 +210,9 @@ cJSON *rt_open(const rt_config *c, char *err, size_t errlen)
 {
     char crun[PATH_MAX], skopeo[PATH_MAX], umoci[PATH_MAX], init[PATH_MAX + 32],
         cache[PATH_MAX + 16], croot[PATH_MAX + 16];
-    if (rt_find_program("crun", crun, sizeof crun) != 0 ||
-        rt_find_program("skopeo", skopeo, sizeof skopeo) != 0 ||
-        rt_find_program("umoci", umoci, sizeof umoci) != 0) {
+    if (fu_find_program("crun", crun, sizeof crun) != 0 ||
+        fu_find_program("skopeo", skopeo, sizeof skopeo) != 0 ||
+        fu_find_program("umoci", umoci, sizeof umoci) != 0) {
         snprintf(err, errlen, "crun, skopeo and umoci are needed to run containers "
                               "(apt-get install crun skopeo umoci), or --runtime host on a "
                               "trusted single-tenant node");

@@ -29,9 +29,6 @@ typedef struct rt_config {
     int64_t start_timeout_s; /* crun must have started a container by then */
 } rt_config;
 
-/* prog on PATH (a default PATH when none is set), into out: 0, or -1. */
-int rt_find_program(const char *prog, char *out, size_t n);
-
 /* The container object, or NULL with err set (the agent cannot run
  * containers: what is missing and what to do). */
 cJSON *rt_open(const rt_config *c, char *err, size_t errlen);

@@ -42,18 +42,9 @@ void api_auth_revoked(api_ctx *ctx, int64_t token_id)
     store_signal(ctx->st, what);
 }
 
-void api_on_signal(void *arg, const char *what)
+void api_auth_forget_all(void)
 {
-    api_ctx *ctx = arg;
-    if (what && !strncmp(what, "forget ", 7)) {
-        api_auth_forget(strtoll(what + 7, NULL, 10));
-        return;
-    }
-    if (!what) { /* a revocation or a drain may be among what was lost */
-        api_cache_forget(&tokens, NULL, NULL);
-        api_nodes_forget(NULL, 0);
-    }
-    sched_signal(ctx->sched, what);
+    api_cache_forget(&tokens, NULL, NULL);
 }
 
 int api_authenticate_admin(api_ctx *ctx, const char *authorization, store_principal *who,

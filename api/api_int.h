@@ -87,6 +87,8 @@ void api_add_int(cJSON *o, const char *key, int64_t v);
 /* ---- roles (api_auth.c) ---- */
 /* Drops a revoked token from the authentication cache. */
 void api_auth_forget(int64_t token_id);
+/* Every cached token (a signal from another cohortd may have been lost). */
+void api_auth_forget_all(void);
 /* Drops the cached node-token lookups of nodes ids (NULL: of every node). */
 void api_nodes_forget(const int64_t *ids, size_t n);
 /* api_auth_forget here, and a signal that makes every other cohortd on the
