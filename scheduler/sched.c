@@ -85,6 +85,7 @@ struct sched_cluster {
     struct bucketset set[2]; /* [0]: nodes without GPUs, [1]: nodes with GPUs */
     int *next, *prev, *bucket, *which; /* per node: list links, its bucket and set */
     char *taken;
+    int mixed; /* nodes of more than one network kind */
 };
 
 static void set_bit(uint64_t *b, int64_t i, int on)
@@ -184,6 +185,8 @@ sched_cluster *sched_cluster_new(sched_node *nodes, int n)
     c->k = malloc(sz * sizeof *c->k);
     int64_t most[2] = {1, 1};
     for (int i = 0; i < n; i++) {
+        if (nodes[i].net != nodes[0].net)
+            c->mixed = 1;
         if (nodes[i].cap_cpus > most[0])
             most[0] = nodes[i].cap_cpus;
         if (nodes[i].cap_gpus > most[1])
@@ -269,11 +272,11 @@ static int best_in(sched_cluster *c, int s, const sched_job *j, int64_t per_node
     return -1;
 }
 
-int sched_cluster_place(sched_cluster *c, const sched_job *j, int64_t per_node, int *node_idx)
+/* The gang's nodes, taken from those not marked taken: how many found. */
+static int64_t pick(sched_cluster *c, const sched_job *j, int64_t per_node, int64_t want,
+                    int *node_idx)
 {
-    if (per_node <= 0 || j->workers % per_node)
-        return -1;
-    int64_t want = j->workers / per_node, got = 0;
+    int64_t got = 0;
     while (got < want) {
         /* CPU work goes to nodes without GPUs first: GPU nodes stay for GPU work. */
         int i = j->gpus > 0 ? best_in(c, 1, j, per_node) : best_in(c, 0, j, per_node);
@@ -286,6 +289,37 @@ int sched_cluster_place(sched_cluster *c, const sched_job *j, int64_t per_node, 
     }
     for (int64_t g = 0; g < got; g++)
         c->taken[node_idx[g]] = 0;
+    return got;
+}
+
+/* pick among the nodes of network kind net only (the others held taken). */
+static int64_t pick_kind(sched_cluster *c, const sched_job *j, int64_t per_node, int64_t want,
+                         int net, int *node_idx)
+{
+    for (int i = 0; i < c->n; i++)
+        if (c->nodes[i].net != net && !c->taken[i])
+            c->taken[i] = 2;
+    int64_t got = pick(c, j, per_node, want, node_idx);
+    for (int i = 0; i < c->n; i++)
+        if (c->taken[i] == 2)
+            c->taken[i] = 0;
+    return got;
+}
+
+int sched_cluster_place(sched_cluster *c, const sched_job *j, int64_t per_node, int *node_idx)
+{
+    if (per_node <= 0 || j->workers % per_node)
+        return -1;
+    int64_t want = j->workers / per_node, got;
+    if (want > 1 && c->mixed) {
+        /* A gang over several nodes meets over one kind of network: every
+         * node's agent gives jobs their own, or every node shares its own. */
+        got = pick_kind(c, j, per_node, want, 1, node_idx);
+        if (got < want)
+            got = pick_kind(c, j, per_node, want, 0, node_idx);
+    } else {
+        got = pick(c, j, per_node, want, node_idx);
+    }
     if (got < want)
         return -1;
     for (int64_t g = 0; g < want; g++) {

@@ -14,6 +14,8 @@ typedef struct sched_node {
     int usable;                         /* up and not drained */
     int64_t cap_cpus, cap_mem, cap_gpus; /* what the node has */
     int64_t free_cpus, free_mem, free_gpus;
+    int net;                            /* its agent's network kind: a gang over several
+                                         * nodes takes nodes of one kind only */
 } sched_node;
 
 typedef struct sched_job {

@@ -105,7 +105,8 @@ static void add_node(void *arg, const store_node *n)
                      n->gpus,
                      n->cpus - n->used_cpus,
                      n->memory_mb - n->used_memory_mb,
-                     n->gpus - n->used_gpus};
+                     n->gpus - n->used_gpus,
+                     !strcmp(n->network, "job")};
     UTIL_PUSH(p->nodes, p->nnodes, p->capn, sn, &p->oom);
 }
 
@@ -775,7 +776,8 @@ struct fit_scan {
 static void fit_node(void *arg, const store_node *n)
 {
     struct fit_scan *f = arg;
-    sched_node sn = {n->id, 1, n->cpus, n->memory_mb, n->gpus, n->cpus, n->memory_mb, n->gpus};
+    sched_node sn = {n->id,        1,        n->cpus, n->memory_mb, n->gpus, n->cpus, n->memory_mb,
+                     n->gpus,      !strcmp(n->network, "job")};
     UTIL_PUSH(f->nodes, f->n, f->cap, sn, &f->oom);
 }
 

@@ -9,7 +9,7 @@
 
 static sched_node node(int64_t id, int64_t cpus, int64_t mem, int64_t gpus)
 {
-    return (sched_node){id, 1, cpus, mem, gpus, cpus, mem, gpus};
+    return (sched_node){id, 1, cpus, mem, gpus, cpus, mem, gpus, 0};
 }
 
 static sched_job job(int64_t id, int64_t workers, int64_t per_node, int64_t cpus, int64_t gpus)
@@ -43,6 +43,28 @@ Test(sched, queue_order_is_tier_then_fair_share_then_priority_within_a_tenant)
     cr_expect_eq(j[2].id, 1);
     cr_expect_eq(j[3].id, 2, "priority 1000 does not put tenant 2 ahead of tenant 1");
     cr_expect_eq(j[4].id, 4, "the heavy tenant last");
+}
+
+/* A gang over several nodes takes nodes of one network kind: on a cluster
+ * of two job-network nodes and two host-network ones, a 2-node gang lands
+ * on two of one kind, never one of each; a one-node job anywhere. */
+Test(sched, a_gang_over_several_nodes_takes_one_network_kind)
+{
+    sched_node n[4] = {node(1, 4, 8192, 0), node(2, 4, 8192, 0), node(3, 4, 8192, 0),
+                       node(4, 4, 8192, 0)};
+    n[0].net = n[2].net = 1; /* 1 and 3: job networks; 2 and 4: the host's */
+    n[1].free_cpus = 1;      /* a host node too busy: the host kind has one node left */
+    sched_job j = job(1, 2, 1, 4, 0);
+    int idx[2];
+    cr_assert_eq(sched_place(n, 4, &j, 1, idx), 0);
+    cr_expect_eq(n[idx[0]].net, n[idx[1]].net, "nodes %lld and %lld of two kinds",
+                 (long long)n[idx[0]].id, (long long)n[idx[1]].id);
+    /* one free node of each kind: no gang, though two nodes are free */
+    n[0].free_cpus = 4, n[1].free_cpus = 0, n[2].free_cpus = 0, n[3].free_cpus = 4;
+    sched_job k = job(2, 2, 1, 4, 0);
+    cr_expect_eq(sched_place(n, 4, &k, 1, idx), -1, "placed across the two kinds");
+    sched_job one = job(3, 1, 1, 4, 0);
+    cr_expect_eq(sched_place(n, 4, &one, 1, idx), 0);
 }
 
 Test(sched, shape_fills_nodes_with_equal_ranks_per_node)

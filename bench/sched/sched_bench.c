@@ -25,7 +25,7 @@ static void cluster(sched_node *n, int count)
     for (int i = 0; i < count; i++) {
         int gpu = i % 5 == 4; /* one node in five has GPUs */
         n[i] = (sched_node){i + 1, 1, gpu ? 96 : 64, gpu ? 1048576 : 262144, gpu ? 8 : 0,
-                            gpu ? 96 : 64, gpu ? 1048576 : 262144, gpu ? 8 : 0};
+                            gpu ? 96 : 64, gpu ? 1048576 : 262144, gpu ? 8 : 0, 0};
     }
 }
 
