@@ -915,6 +915,24 @@ void th_agent_cleanup(th_agent *a)
     }
     if (f)
         fclose(f);
+    /* and, killed, the network namespaces of its jobs (its log names where) */
+    char log[600], line[1024], prefix[300] = "";
+    snprintf(log, sizeof log, "%s.log", a->dir);
+    f = a->dir[0] ? fopen(log, "r") : NULL;
+    while (f && fgets(line, sizeof line, f)) {
+        char *at = strstr(line, "/run/netns/"), *end = at ? strstr(at, "-j<job>") : NULL;
+        if (end)
+            snprintf(prefix, sizeof prefix, "%.*s", (int)(end - at - 11), at + 11);
+    }
+    if (f)
+        fclose(f);
+    DIR *nd = prefix[0] ? opendir("/run/netns") : NULL;
+    struct dirent *e;
+    while (nd && (e = readdir(nd)) != NULL)
+        if (!strncmp(e->d_name, prefix, strlen(prefix)) && e->d_name[strlen(prefix)] == '-')
+            util_system("ip netns delete '%s' 2>/dev/null", e->d_name);
+    if (nd)
+        closedir(nd);
 }
 
 /* For a job stuck short of its state: the end of every agent's log in the
