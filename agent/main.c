@@ -51,6 +51,9 @@ struct config {
 };
 
 static volatile sig_atomic_t stopping;
+/* What this agent gives jobs ("job" or "host"), said with every heartbeat:
+ * an agent restarted with another --network is known as such at once. */
+static const char *node_network = "host";
 
 static void sleep_ms(long ms);
 
@@ -389,6 +392,8 @@ static int parse_args(int argc, char **argv, struct config *c)
         fprintf(stderr, "cohort-agent: --server and a valid --name are required\n");
         return -1;
     }
+    /* Containers only: host processes share the node's network whatever --network says. */
+    node_network = strcmp(c->runtime, "host") && !strcmp(c->network, "job") ? "job" : "host";
     if (!strcmp(c->egress, "on") && (strcmp(c->network, "job") || !strcmp(c->runtime, "host"))) {
         fprintf(stderr, "cohort-agent: --egress on is for jobs' own networks: --network job "
                         "and --runtime crun\n");
@@ -441,10 +446,7 @@ static int identity(struct config *c, client *cl, char *token, size_t tn, long l
         cJSON_AddStringToObject(body, "gpu_type", c->gpu_type);
     cJSON_AddNumberToObject(body, "port_lo", (double)c->port_lo);
     cJSON_AddNumberToObject(body, "port_hi", (double)c->port_hi);
-    /* Containers only: host processes share the node's network whatever --network says. */
-    cJSON_AddStringToObject(body, "network",
-                            strcmp(c->runtime, "host") && !strcmp(c->network, "job") ? "job"
-                                                                                    : "host");
+    cJSON_AddStringToObject(body, "network", node_network);
     cJSON *out = NULL;
     long st;
     /* A server that is busy, limiting, down or unreachable is tried again
@@ -758,6 +760,7 @@ static int heartbeat(client *cl, sup *s, struct link *ln, int64_t *hb_ms, int64_
     char err[512];
     cJSON *body = cJSON_CreateObject(), *out = NULL;
     cJSON_AddItemToObject(body, "workers", sup_report(s));
+    cJSON_AddStringToObject(body, "network", node_network);
     long st = client_call(cl, "POST", "/v1/agent/heartbeat", body, &out, CALL_TIMEOUT_MS, err,
                           sizeof err);
     cJSON_Delete(body);

@@ -512,6 +512,7 @@ out:
 
 struct report {
     int64_t node_id;
+    char network[8]; /* to store: the agent says another than the node's; "" */
     int n;
     struct {
         int64_t id, exit_code, signal, cpu_us, memory_peak;
@@ -552,6 +553,8 @@ static store_rc heartbeat_write(store_tx *tx, void *arg)
     struct report *r = arg;
     int64_t now = util_now_ms();
     int rc = store_node_heartbeat(tx, r->node_id, now);
+    if (rc == STORE_OK && r->network[0])
+        rc = store_node_set_network(tx, r->node_id, r->network);
     int64_t jobs[REPORT_MAX];
     int nj = 0;
     for (int i = 0; rc == STORE_OK && i < r->n; i++) {
@@ -590,7 +593,7 @@ static store_rc heartbeat_write(store_tx *tx, void *arg)
 
 void api_agent_heartbeat(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
-    static const char *const fields[] = {"workers", NULL};
+    static const char *const fields[] = {"workers", "network", NULL};
     static const char *const wfields[] = {"id",     "state",  "exit_code", "signal",
                                           "message", "cpu_us", "memory_peak",
                                           "image_digest", NULL};
@@ -608,6 +611,19 @@ void api_agent_heartbeat(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_error(rs, 400, "invalid_type", "workers", "'workers' must be an array");
         goto out;
     }
+    /* An agent restarted with another --network: the node is that kind from
+     * now on (job networks only at an IPv4 address, as at registration). */
+    const char *net = NULL;
+    struct in_addr v4;
+    if (api_str(in, "network", 0, 8, &net, rs) < 0)
+        goto out;
+    if (net && strcmp(net, "job") && strcmp(net, "host")) {
+        api_error(rs, 422, "invalid_value", "network", "network must be \"job\" or \"host\"");
+        goto out;
+    }
+    if (net && strcmp(net, rq->node->network) &&
+        (strcmp(net, "job") || inet_pton(AF_INET, rq->node->address, &v4) == 1))
+        snprintf(r->network, sizeof r->network, "%s", net);
     for (const cJSON *w = ws ? ws->child : NULL; w; w = w->next) {
         const char *state, *msg = NULL, *digest = NULL;
         int64_t id, code = -1, sig = 0, cpu_us = -1, mem_peak = -1;
@@ -648,9 +664,11 @@ void api_agent_heartbeat(api_ctx *ctx, const api_req *rq, api_resp *rs)
         snprintf(r->w[r->n].message, sizeof r->w[r->n].message, "%s", msg ? msg : "");
         r->n++;
     }
-    /* Only alive, and known up: written with the others within half a second. */
+    /* Only alive, and known up (and of the same network): written with the
+     * others within half a second. */
     int up = !strcmp(rq->node->state, "up");
-    int rc = r->n == 0 && up && api_beats_note(ctx, r->node_id, util_now_ms()) == 0
+    int rc = r->n == 0 && up && !r->network[0] &&
+                     api_beats_note(ctx, r->node_id, util_now_ms()) == 0
                  ? STORE_OK
                  : store_write(ctx->st, heartbeat_write, r);
     if (rc != STORE_OK) {

@@ -233,6 +233,14 @@ int store_node_set_drained(store_tx *tx, int64_t id, int drained)
     return store_tx_exec_id(tx, sql[drained != 0], id);
 }
 
+int store_node_set_network(store_tx *tx, int64_t id, const char *network)
+{
+    static const char sql[] = "UPDATE nodes SET network = ?2 WHERE id = ?1";
+    store_tx_touch(tx, id); /* its cached row goes */
+    return store_exec(store_tx_conn(tx), NULL, sql,
+                      STORE_ARGS(STORE_I(id), STORE_T(!strcmp(network, "job") ? "job" : "host")));
+}
+
 int store_node_revoke(store_tx *tx, int64_t id, int64_t now_ms)
 {
     static const char sql[] = "UPDATE nodes SET revoked_at = ?2, state = 'down', drained = 1"

@@ -83,6 +83,8 @@ int store_node_list(store *s, int64_t after, int limit,
 int store_node_all_tx(store_tx *tx, void (*row)(void *arg, const store_node *n), void *arg);
 int store_node_heartbeat(store_tx *tx, int64_t id, int64_t now_ms);
 int store_node_set_drained(store_tx *tx, int64_t id, int drained);
+/* What node id's agent gives jobs: "job" or "host" (migration 014). */
+int store_node_set_network(store_tx *tx, int64_t id, const char *network);
 /* Withdraws trust in node id: its token is refused from now on, it is down
  * and drained, and its row stays.  STORE_NOTFOUND when there is no such
  * node or it is revoked already.  The caller loses its workers. */

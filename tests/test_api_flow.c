@@ -1226,3 +1226,27 @@ Test(api_flow, a_jobs_metric_rows_are_bounded, .timeout = 120)
     cr_expect_null(again, "said more than once: %s", r.body);
     th_free(&r);
 }
+
+/* The network a node's agent gives jobs follows its heartbeats: an agent
+ * restarted with another --network is that kind at once (a job network
+ * only at an IPv4 address, as at registration). */
+Test(api_flow, a_nodes_network_follows_its_agent)
+{
+    char a[80], h[80];
+    register_at("a", "192.0.2.50", "job", a);
+    th_must(th_post(&d, "/v1/agent/heartbeat", a, "{\"workers\":[],\"network\":\"host\"}"), 200);
+    th_resp r = th_get(&d, "/v1/nodes/1", TH_ADMIN);
+    cr_expect_str_eq(th_str(&r, "network"), "host", "%s", r.body);
+    th_free(&r);
+    th_must(th_post(&d, "/v1/agent/heartbeat", a, "{\"workers\":[],\"network\":\"job\"}"), 200);
+    r = th_get(&d, "/v1/nodes/1", TH_ADMIN);
+    cr_expect_str_eq(th_str(&r, "network"), "job", "%s", r.body);
+    th_free(&r);
+    th_expect(th_post(&d, "/v1/agent/heartbeat", a, "{\"workers\":[],\"network\":\"vxlan\"}"),
+              422);
+    register_at("h", "node-h.example", "host", h);
+    th_must(th_post(&d, "/v1/agent/heartbeat", h, "{\"workers\":[],\"network\":\"job\"}"), 200);
+    r = th_get(&d, "/v1/nodes/2", TH_ADMIN);
+    cr_expect_str_eq(th_str(&r, "network"), "host", "a job network at a host name: %s", r.body);
+    th_free(&r);
+}
