@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -182,6 +183,49 @@ void util_sha256(const void *data, size_t len, uint8_t out[UTIL_SHA256_LEN])
     pthread_once(&sha256_once, sha256_fetch);
     if (!sha256_md || !EVP_Digest(data, len, out, NULL, sha256_md, NULL))
         SHA256(data, len, out);
+}
+
+int util_sha256_fd(int fd, int64_t max, uint8_t out[UTIL_SHA256_LEN], int64_t *n)
+{
+    int rc = -1, e = 0;
+    char buf[1 << 16];
+    *n = 0;
+    pthread_once(&sha256_once, sha256_fetch);
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    if (!c || !EVP_DigestInit_ex(c, sha256_md ? sha256_md : EVP_sha256(), NULL)) {
+        e = ENOMEM;
+        goto out;
+    }
+    for (;;) {
+        ssize_t r = read(fd, buf, sizeof buf);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            e = errno;
+            goto out;
+        }
+        if (r == 0)
+            break;
+        *n += r;
+        if (*n > max) {
+            e = EFBIG;
+            goto out;
+        }
+        if (!EVP_DigestUpdate(c, buf, (size_t)r)) {
+            e = EIO;
+            goto out;
+        }
+    }
+    if (!EVP_DigestFinal_ex(c, out, NULL)) {
+        e = EIO;
+        goto out;
+    }
+    rc = 0;
+out:
+    EVP_MD_CTX_free(c);
+    if (rc)
+        errno = e;
+    return rc;
 }
 
 void util_hex(const uint8_t *in, size_t n, char *out)

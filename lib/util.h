@@ -45,6 +45,9 @@ int util_random(void *buf, size_t n);
 int util_token_new(char out[UTIL_TOKEN_LEN + 1]);
 
 void util_sha256(const void *data, size_t len, uint8_t out[UTIL_SHA256_LEN]);
+/* SHA-256 of what is left to read from fd, read to its end: 0, or -1 with
+ * errno set (a read error, or EFBIG past max bytes).  *n gets the bytes read. */
+int util_sha256_fd(int fd, int64_t max, uint8_t out[UTIL_SHA256_LEN], int64_t *n);
 void util_hex(const uint8_t *in, size_t n, char *out); /* out holds 2n+1 */
 
 /* Constant-time equality of two equal-length buffers: 1 when equal. */

@@ -518,7 +518,8 @@ static void route(struct req_state *st, const char *url, const char *method)
  * per MiB it says it brings, and for a GET, one
  * more for every 50 rows of a page past the first 50 (?limit=200 costs 4)
  * or, for a log, every MiB past the first,
- * 5 for usage and invoices (aggregates over a month) and 20 for an export
+ * 5 for usage and invoices (aggregates over a month) and file listings
+ * with their sums (?sha256=true reads up to a GiB), and 20 for an export
  * (Accept: text/csv).
  */
 static double request_cost(const struct req_state *st)
@@ -539,7 +540,9 @@ static double request_cost(const struct req_state *st)
         cost += n > (1L << 20) ? (double)((n - 1) >> 20) : 0.0;
     else if (n > 50)
         cost += (double)((n - 1) / 50);
-    if (!strncmp(st->rq.path, "/v1/usage", 9) || !strncmp(st->rq.path, "/v1/invoices", 12))
+    const char *sums = get_query(st->conn, "sha256");
+    if (!strncmp(st->rq.path, "/v1/usage", 9) || !strncmp(st->rq.path, "/v1/invoices", 12) ||
+        (sums && !strcmp(sums, "true")))
         cost = cost < 5.0 ? 5.0 : cost;
     const char *accept = get_header(st->conn, MHD_HTTP_HEADER_ACCEPT);
     if (accept && strstr(accept, "text/csv"))

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/util.h"
 #include "tests/harness.h"
 
 static th_daemon d;
@@ -233,6 +234,22 @@ Test(api_flow, files_roundtrip_and_listing)
     th_free(&r);
     th_expect(th_del(&d, "/v1/workspaces/ws/files/data/f0.txt", tok), 204);
     th_expect(th_get(&d, "/v1/workspaces/ws/files/data/f0.txt", tok), 404);
+    /* With their SHA-256 sums on asking (what cohort's uploads compare). */
+    r = th_get(&d, "/v1/workspaces/ws/files?prefix=bin/&sha256=true", tok);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    uint8_t sum[UTIL_SHA256_LEN];
+    char hex[2 * UTIL_SHA256_LEN + 1];
+    util_sha256("v2", 2, sum);
+    util_hex(sum, sizeof sum, hex);
+    cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItem(r.json, "items"), 0);
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(first, "sha256")), hex, "%s", r.body);
+    cr_expect_eq(th_num(&r, "sha256_skipped"), 0, "%s", r.body);
+    th_free(&r);
+    r = th_get(&d, "/v1/workspaces/ws/files?prefix=bin/", tok);
+    cr_expect(!strstr(r.body, "sha256"), "sums unasked: %s", r.body);
+    th_free(&r);
+    th_expect_error(th_get(&d, "/v1/workspaces/ws/files?sha256=yes", tok), 400, "invalid_value",
+                    "sha256");
 
     /* A sealed dataset takes no more writes. */
     th_expect(th_post(&d, "/v1/datasets/mnist/seal", tok, NULL), 200);
