@@ -29,7 +29,7 @@ build-asan: deps
 
 run: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOHORT_WERROR=ON >/dev/null
-	@cmake --build $(BUILD) -j$(JOBS) --target cohortd cohort-agent cohort-worker
+	@cmake --build $(BUILD) -j$(JOBS) --target cohortd cohort-agent cohort-worker cohort
 	@BUILD=$(BUILD) scripts/run
 
 # The whole suite, in the normal build and again under ASan+UBSan.

@@ -1796,7 +1796,7 @@ Test(agent, an_unmodified_torch_distributed_script_trains, .timeout = 600)
     th_agent_start(&ag[0], &d, "n1", extra);
     nagents = 1;
     digits_dataset();
-    put_source_file("tests/ddp_train.py", "ddp_train.py");
+    put_source_file("cli/examples/mnist/train.py", "ddp_train.py");
     long id = submit("{\"name\":\"ddp\",\"image\":\"pytorch\",\"datasets\":[\"digits\"],"
                      "\"workspace\":\"ws\",\"code_path\":\"ddp_train.py\",\"epochs\":6,"
                      "\"lr\":0.5,\"batch_size\":32,\"worker_spec\":\"cpu-small\","
@@ -1848,7 +1848,7 @@ Test(agent, an_unmodified_torch_distributed_script_trains_across_two_hosts, .tim
     th_registry_add_pytorch();
     two_hosts("2");
     digits_dataset();
-    put_source_file("tests/ddp_train.py", "ddp_train.py");
+    put_source_file("cli/examples/mnist/train.py", "ddp_train.py");
     long id = submit("{\"name\":\"ddp2\",\"image\":\"pytorch\",\"datasets\":[\"digits\"],"
                      "\"workspace\":\"ws\",\"code_path\":\"ddp_train.py\",\"epochs\":4,"
                      "\"lr\":0.5,\"batch_size\":32,\"worker_spec\":\"cpu-small\","
