@@ -70,6 +70,10 @@ static int load_rules(int root, struct rules *rs)
     int rc = 0, oom = 0;
     while (rc == 0 && fgets(line, sizeof line, f)) {
         size_t n = strcspn(line, "\r\n");
+        if (!line[n] && !feof(f)) {
+            rc = cli_fail(CLI_FAILED, ".cohortignore: a line longer than %d bytes", UTIL_PATH_MAX);
+            break;
+        }
         line[n] = '\0';
         while (n && (line[n - 1] == ' ' || line[n - 1] == '\t'))
             line[--n] = '\0';
@@ -87,7 +91,12 @@ static int load_rules(int root, struct rules *rs)
             p++;
         if (!*p)
             continue;
-        snprintf(r.pat, sizeof r.pat, "%s", p);
+        n = strlen(p);
+        if (n >= sizeof r.pat) {
+            rc = cli_fail(CLI_FAILED, ".cohortignore: a pattern longer than %d bytes", UTIL_PATH_MAX);
+            break;
+        }
+        memcpy(r.pat, p, n + 1);
         if (rs->n == RULES_MAX)
             rc = cli_fail(CLI_FAILED, ".cohortignore: more than %d patterns", RULES_MAX);
         else

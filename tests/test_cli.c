@@ -6,11 +6,15 @@
  * job's own result, logs, cancel, usage and invoices as JSON and CSV, and
  * README's first session run as printed.
  */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -38,14 +42,20 @@ static void teardown(void)
 
 TestSuite(cli, .fini = teardown, .timeout = 240);
 
-/* cohortd, a member alice of acme (tok) and a fresh work dir. */
-static void platform(void)
+/* cohortd and a fresh work dir. */
+static void bare_platform(void)
 {
     th_start(&d, NULL);
-    th_user(&d, "acme", "alice", "member", tok);
     snprintf(work, sizeof work, "/tmp/cohort-cli-XXXXXX");
     cr_assert(mkdtemp(work), "mkdtemp");
     util_system("mkdir -p '%s/home'", work);
+}
+
+/* The same with a member alice of acme (tok). */
+static void platform(void)
+{
+    bare_platform();
+    th_user(&d, "acme", "alice", "member", tok);
 }
 
 /* A node of 2 CPUs, as make run's on a small machine. */
@@ -306,6 +316,15 @@ Test(cli, a_workspace_goes_and_comes_back_whole)
     cr_assert_eq(run(tok, NULL, "ws ls mine -o path,mode"), 0);
     cr_expect_str_eq(out, ".cohortignore\t644\njob.yaml\t644\nkeep.tmp\t644\nrun.sh\t755\n"
                           "sub/lib.py\t644\n");
+    /* on a terminal (script(1) gives it one), a progress bar; piped, none */
+    cr_expect(!strstr(err, "upload"), "a bar when piped: %s", err);
+    util_system("cd '%s' && HOME='%s/home' COHORT_URL='%s' COHORT_TOKEN='%s' "
+                "script -qec '%s ws push code tty' /dev/null > tty.txt 2>&1", work, work, d.base, tok,
+                COHORT_CLI_BIN);
+    char p[400], tty[4096];
+    snprintf(p, sizeof p, "%s/tty.txt", work);
+    th_read_text(p, tty, sizeof tty);
+    cr_expect(strstr(tty, "upload 100%") && strstr(tty, "/s"), "no progress bar: %s", tty);
     cr_assert_eq(run(tok, NULL, "ws pull mine back"), 0, "%s", err);
     cr_expect_eq(util_system("cd '%s' && cmp code/run.sh back/run.sh && cmp code/sub/lib.py "
                              "back/sub/lib.py && test -x back/run.sh && test ! -x back/job.yaml",
@@ -370,61 +389,179 @@ Test(cli, follow_ends_with_the_jobs_result)
     cr_expect(strstr(out, "\n1,\"smoke\",") && strstr(out, "\n2,\"smoke\","), "%s", out);
 }
 
-/* The fenced sh block after README's "first session" marker, as lines. */
-static void readme_session(char *buf, size_t n)
+/*
+ * A proxy in front of cohortd that loses one answer: the first POST /v1/jobs
+ * reaches cohortd, which makes the job, and its client gets the connection
+ * closed instead of the answer.  One request per connection (it closes each
+ * after its answer; libcurl then connects again).
+ */
+struct lossy {
+    int lsock, port, lost;
+    pthread_t t;
+};
+
+/* Reads one HTTP message (headers, then Content-Length bytes) from fd. */
+static ssize_t read_message(int fd, char *buf, size_t n)
 {
-    char path[512], text[1 << 16];
+    size_t got = 0;
+    for (;;) {
+        buf[got] = '\0';
+        char *end = strstr(buf, "\r\n\r\n");
+        if (end) {
+            const char *cl = strcasestr(buf, "\r\nContent-Length:");
+            size_t want = (size_t)(end + 4 - buf) + (cl && cl < end ? strtoul(cl + 17, NULL, 10) : 0);
+            if (got >= want)
+                return (ssize_t)got;
+        }
+        if (got + 1 >= n)
+            return -1;
+        ssize_t r = read(fd, buf + got, n - 1 - got);
+        if (r <= 0)
+            return -1;
+        got += (size_t)r;
+    }
+}
+
+static void *lossy_run(void *arg)
+{
+    struct lossy *l = arg;
+    static char req[1 << 16], resp[1 << 16];
+    int c;
+    while ((c = accept(l->lsock, NULL, NULL)) >= 0) {
+        ssize_t n = read_message(c, req, sizeof req);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        a.sin_port = htons((uint16_t)atoi(strrchr(d.base, ':') + 1));
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        if (n > 0 && connect(s, (struct sockaddr *)&a, sizeof a) == 0 && write(s, req, (size_t)n) == n) {
+            ssize_t m = read_message(s, resp, sizeof resp);
+            if (!l->lost && !strncmp(req, "POST /v1/jobs ", 14))
+                l->lost = 1; /* made, and its answer lost */
+            else if (m > 0 && write(c, resp, (size_t)m) != m)
+                cr_log_info("proxy: short write");
+        }
+        close(s);
+        close(c);
+    }
+    return NULL;
+}
+
+static void lossy_start(struct lossy *l)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    l->lsock = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(bind(l->lsock, (struct sockaddr *)&a, sizeof a) == 0 && listen(l->lsock, 16) == 0);
+    getsockname(l->lsock, (struct sockaddr *)&a, &len);
+    l->port = ntohs(a.sin_port);
+    pthread_create(&l->t, NULL, lossy_run, l);
+}
+
+Test(cli, a_lost_answer_never_makes_two_jobs)
+{
+    platform();
+    th_must(th_post(&d, "/v1/workspaces", tok, "{\"name\":\"ws\"}"), 201);
+    th_put_text(&d, tok, "ws", "run.sh", "#!/bin/sh\nexit 0\n", "755");
+    struct lossy l = {0};
+    lossy_start(&l);
+    int st = util_system("cd '%s' && HOME='%s/home' COHORT_URL=http://127.0.0.1:%d COHORT_TOKEN=%s "
+                         "%s submit --image native --workspace ws --spec cpu-small run.sh "
+                         "> out.txt 2> err.txt", work, work, l.port, tok, COHORT_CLI_BIN);
+    shutdown(l.lsock, SHUT_RDWR);
+    close(l.lsock);
+    pthread_join(l.t, NULL);
+    char p[400];
+    snprintf(p, sizeof p, "%s/out.txt", work);
+    th_read_text(p, out, sizeof out);
+    cr_assert(l.lost, "the proxy lost no answer");
+    cr_expect_eq(WEXITSTATUS(st), 0, "%s", out);
+    cr_expect(strstr(out, "job 1 submitted (already, by an earlier try)"), "%s", out);
+    cJSON *jobs = th_get_json(&d, "/v1/jobs", tok);
+    cr_expect_eq(cJSON_GetArraySize(cJSON_GetObjectItem(jobs, "items")), 1, "two jobs made");
+    cJSON_Delete(jobs);
+}
+
+/* The fenced sh block after README's marker, with make run's URL turned
+ * into this cohortd's, behind "set -euo pipefail", into a fresh buffer (the
+ * caller's). */
+static char *readme_block(const char *marker)
+{
+    char path[512];
+    static char text[1 << 17];
     snprintf(path, sizeof path, "%s/README.md", COHORT_SOURCE_DIR);
     cr_assert_eq(th_read_text(path, text, sizeof text), 0);
-    const char *m = strstr(text, "<!-- first session: tests/test_cli.c runs this block -->");
-    cr_assert(m, "README has no first-session marker");
-    const char *start = strstr(m, "```sh\n");
-    cr_assert(start, "no sh block after the marker");
-    start += 6;
-    const char *end = strstr(start, "\n```");
-    cr_assert(end, "the block does not end");
-    snprintf(buf, n, "%.*s\n", (int)(end - start), start);
+    const char *m = strstr(text, marker);
+    cr_assert(m, "README has no marker %s", marker);
+    const char *p = strstr(m, "```sh\n");
+    cr_assert(p, "no sh block after %s", marker);
+    p += 6;
+    const char *end = strstr(p, "\n```");
+    cr_assert(end, "the block after %s does not end", marker);
+    util_buf s = {0};
+    util_buf_printf(&s, "set -euo pipefail\n");
+    while (p < end) {
+        const char *hit = strstr(p, "http://127.0.0.1:8080");
+        if (!hit || hit > end)
+            hit = end;
+        util_buf_printf(&s, "%.*s", (int)(hit - p), p);
+        if (hit < end)
+            util_buf_printf(&s, "%s", d.base);
+        p = hit < end ? hit + strlen("http://127.0.0.1:8080") : end;
+    }
+    util_buf_printf(&s, "\n");
+    return s.buf;
+}
+
+/* Runs script (bash) in the work dir as a user would, at most 600 s: its
+ * exit status, with its output in out. */
+static int run_script(const char *name, const char *script)
+{
+    write_file(name, script, 0755);
+    int st = util_system("cd '%s' && env -u COHORT_TOKEN -u COHORT_URL HOME='%s/home' "
+                         "timeout 600 bash %s > out.txt 2>&1", work, work, name);
+    char p[400];
+    snprintf(p, sizeof p, "%s/out.txt", work);
+    th_read_text(p, out, sizeof out);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 Test(cli, readme_first_session_works_as_printed, .timeout = 900)
 {
     if (!th_can_sandbox())
         cr_skip_test("needs root to run containers");
-    platform();
+    bare_platform(); /* README makes the tenant and its user */
     th_registry_add_pytorch();
     agent();
-    char block[8192], script[16384], bin[512];
-    readme_session(block, sizeof block);
+    char bin[512];
     /* As printed, on this cohortd instead of make run's: its URL, its admin
      * token in cohort-data/, build/ being this build and cli/ the source's. */
-    util_buf s = {0};
-    util_buf_printf(&s, "set -euo pipefail\n");
-    for (const char *p = block; *p;) {
-        const char *hit = strstr(p, "http://127.0.0.1:8080");
-        if (!hit) {
-            util_buf_printf(&s, "%s", p);
-            break;
-        }
-        util_buf_printf(&s, "%.*s%s", (int)(hit - p), p, d.base);
-        p = hit + strlen("http://127.0.0.1:8080");
-    }
-    snprintf(script, sizeof script, "%s", s.buf);
-    free(s.buf);
     snprintf(bin, sizeof bin, "%s", COHORT_CLI_BIN);
     *strrchr(bin, '/') = '\0';
     util_system("cd '%s' && mkdir -p cohort-data && printf %%s '%s' > cohort-data/admin-token && "
                 "ln -s '%s' build && ln -s '%s/cli' cli", work, TH_ADMIN, bin, COHORT_SOURCE_DIR);
-    write_file("session.sh", script, 0755);
-    int st = util_system("cd '%s' && env -u COHORT_TOKEN -u COHORT_URL HOME='%s/home' "
-                         "timeout 600 bash session.sh > out.txt 2>&1", work, work);
-    char p[400];
-    snprintf(p, sizeof p, "%s/out.txt", work);
-    th_read_text(p, out, sizeof out);
-    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "README's first session failed (%d):\n%s\n---\n%s",
-              WEXITSTATUS(st), script, out);
+    char *script = readme_block("<!-- first session: tests/test_cli.c runs this block -->");
+    int rc = run_script("first.sh", script);
+    cr_assert_eq(rc, 0, "README's first session failed (%d):\n%s\n---\n%s", rc, script, out);
+    free(script);
     /* it trained, both ranks, and was billed */
     cr_expect(strstr(out, "[0] rank 0/2 epoch 1 loss") && strstr(out, "[1] rank 1/2 epoch 1 loss"),
               "%s", out);
-    cr_expect(strstr(out, "SUCCEEDED"), "%s", out);
-    cr_expect(strstr(out, "mnist"), "usage lists no job:\n%s", out);
+    cr_expect(strstr(out, "job 1 SUCCEEDED"), "%s", out);
+    cr_expect(strstr(out, "1    mnist"), "usage lists no job:\n%s", out);
+
+    /* the same with curl, for scripts: the ids it takes are the answers' */
+    script = readme_block("<!-- curl session: tests/test_cli.c runs this block -->");
+    util_buf s = {0};
+    util_buf_printf(&s, "%secho \"JOB=$JOB TOKEN=$TOKEN\"\n", script);
+    free(script);
+    rc = run_script("curl.sh", s.buf);
+    cr_assert_eq(rc, 0, "README's curl session failed (%d):\n%s\n---\n%s", rc, s.buf, out);
+    free(s.buf);
+    const char *ids = strstr(out, "JOB=");
+    cr_assert(ids, "%s", out);
+    long job = strtol(ids + 4, NULL, 10);
+    char bob[80];
+    cr_assert_eq(sscanf(strstr(ids, "TOKEN=") + 6, "%79s", bob), 1, "%s", out);
+    char seen[16];
+    cr_expect(th_wait_state(&d, bob, job, "SUCCEEDED", 300000, seen), "the curl job %ld ended %s",
+              job, seen);
 }
