@@ -11,18 +11,22 @@
 #include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "worker/comm.h"
+#include "worker/comm_impl.h"
 #include "worker/comm_store.h"
 #include "worker/data.h"
 #include "worker/mlp.h"
@@ -109,11 +113,22 @@ static void expect_said(const char *dir, int rank, const char *needle)
  * stdout and stderr in dir/rankN.out and dir/rankN.err. */
 /* The BACKEND the ranks of spawn_rank get (the GPU tests set nccl). */
 static const char *rank_backend = "gloo";
+/* WORKER_PER_NODE for them, which lets ranks of one node share memory;
+ * 0: unset (Gloo between them, as before). */
+static int rank_per_node;
+/* OPENBLAS_CORETYPE for them, or NULL: OpenBLAS's own choice.  Its kernels
+ * for AVX2 machines (Haswell, Zen) sum a matrix product in an order that
+ * depends on the batch's shape, so one rank at batch 4B and four at B round
+ * differently (1e-8 apart); SGD keeps that at 1e-8, but Adam, which scales
+ * each update by the gradient's own size, turns it into 1e-2 within 30 steps
+ * where a gradient all but cancels.  The equivalence tests compare Cohort's
+ * arithmetic, so they pin the generic kernel, whose order does not move. */
+static const char *rank_blas_core;
 
 static pid_t spawn_rank(const char *dir, int rank, int world, int port, const char *const *args)
 {
-    char e[8][64], out[512], errp[512];
-    char *envp[16], *argv[48];
+    char e[10][64], out[512], errp[512];
+    char *envp[18], *argv[48];
     int n = 0, a = 0;
     posix_spawn_file_actions_t fa;
     pid_t pid;
@@ -126,12 +141,18 @@ static pid_t spawn_rank(const char *dir, int rank, int world, int port, const ch
     snprintf(e[5], 64, "BACKEND=%s", rank_backend);
     snprintf(e[6], 64, "PATH=/usr/bin:/bin");
     snprintf(e[7], 64, "OPENBLAS_NUM_THREADS=1");
+    snprintf(e[8], 64, "WORKER_PER_NODE=%d", rank_per_node);
+    snprintf(e[9], 64, "OPENBLAS_CORETYPE=%s", rank_blas_core ? rank_blas_core : "");
     for (int i = 0; i < 8; i++)
         envp[n++] = e[i];
+    if (rank_per_node)
+        envp[n++] = e[8];
+    if (rank_blas_core)
+        envp[n++] = e[9];
     /* the sanitizer options of the test run reach the worker too, and a
      * roll call a test set (it was never passed on: a 2 s roll call made
      * a_rank_slower_than_the_timeout... fail on a loaded machine) */
-    for (char **v = environ; *v && n < 15; v++)
+    for (char **v = environ; *v && n < 17; v++)
         if (!strncmp(*v, "ASAN_OPTIONS=", 13) || !strncmp(*v, "UBSAN_OPTIONS=", 14) ||
             !strncmp(*v, "LSAN_OPTIONS=", 13) || !strncmp(*v, "COHORT_ROLL_CALL_MS=", 20))
             envp[n++] = *v;
@@ -674,6 +695,17 @@ Test(data, malformed_files_get_clear_errors)
 
 /* ---- data-parallel equivalence ------------------------------------------ */
 
+/* The test fails unless rank 0 said its ranks met over transport. */
+static void said_over(const char *dir, const char *transport)
+{
+    char path[512], want[64];
+    snprintf(path, sizeof path, "%s/rank0.out", dir);
+    snprintf(want, sizeof want, " ranks over %s,", transport);
+    char *o = slurp(path);
+    cr_assert_not_null(strstr(o, want), "rank 0 did not say%s: %s", want, o);
+    free(o);
+}
+
 /* `world` ranks with per-rank batch B against one rank with batch world*B,
  * over the same samples for `steps` steps. */
 static void check_equivalence(int world, const char *optimizer)
@@ -694,8 +726,11 @@ static void check_equivalence(int world, const char *optimizer)
                          "--lr", "0.01", "--batch-size", bw, "--max-steps", "30",
                          "--dump-params", many, "--log-every", "0", NULL };
     (void)steps;
+    rank_blas_core = "Prescott";
     run_job(dir, 1, a1);
     run_job(dir, world, aw);
+    rank_blas_core = NULL;
+    said_over(dir, rank_per_node == world ? "shm" : "gloo");
     size_t n1, nw;
     float *p1 = read_floats(one, &n1), *pw = read_floats(many, &nw);
     cr_assert_eq(n1, nw);
@@ -733,6 +768,159 @@ Test(parallel, four_ranks_equal_one_rank_with_four_times_the_batch, .timeout = 1
 {
     check_equivalence(4, "sgd");
     check_equivalence(4, "adam");
+}
+
+/* ---- ranks of one node, through shared memory ---------------------------- */
+
+static void lose_rank(int world, int victim, int sig);
+
+/* The same 30 steps of two ranks over Gloo and over shared memory give the
+ * same parameters, bit for bit: each sums a + b (two ranks), then halves. */
+Test(shm, two_ranks_over_shared_memory_equal_gloo_bit_for_bit, .timeout = 120)
+{
+    char dir[64], data[128], viagloo[160], viashm[160];
+    tmpdir(dir, sizeof dir);
+    snprintf(data, sizeof data, "%s/data", dir);
+    mkdata(data, 2000, 200, 0);
+    snprintf(viagloo, sizeof viagloo, "%s/gloo.params", dir);
+    snprintf(viashm, sizeof viashm, "%s/shm.params", dir);
+    for (int shm = 0; shm <= 1; shm++) {
+        const char *args[] = { "--data", data, "--no-checkpoint", "--optimizer", "adam",
+                               "--lr", "0.01", "--batch-size", "16", "--max-steps", "30",
+                               "--dump-params", shm ? viashm : viagloo, "--log-every", "0", NULL };
+        rank_per_node = shm ? 2 : 0;
+        run_job(dir, 2, args);
+        said_over(dir, shm ? "shm" : "gloo");
+    }
+    rank_per_node = 0;
+    size_t na, nb;
+    float *a = read_floats(viagloo, &na), *b = read_floats(viashm, &nb);
+    cr_assert_eq(na, nb);
+    cr_expect_eq(memcmp(a, b, na * sizeof *a), 0, "shared memory and Gloo differ: %g",
+                 rel_diff(a, b, na));
+    free(a);
+    free(b);
+    rmrf(dir);
+}
+
+Test(shm, four_ranks_over_shared_memory_equal_one_rank_with_four_times_the_batch, .timeout = 180)
+{
+    rank_per_node = 4;
+    check_equivalence(4, "sgd");
+    rank_per_node = 0;
+}
+
+/* WORKER_PER_NODE that claims one node where the ranks are not (a network
+ * namespace each would be two nodes; here the claim is simply smaller than
+ * the world): Gloo, as before. */
+Test(shm, a_world_larger_than_its_node_stays_on_gloo, .timeout = 120)
+{
+    char dir[64], data[128];
+    tmpdir(dir, sizeof dir);
+    snprintf(data, sizeof data, "%s/data", dir);
+    mkdata(data, 500, 100, 0);
+    const char *args[] = { "--data", data, "--no-checkpoint", "--max-steps", "5",
+                           "--log-every", "0", NULL };
+    rank_per_node = 1;
+    run_job(dir, 2, args);
+    rank_per_node = 0;
+    said_over(dir, "gloo");
+    rmrf(dir);
+}
+
+static void lose_local_rank(int victim, int sig)
+{
+    rank_per_node = 3;
+    lose_rank(3, victim, sig);
+    rank_per_node = 0;
+}
+
+Test(shm, killing_one_of_three_local_ranks_fails_the_others_in_bounded_time, .timeout = 120)
+{
+    lose_local_rank(2, SIGKILL);
+}
+
+/* Local rank 0 holds the shared memory's lifelines and the store. */
+Test(shm, killing_the_rank_that_made_the_memory_fails_the_others_in_bounded_time, .timeout = 120)
+{
+    lose_local_rank(0, SIGKILL);
+}
+
+/* A stopped rank closes nothing: the others give up at the timeout. */
+Test(shm, a_silent_local_rank_fails_the_others_at_the_timeout, .timeout = 120)
+{
+    lose_local_rank(1, SIGSTOP);
+}
+
+/* A process of another tenant on a host-network node can read the abstract
+ * socket's name in /proc/net/unix; without the token (in the store, which
+ * asks for the attempt's secret) it gets no memory, and the ranks go on. */
+struct member {
+    int index, port;
+    int rc;
+    char err[256];
+};
+
+static void *shm_member(void *arg)
+{
+    struct member *m = arg;
+    comm_store *st = NULL;
+    comm_shm *s = NULL;
+    float v[4] = {1.0f + (float)m->index, 2, 3, 4};
+    m->rc = -1;
+    if (comm_store_connect("127.0.0.1", m->port, 5000, &st, m->err, sizeof m->err) == 0 &&
+        comm_shm_open(m->index, 2, st, "t/shm", 0, 5000, &s, m->err, sizeof m->err) == 0 &&
+        comm_shm_allreduce(s, v, 4, 1.0f, m->err, sizeof m->err) == 0)
+        m->rc = v[0] == 3.0f && v[3] == 8.0f ? 0 : -2;
+    comm_shm_close(s);
+    comm_store_close(st);
+    return NULL;
+}
+
+Test(shm, a_stranger_without_the_token_gets_no_memory)
+{
+    comm_store_server *srv;
+    char err[256];
+    int port = free_port();
+    cr_assert_eq(comm_store_serve(port, NULL, &srv, err, sizeof err), 0, "%s", err);
+    struct member lead = {0, port, 0, ""}, other = {1, port, 0, ""};
+    pthread_t t0, t1;
+    pthread_create(&t0, NULL, shm_member, &lead);
+    /* the name, as a stranger finds it; then a wrong token */
+    comm_store *st;
+    void *v = NULL;
+    size_t n = 0;
+    cr_assert_eq(comm_store_connect("127.0.0.1", port, 5000, &st, err, sizeof err), 0);
+    cr_assert_eq(comm_store_get(st, "t/shm", 5000, &v, &n), 0);
+    char name[160];
+    snprintf(name, sizeof name, "%.*s", (int)strcspn(v, " "), (char *)v);
+    free(v);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    memcpy(a.sun_path + 1, name, strlen(name));
+    int c = socket(AF_UNIX, SOCK_STREAM, 0);
+    cr_assert_eq(connect(c, (struct sockaddr *)&a,
+                         (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name))), 0);
+    char hello[48];
+    memset(hello, 'x', sizeof hello);
+    snprintf(hello + 32, 16, " 1");
+    cr_assert_eq(send(c, hello, 47, 0), 47);
+    char one, ctl[CMSG_SPACE(sizeof(int))] = {0};
+    struct iovec iov = {&one, 1};
+    struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,
+                        .msg_controllen = sizeof ctl};
+    ssize_t got = recvmsg(c, &mh, 0);
+    cr_expect_eq(got, 0, "the stranger got an answer");
+    cr_expect_null(CMSG_FIRSTHDR(&mh) && mh.msg_controllen ? CMSG_FIRSTHDR(&mh) : NULL,
+                   "the stranger got a descriptor");
+    close(c);
+    /* the real member still joins, and the sum is right */
+    pthread_create(&t1, NULL, shm_member, &other);
+    pthread_join(t0, NULL);
+    pthread_join(t1, NULL);
+    cr_expect_eq(lead.rc, 0, "%s", lead.err);
+    cr_expect_eq(other.rc, 0, "%s", other.err);
+    comm_store_close(st);
+    comm_store_server_stop(srv);
 }
 
 /* ---- convergence, evaluation, resume ------------------------------------ */

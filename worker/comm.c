@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -30,6 +31,7 @@ struct comm {
     comm_store *store;
     const struct comm_backend_ops *ops;   /* NULL for a world of one */
     void *state;
+    const char *transport;
     int failed;
     int timeout_ms;
     int roll_call_ms; /* 0: derived from timeout_ms */
@@ -78,8 +80,14 @@ int comm_config_from_env(struct comm_config *cfg, char *err, size_t errlen)
         env_int(LAUNCH_NAME(LOCAL_RANK), 0, LAUNCH_MAX_PER_NODE - 1, cfg->rank, &cfg->local_rank,
                 err, errlen) < 0 ||
         env_int("COHORT_COMM_TIMEOUT", 1, 86400, 30, &secs, err, errlen) < 0 ||
-        env_int("COHORT_ROLL_CALL_MS", 0, 600000, 0, &cfg->roll_call_ms, err, errlen) < 0)
+        env_int("COHORT_ROLL_CALL_MS", 0, 600000, 0, &cfg->roll_call_ms, err, errlen) < 0 ||
+        env_int("LOCAL_WORLD_SIZE", 0, LAUNCH_MAX_PER_NODE, 0, &cfg->local_world_size, err,
+                errlen) < 0 ||
+        env_int(LAUNCH_NAME(WORKER_PER_NODE), 0, LAUNCH_MAX_PER_NODE, cfg->local_world_size,
+                &cfg->local_world_size, err, errlen) < 0)
         return -1;
+    const char *shm = getenv("COHORT_COMM_SHM");
+    cfg->no_shm = shm && !strcmp(shm, "0");
     cfg->timeout_ms = secs * 1000;
     cfg->secret = getenv(LAUNCH_NAME(COHORT_RDZV_SECRET));
     if (cfg->secret && strlen(cfg->secret) > COMM_STORE_MAX_SECRET) {
@@ -150,10 +158,83 @@ out:
     return ret;
 }
 
+/* This rank's node, as the kernel knows it: the boot id and the network
+ * namespace (a job's ranks on one node share both; two network namespaces
+ * of one machine, as in the tests, are two nodes). */
+static void node_id(char *out, size_t n)
+{
+    char boot[64] = "";
+    struct stat sb = {0};
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+    if (!f || !fgets(boot, sizeof boot, f))
+        gethostname(boot, sizeof boot - 1);
+    if (f)
+        fclose(f);
+    boot[strcspn(boot, "\n")] = '\0';
+    stat("/proc/self/ns/net", &sb);
+    snprintf(out, n, "%s/%llu", boot, (unsigned long long)sb.st_ino);
+}
+
+/* 1 when every rank of the world has this rank's node id (all ranks read
+ * the same keys, so all decide alike), 0 when not, -1 when the store failed. */
+static int all_on_one_node(comm *c, char *err, size_t errlen)
+{
+    char me[128], key[48];
+    int same = 1;
+    node_id(me, sizeof me);
+    snprintf(key, sizeof key, "cohort/node/%d", c->rank);
+    if (comm_store_set(c->store, key, me, strlen(me)) < 0)
+        goto store_failed;
+    for (int r = 0; r < c->size; r++) {
+        void *v = NULL;
+        size_t n = 0;
+        snprintf(key, sizeof key, "cohort/node/%d", r);
+        if (comm_store_get(c->store, key, c->timeout_ms, &v, &n) < 0)
+            goto store_failed;
+        same &= n == strlen(me) && !memcmp(v, me, n);
+        free(v);
+    }
+    return same;
+store_failed:
+    seterr(err, errlen, "rank %d: %s", c->rank, comm_store_errmsg(c->store));
+    return -1;
+}
+
+/* Gloo between the ranks, or shared memory when they are all on this node. */
+static int open_gloo_or_shm(comm *c, const struct comm_config *cfg, char *err, size_t errlen)
+{
+    char local[NI_MAXHOST], msg[768];
+    if (!cfg->no_shm && cfg->local_world_size == c->size) {
+        int one = all_on_one_node(c, err, errlen);
+        if (one < 0)
+            return -1;
+        if (one) {
+            if (comm_shm_open(c->rank, c->size, c->store, "cohort/shm", cfg->shm_buffer_bytes,
+                              c->timeout_ms, (comm_shm **)&c->state, msg, sizeof msg) < 0) {
+                seterr(err, errlen, "rank %d: shared memory: %s", c->rank, msg);
+                return -1;
+            }
+            c->ops = &comm_shm_ops;
+            c->transport = "shm";
+            return 0;
+        }
+    }
+    if (local_address(cfg->master_addr, local, sizeof local, err, errlen) < 0)
+        return -1;
+    if (comm_gloo_open(c->rank, c->size, c->store, local, c->timeout_ms, &c->state, msg,
+                       sizeof msg) < 0) {
+        seterr(err, errlen, "rank %d: gloo rendezvous failed: %s", c->rank, msg);
+        return -1;
+    }
+    c->ops = &comm_gloo_ops;
+    c->transport = "gloo";
+    return 0;
+}
+
 int comm_init(const struct comm_config *cfg, comm **out, char *err, size_t errlen)
 {
     comm *c = calloc(1, sizeof *c);
-    char local[NI_MAXHOST], msg[768];
+    char msg[768];
     int timeout = cfg->timeout_ms > 0 ? cfg->timeout_ms : DEFAULT_TIMEOUT_MS;
 
     if (!c) {
@@ -195,14 +276,8 @@ int comm_init(const struct comm_config *cfg, comm **out, char *err, size_t errle
         goto fail;
     }
     if (cfg->backend == COMM_BACKEND_GLOO) {
-        if (local_address(cfg->master_addr, local, sizeof local, err, errlen) < 0)
+        if (open_gloo_or_shm(c, cfg, err, errlen) < 0)
             goto fail;
-        if (comm_gloo_open(c->rank, c->size, c->store, local, timeout, &c->state,
-                           msg, sizeof msg) < 0) {
-            seterr(err, errlen, "rank %d: gloo rendezvous failed: %s", c->rank, msg);
-            goto fail;
-        }
-        c->ops = &comm_gloo_ops;
     } else {
 #ifdef COHORT_HAVE_NCCL
         if (comm_nccl_open(c->rank, c->size, c->local_rank, c->store, timeout, &c->state,
@@ -211,6 +286,7 @@ int comm_init(const struct comm_config *cfg, comm **out, char *err, size_t errle
             goto fail;
         }
         c->ops = &comm_nccl_ops;
+        c->transport = "nccl";
 #endif
     }
     /* Everyone has read what it needs from the store before rank 0 may stop
@@ -230,6 +306,7 @@ int comm_rank(const comm *c) { return c->rank; }
 int comm_size(const comm *c) { return c->size; }
 int comm_local_rank(const comm *c) { return c->local_rank; }
 enum comm_backend comm_backend_of(const comm *c) { return c->backend; }
+const char *comm_transport(const comm *c) { return c->transport ? c->transport : "none"; }
 const char *comm_errmsg(const comm *c) { return c->err; }
 
 /* How long a failed rank waits for the others to answer the roll call. */
@@ -338,6 +415,13 @@ static int failed(comm *c, const char *what, const char *why)
     return -1;
 }
 
+float *comm_buffer(comm *c, size_t count)
+{
+    if (c->failed || c->ops != &comm_shm_ops)
+        return NULL;
+    return comm_shm_buffer(c->state, count);
+}
+
 int comm_allreduce(comm *c, float *buf, size_t count, enum comm_reduce op)
 {
     char why[768];
@@ -401,8 +485,18 @@ int comm_finish(comm *c)
         }
         if (comm_store_set(c->store, "cohort/finish/all", "", 0) < 0)
             goto store_failed;
-    } else if (comm_store_wait(c->store, "cohort/finish/all", timeout) < 0) {
-        goto store_failed;
+        /* and stays until each has read that: a wait still in flight when
+         * the store stops would be cut (connection reset) */
+        for (int r = 1; r < c->size; r++) {
+            snprintf(key, sizeof key, "cohort/finished/%d", r);
+            if (comm_store_wait(c->store, key, timeout) < 0)
+                goto store_failed;
+        }
+    } else {
+        snprintf(key, sizeof key, "cohort/finished/%d", c->rank);
+        if (comm_store_wait(c->store, "cohort/finish/all", timeout) < 0 ||
+            comm_store_set(c->store, key, "", 0) < 0)
+            goto store_failed;
     }
     return 0;
 store_failed:

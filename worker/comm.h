@@ -16,6 +16,12 @@
  * the failed rank closes its backend and holds a roll call in the store
  * (comm.c).  A comm that failed once stays failed, its backend closed.
  *
+ * Ranks on one node: with BACKEND=gloo, when every rank of the world is on
+ * this node (WORKER_PER_NODE, or torchrun's LOCAL_WORLD_SIZE, equals
+ * WORLD_SIZE, and each rank's node, its boot id and network namespace, is
+ * the same), collectives go through shared memory instead (comm_shm.c),
+ * with the same sums bit for bit; COHORT_COMM_SHM=0 keeps Gloo.
+ *
  * Buffers: host memory for gloo; device memory for nccl.
  */
 #ifndef COHORT_COMM_H
@@ -42,6 +48,12 @@ struct comm_config {
     /* The attempt's rendezvous secret (COHORT_RDZV_SECRET), which rank 0's
      * store asks of every rank; NULL outside Cohort (no secret asked). */
     const char *secret;
+    /* Ranks on this node (WORKER_PER_NODE or LOCAL_WORLD_SIZE); 0: unknown. */
+    int local_world_size;
+    int no_shm;                /* COHORT_COMM_SHM=0: Gloo even on one node */
+    /* Bytes of the largest buffer the caller will reduce through
+     * comm_buffer (0: 4 MiB): what each rank's slot of shared memory holds. */
+    size_t shm_buffer_bytes;
 };
 
 /* Fills cfg from the environment.  Returns 0, or -1 with a message naming
@@ -57,9 +69,20 @@ int comm_rank(const comm *c);
 int comm_size(const comm *c);
 int comm_local_rank(const comm *c);
 enum comm_backend comm_backend_of(const comm *c);
+/* What carries the collectives: "shm", "gloo", "nccl", or "none" (one rank). */
+const char *comm_transport(const comm *c);
 const char *comm_backend_name(enum comm_backend b);
 /* Whether this build has the NCCL backend. */
 int comm_have_nccl(void);
+
+/*
+ * A buffer of count floats to reduce with comm_allreduce: over shared
+ * memory, this rank's own slot (the reduction then copies nothing in or
+ * out); NULL on other transports, past cfg.shm_buffer_bytes, or when it was
+ * handed out already: use memory of your own then.  It belongs to c and
+ * lives until comm_destroy; its contents after an allreduce are the result.
+ */
+float *comm_buffer(comm *c, size_t count);
 
 /* In place, float32.  Returns 0, or -1 with the reason in comm_errmsg(). */
 int comm_allreduce(comm *c, float *buf, size_t count, enum comm_reduce op);

@@ -28,4 +28,24 @@ int comm_nccl_open(int rank, int size, int local_rank, comm_store *store,
                    int timeout_ms, void **out, char *err, size_t errlen);
 extern const struct comm_backend_ops comm_nccl_ops;
 
+/*
+ * The ranks of one node through shared memory (comm_shm.c): members 0..n-1
+ * (index), member 0 serving the segment under the store key key.  Open is
+ * collective among the members.  allreduce sums over the members in member
+ * order and multiplies by scale (1: the sum); broadcast copies root's buf.
+ */
+typedef struct comm_shm comm_shm;
+int comm_shm_open(int index, int n, comm_store *store, const char *key, size_t slot_bytes,
+                  int timeout_ms, comm_shm **out, char *err, size_t errlen);
+/* This member's own slot as the caller's buffer of count floats (once), or
+ * NULL when it does not fit: comm_shm_allreduce of it copies nothing. */
+float *comm_shm_buffer(comm_shm *s, size_t count);
+int comm_shm_allreduce(comm_shm *s, float *buf, size_t count, float scale, char *err,
+                       size_t errlen);
+int comm_shm_broadcast(comm_shm *s, void *buf, size_t bytes, int root, char *err, size_t errlen);
+int comm_shm_barrier(comm_shm *s, char *err, size_t errlen);
+void comm_shm_close(comm_shm *s);
+/* comm_shm as a backend, for a world whose ranks are all on one node. */
+extern const struct comm_backend_ops comm_shm_ops;
+
 #endif

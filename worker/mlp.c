@@ -59,10 +59,20 @@ int mlp_init(struct mlp *m, const int *sizes, int nsizes, int max_batch, size_t 
     return 0;
 }
 
+void mlp_lend_grads(struct mlp *m, float *buf)
+{
+    if (!m->grads_lent)
+        free(m->grads);
+    memset(buf, 0, (m->nparams + m->extra) * sizeof(float));
+    m->grads = buf;
+    m->grads_lent = 1;
+}
+
 void mlp_free(struct mlp *m)
 {
     free(m->params);
-    free(m->grads);
+    if (!m->grads_lent)
+        free(m->grads);
     for (int l = 0; l <= MLP_MAX_LAYERS; l++) {
         free(m->act[l]);
         free(m->delta[l]);

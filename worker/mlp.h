@@ -32,6 +32,7 @@ struct mlp {
     float *params;
     float *grads;                      /* nparams, plus `extra` floats after them */
     size_t extra;
+    int grads_lent;                    /* grads is another's (mlp_lend_grads) */
     size_t w_off[MLP_MAX_LAYERS], b_off[MLP_MAX_LAYERS];
     int max_batch;
     float *act[MLP_MAX_LAYERS + 1];    /* act[0]: the input batch; act[l]: layer l's output */
@@ -45,6 +46,9 @@ struct mlp {
 int mlp_init(struct mlp *m, const int *sizes, int nsizes, int max_batch, size_t extra,
              char *err, size_t errlen);
 void mlp_free(struct mlp *m);
+/* Puts the gradients into buf (nparams + extra floats, zeroed here), which
+ * stays its owner's (a communicator's shared memory: comm_buffer). */
+void mlp_lend_grads(struct mlp *m, float *buf);
 
 /* torch.nn.Linear's default: weights and biases uniform in
  * (-1/sqrt(in), 1/sqrt(in)), from the seed. */

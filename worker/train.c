@@ -507,10 +507,16 @@ static int run_open(struct run *r)
         return -1;
     }
     mlp_shape(&r->m, r->shape, sizeof r->shape);
+    r->cfg.shm_buffer_bytes = (r->m.nparams + 1) * sizeof(float);
     if (comm_init(&r->cfg, &r->c, r->err, sizeof r->err) < 0) {
         fprintf(stderr, "cohort-worker: %s\n", r->err);
         return -1;
     }
+    /* Over shared memory the gradients are written straight into this rank's
+     * slot, and reduced there: nothing is copied in or out. */
+    float *shared = comm_buffer(r->c, r->m.nparams + 1);
+    if (shared)
+        mlp_lend_grads(&r->m, shared);
     r->rank = comm_rank(r->c);
     r->world = comm_size(r->c);
     mlp_init_params(&r->m, o->seed);
@@ -741,7 +747,8 @@ int train_main(int argc, char **argv)
     if (r->rank == 0) {
         printf("cohort-worker: %d rank%s over %s, model %s, %s lr %g, batch %d per rank, "
                "%u training and %u test items from %s, epochs %d, %lld steps per epoch\n",
-               r->world, r->world == 1 ? "" : "s", comm_backend_name(r->cfg.backend), r->shape,
+               r->world, r->world == 1 ? "" : "s",
+               r->world > 1 ? comm_transport(r->c) : comm_backend_name(r->cfg.backend), r->shape,
                optim_name(r->o.optim), (double)r->o.lr, r->o.batch, r->train.n, r->test.n,
                r->o.data_dir, r->o.epochs, r->steps_per_epoch);
         if (!r->o.checkpoint)

@@ -1,7 +1,8 @@
 /*
  * bench/allreduce: bus bandwidth of comm_allreduce (float32, sum, in place)
  * for sizes from 4 KiB to 64 MiB, over N ranks (default 2) on loopback,
- * each rank a process of its own.  busbw follows nccl-tests:
+ * each rank a process of its own: over Gloo, then over shared memory (the
+ * ranks being on one node), one table each.  busbw follows nccl-tests:
  * algbw = bytes / time, busbw = algbw * 2 (n - 1) / n.
  *
  *   bench_allreduce [RANKS] [PORT]
@@ -24,25 +25,33 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int run_rank(int rank, int n, int port, const char *master)
+static int run_rank(int rank, int n, int port, const char *master, int shm)
 {
     struct comm_config cfg = { .master_addr = master, .master_port = port,
                                .world_size = n, .rank = rank, .local_rank = rank,
-                               .backend = COMM_BACKEND_GLOO, .timeout_ms = 60000 };
+                               .backend = COMM_BACKEND_GLOO, .timeout_ms = 60000,
+                               .local_world_size = shm ? n : 0, .no_shm = !shm,
+                               .shm_buffer_bytes = 64u << 20 };
     comm *c;
     char err[1024];
     size_t max = 64u << 20;
-    float *buf = malloc(max);
+    float *own = NULL, *buf;
 
-    if (!buf || comm_init(&cfg, &c, err, sizeof err) < 0) {
-        fprintf(stderr, "rank %d: %s\n", rank, buf ? err : "out of memory");
+    if (comm_init(&cfg, &c, err, sizeof err) < 0) {
+        fprintf(stderr, "rank %d: %s\n", rank, err);
+        return 1;
+    }
+    /* over shared memory the buffer is the rank's slot: reduced in place */
+    buf = comm_buffer(c, max / sizeof(float));
+    if (!buf && !(buf = own = malloc(max))) {
+        fprintf(stderr, "rank %d: out of memory\n", rank);
         return 1;
     }
     for (size_t i = 0; i < max / sizeof(float); i++)
         buf[i] = (float)(i % 7);
     if (rank == 0)
-        printf("%12s %10s %12s %12s   (%d ranks, gloo, rank 0 at %s)\n", "bytes", "us/op",
-               "algbw GB/s", "busbw GB/s", n, master);
+        printf("%12s %10s %12s %12s   (%d ranks, %s%s, rank 0 at %s)\n", "bytes", "us/op",
+               "algbw GB/s", "busbw GB/s", n, comm_transport(c), own ? "" : ", in place", master);
     for (size_t bytes = 4096; bytes <= max; bytes *= 4) {
         size_t count = bytes / sizeof(float);
         int iters = bytes <= (1u << 20) ? 200 : bytes <= (16u << 20) ? 20 : 5;
@@ -66,7 +75,7 @@ static int run_rank(int rank, int n, int port, const char *master)
     if (comm_finish(c) < 0)
         goto fail;
     comm_destroy(c);
-    free(buf);
+    free(own);
     return 0;
 fail:
     fprintf(stderr, "rank %d: %s\n", rank, comm_errmsg(c));
@@ -87,20 +96,22 @@ int main(int argc, char **argv)
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc == 5)
-        return run_rank(one, n, port, argv[3]);
-    for (int r = 0; r < n; r++) {
-        pid_t p = fork();
-        if (p == 0)
-            _exit(run_rank(r, n, port, "127.0.0.1"));
-        if (p < 0) {
-            perror("fork");
-            return 1;
+        return run_rank(one, n, port, argv[3], 0);
+    for (int shm = 0; shm <= 1; shm++) {
+        for (int r = 0; r < n; r++) {
+            pid_t p = fork();
+            if (p == 0)
+                _exit(run_rank(r, n, port + shm, "127.0.0.1", shm));
+            if (p < 0) {
+                perror("fork");
+                return 1;
+            }
         }
-    }
-    for (int r = 0; r < n; r++) {
-        int st;
-        if (wait(&st) > 0 && (!WIFEXITED(st) || WEXITSTATUS(st) != 0))
-            status = 1;
+        for (int r = 0; r < n; r++) {
+            int st;
+            if (wait(&st) > 0 && (!WIFEXITED(st) || WEXITSTATUS(st) != 0))
+                status = 1;
+        }
     }
     return status;
 }
