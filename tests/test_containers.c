@@ -1284,7 +1284,8 @@ Test(containers, a_retag_mid_job_changes_nothing_for_its_later_attempts, .timeou
                 "755");
     long id = submit_as(tok, "pin.sh", "pinned", ",\"max_retries\":1");
     th_resp f = {0};
-    for (int i = 0; i < 300 && f.status != 200; i++) {
+    /* until it holds its line: the shell makes the file before it writes */
+    for (int i = 0; i < 300 && (f.status != 200 || f.len == 0); i++) {
         th_free(&f);
         usleep(100000);
         f = th_get(&d, "/v1/workspaces/ws/files/first.txt", tok);

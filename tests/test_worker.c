@@ -116,6 +116,8 @@ static const char *rank_backend = "gloo";
 /* WORKER_PER_NODE for them, which lets ranks of one node share memory;
  * 0: unset (Gloo between them, as before). */
 static int rank_per_node;
+/* Ranks 0 and 1 claim different nodes (COHORT_COMM_NODE_ID) when set. */
+static int rank_split_first_pair;
 /* OPENBLAS_CORETYPE for them, or NULL: OpenBLAS's own choice.  Its kernels
  * for AVX2 machines (Haswell, Zen) sum a matrix product in an order that
  * depends on the batch's shape, so one rank at batch 4B and four at B round
@@ -127,8 +129,8 @@ static const char *rank_blas_core;
 
 static pid_t spawn_rank(const char *dir, int rank, int world, int port, const char *const *args)
 {
-    char e[10][64], out[512], errp[512];
-    char *envp[18], *argv[48];
+    char e[11][64], out[512], errp[512];
+    char *envp[19], *argv[48];
     int n = 0, a = 0;
     posix_spawn_file_actions_t fa;
     pid_t pid;
@@ -137,7 +139,7 @@ static pid_t spawn_rank(const char *dir, int rank, int world, int port, const ch
     snprintf(e[1], 64, "MASTER_PORT=%d", port);
     snprintf(e[2], 64, "WORLD_SIZE=%d", world);
     snprintf(e[3], 64, "RANK=%d", rank);
-    snprintf(e[4], 64, "LOCAL_RANK=%d", rank);
+    snprintf(e[4], 64, "LOCAL_RANK=%d", rank_per_node ? rank % rank_per_node : rank);
     snprintf(e[5], 64, "BACKEND=%s", rank_backend);
     snprintf(e[6], 64, "PATH=/usr/bin:/bin");
     snprintf(e[7], 64, "OPENBLAS_NUM_THREADS=1");
@@ -149,10 +151,13 @@ static pid_t spawn_rank(const char *dir, int rank, int world, int port, const ch
         envp[n++] = e[8];
     if (rank_blas_core)
         envp[n++] = e[9];
+    snprintf(e[10], 64, "COHORT_COMM_NODE_ID=node-%d", rank == 1 ? 1 : 0);
+    if (rank_split_first_pair)
+        envp[n++] = e[10];
     /* the sanitizer options of the test run reach the worker too, and a
      * roll call a test set (it was never passed on: a 2 s roll call made
      * a_rank_slower_than_the_timeout... fail on a loaded machine) */
-    for (char **v = environ; *v && n < 17; v++)
+    for (char **v = environ; *v && n < 18; v++)
         if (!strncmp(*v, "ASAN_OPTIONS=", 13) || !strncmp(*v, "UBSAN_OPTIONS=", 14) ||
             !strncmp(*v, "LSAN_OPTIONS=", 13) || !strncmp(*v, "COHORT_ROLL_CALL_MS=", 20))
             envp[n++] = *v;
@@ -730,7 +735,7 @@ static void check_equivalence(int world, const char *optimizer)
     run_job(dir, 1, a1);
     run_job(dir, world, aw);
     rank_blas_core = NULL;
-    said_over(dir, rank_per_node == world ? "shm" : "gloo");
+    said_over(dir, rank_per_node == world ? "shm" : rank_per_node > 1 ? "shm+gloo" : "gloo");
     size_t n1, nw;
     float *p1 = read_floats(one, &n1), *pw = read_floats(many, &nw);
     cr_assert_eq(n1, nw);
@@ -810,10 +815,9 @@ Test(shm, four_ranks_over_shared_memory_equal_one_rank_with_four_times_the_batch
     rank_per_node = 0;
 }
 
-/* WORKER_PER_NODE that claims one node where the ranks are not (a network
- * namespace each would be two nodes; here the claim is simply smaller than
- * the world): Gloo, as before. */
-Test(shm, a_world_larger_than_its_node_stays_on_gloo, .timeout = 120)
+/* Two ranks, with WORKER_PER_NODE = per and (split) ranks 0 and 1 naming
+ * different nodes, train a few steps; rank 0 must say it met over want. */
+static void expect_transport(int per, int split, const char *want)
 {
     char dir[64], data[128];
     tmpdir(dir, sizeof dir);
@@ -821,11 +825,44 @@ Test(shm, a_world_larger_than_its_node_stays_on_gloo, .timeout = 120)
     mkdata(data, 500, 100, 0);
     const char *args[] = { "--data", data, "--no-checkpoint", "--max-steps", "5",
                            "--log-every", "0", NULL };
-    rank_per_node = 1;
+    rank_per_node = per;
+    rank_split_first_pair = split;
     run_job(dir, 2, args);
+    rank_split_first_pair = 0;
     rank_per_node = 0;
-    said_over(dir, "gloo");
+    said_over(dir, want);
     rmrf(dir);
+}
+
+/* WORKER_PER_NODE smaller than the world, one rank a node: Gloo. */
+Test(shm, a_world_larger_than_its_node_stays_on_gloo, .timeout = 120)
+{
+    expect_transport(1, 0, "gloo");
+}
+
+/* Two nodes of two ranks (played on one machine): shared memory within
+ * each, Gloo between their leaders; the same numbers as one rank. */
+Test(shm, two_nodes_of_two_ranks_equal_one_rank_with_four_times_the_batch, .timeout = 180)
+{
+    rank_per_node = 2;
+    check_equivalence(4, "sgd");
+    check_equivalence(4, "adam");
+    rank_per_node = 0;
+}
+
+/* Ranks that say they share a node but do not (their node ids differ):
+ * Gloo, never a shared memory that one of them cannot reach. */
+Test(shm, ranks_on_different_nodes_never_share_memory, .timeout = 120)
+{
+    expect_transport(2, 1, "gloo");
+}
+
+/* A rank lost on one node fails the ranks of the other too. */
+Test(shm, killing_a_rank_of_one_node_fails_both_nodes_in_bounded_time, .timeout = 120)
+{
+    rank_per_node = 2;
+    lose_rank(4, 3, SIGKILL);
+    rank_per_node = 0;
 }
 
 static void lose_local_rank(int victim, int sig)
@@ -893,7 +930,8 @@ Test(shm, a_stranger_without_the_token_gets_no_memory)
     cr_assert_eq(comm_store_connect("127.0.0.1", port, 5000, &st, err, sizeof err), 0);
     cr_assert_eq(comm_store_get(st, "t/shm", 5000, &v, &n), 0);
     char name[160];
-    snprintf(name, sizeof name, "%.*s", (int)strcspn(v, " "), (char *)v);
+    snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), (char *)v);
+    name[strcspn(name, " ")] = '\0'; /* the name, then the token */
     free(v);
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     memcpy(a.sun_path + 1, name, strlen(name));

@@ -160,11 +160,17 @@ out:
 
 /* This rank's node, as the kernel knows it: the boot id and the network
  * namespace (a job's ranks on one node share both; two network namespaces
- * of one machine, as in the tests, are two nodes). */
+ * of one machine, as in the tests, are two nodes).  COHORT_COMM_NODE_ID, when
+ * set, names it instead: tests play several nodes in one namespace. */
 static void node_id(char *out, size_t n)
 {
     char boot[64] = "";
     struct stat sb = {0};
+    const char *forced = getenv("COHORT_COMM_NODE_ID");
+    if (forced && *forced) {
+        snprintf(out, n, "forced/%s", forced);
+        return;
+    }
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
     if (!f || !fgets(boot, sizeof boot, f))
         gethostname(boot, sizeof boot - 1);
@@ -175,40 +181,111 @@ static void node_id(char *out, size_t n)
     snprintf(out, n, "%s/%llu", boot, (unsigned long long)sb.st_ino);
 }
 
-/* 1 when every rank of the world has this rank's node id (all ranks read
- * the same keys, so all decide alike), 0 when not, -1 when the store failed. */
-static int all_on_one_node(comm *c, char *err, size_t errlen)
+/* Whether the value of store key equals want: 1, 0, or -1 (the store). */
+static int key_is(comm *c, const char *key, const char *want)
+{
+    void *v = NULL;
+    size_t n = 0;
+    if (comm_store_get(c->store, key, c->timeout_ms, &v, &n) < 0)
+        return -1;
+    int same = n == strlen(want) && !memcmp(v, want, n);
+    free(v);
+    return same;
+}
+
+/*
+ * Whether the ranks are grouped by node as WORKER_PER_NODE = per says:
+ * ranks [k*per, (k+1)*per) on one node each, local rank = rank % per.
+ * Every rank publishes its node (or "x" when its local rank is not that);
+ * each node's first rank checks its group and publishes the verdict, and
+ * every rank reads all verdicts, so all decide alike.  1, 0, or -1.
+ */
+static int grouped_by_node(comm *c, int per, int local_rank, char *err, size_t errlen)
 {
     char me[128], key[48];
-    int same = 1;
+    int ok = 1;
     node_id(me, sizeof me);
+    if (local_rank != c->rank % per)
+        snprintf(me, sizeof me, "x");
     snprintf(key, sizeof key, "cohort/node/%d", c->rank);
     if (comm_store_set(c->store, key, me, strlen(me)) < 0)
         goto store_failed;
-    for (int r = 0; r < c->size; r++) {
-        void *v = NULL;
-        size_t n = 0;
-        snprintf(key, sizeof key, "cohort/node/%d", r);
-        if (comm_store_get(c->store, key, c->timeout_ms, &v, &n) < 0)
+    if (c->rank % per == 0) {
+        for (int r = c->rank + 1; r < c->rank + per && ok > 0; r++) {
+            snprintf(key, sizeof key, "cohort/node/%d", r);
+            ok = strcmp(me, "x") ? key_is(c, key, me) : 0;
+        }
+        if (ok < 0)
             goto store_failed;
-        same &= n == strlen(me) && !memcmp(v, me, n);
-        free(v);
+        snprintf(key, sizeof key, "cohort/group/%d", c->rank / per);
+        if (comm_store_set(c->store, key, ok ? "1" : "0", 1) < 0)
+            goto store_failed;
     }
-    return same;
+    for (int k = 0; k < c->size / per; k++) {
+        snprintf(key, sizeof key, "cohort/group/%d", k);
+        int one = key_is(c, key, "1");
+        if (one < 0)
+            goto store_failed;
+        ok = ok && one;
+    }
+    return ok;
 store_failed:
     seterr(err, errlen, "rank %d: %s", c->rank, comm_store_errmsg(c->store));
     return -1;
 }
 
-/* Gloo between the ranks, or shared memory when they are all on this node. */
+/* Shared memory on this node, and (on its leader) Gloo between the leaders. */
+static int open_hier(comm *c, const struct comm_config *cfg, int per, char *err, size_t errlen)
+{
+    char local[NI_MAXHOST], msg[768], key[48];
+    comm_shm *shm = NULL;
+    void *leaders = NULL;
+    int node = c->rank / per, nnodes = c->size / per;
+    snprintf(key, sizeof key, "cohort/shm/%d", node);
+    if (comm_shm_open(c->rank % per, per, c->store, key, cfg->shm_buffer_bytes, c->timeout_ms,
+                      &shm, msg, sizeof msg) < 0) {
+        seterr(err, errlen, "rank %d: shared memory: %s", c->rank, msg);
+        return -1;
+    }
+    int rc = 0;
+    if (c->rank % per == 0) {
+        rc = local_address(cfg->master_addr, local, sizeof local, err, errlen);
+        if (rc == 0 && comm_gloo_open(node, nnodes, c->store, "cohort/leaders/", local,
+                                      c->timeout_ms, &leaders, msg, sizeof msg) < 0) {
+            seterr(err, errlen, "rank %d: gloo rendezvous of the node leaders failed: %s",
+                   c->rank, msg);
+            rc = -1;
+        }
+    }
+    if (rc < 0) {
+        comm_shm_abort(shm); /* this node's other ranks wait on it */
+        comm_shm_close(shm);
+        return -1;
+    }
+    if (comm_hier_open(shm, leaders, node, nnodes, c->size, &c->state, err, errlen) < 0) {
+        comm_shm_close(shm);
+        if (leaders)
+            comm_gloo_ops.destroy(leaders);
+        return -1;
+    }
+    c->ops = &comm_hier_ops;
+    c->transport = "shm+gloo";
+    return 0;
+}
+
+/* Gloo between the ranks; shared memory when they are all on this node;
+ * both, hierarchically, when several nodes hold several ranks each. */
 static int open_gloo_or_shm(comm *c, const struct comm_config *cfg, char *err, size_t errlen)
 {
     char local[NI_MAXHOST], msg[768];
-    if (!cfg->no_shm && cfg->local_world_size == c->size) {
-        int one = all_on_one_node(c, err, errlen);
-        if (one < 0)
+    int per = cfg->local_world_size;
+    if (!cfg->no_shm && per > 1 && c->size % per == 0) {
+        int grouped = grouped_by_node(c, per, cfg->local_rank, err, errlen);
+        if (grouped < 0)
             return -1;
-        if (one) {
+        if (grouped && per < c->size)
+            return open_hier(c, cfg, per, err, errlen);
+        if (grouped) {
             if (comm_shm_open(c->rank, c->size, c->store, "cohort/shm", cfg->shm_buffer_bytes,
                               c->timeout_ms, (comm_shm **)&c->state, msg, sizeof msg) < 0) {
                 seterr(err, errlen, "rank %d: shared memory: %s", c->rank, msg);
@@ -221,7 +298,7 @@ static int open_gloo_or_shm(comm *c, const struct comm_config *cfg, char *err, s
     }
     if (local_address(cfg->master_addr, local, sizeof local, err, errlen) < 0)
         return -1;
-    if (comm_gloo_open(c->rank, c->size, c->store, local, c->timeout_ms, &c->state, msg,
+    if (comm_gloo_open(c->rank, c->size, c->store, NULL, local, c->timeout_ms, &c->state, msg,
                        sizeof msg) < 0) {
         seterr(err, errlen, "rank %d: gloo rendezvous failed: %s", c->rank, msg);
         return -1;
@@ -417,9 +494,13 @@ static int failed(comm *c, const char *what, const char *why)
 
 float *comm_buffer(comm *c, size_t count)
 {
-    if (c->failed || c->ops != &comm_shm_ops)
+    if (c->failed)
         return NULL;
-    return comm_shm_buffer(c->state, count);
+    if (c->ops == &comm_shm_ops)
+        return comm_shm_buffer(c->state, count);
+    if (c->ops == &comm_hier_ops)
+        return comm_hier_buffer(c->state, count);
+    return NULL;
 }
 
 int comm_allreduce(comm *c, float *buf, size_t count, enum comm_reduce op)

@@ -20,7 +20,9 @@
  * this node (WORKER_PER_NODE, or torchrun's LOCAL_WORLD_SIZE, equals
  * WORLD_SIZE, and each rank's node, its boot id and network namespace, is
  * the same), collectives go through shared memory instead (comm_shm.c),
- * with the same sums bit for bit; COHORT_COMM_SHM=0 keeps Gloo.
+ * with the same sums bit for bit; when several nodes hold WORKER_PER_NODE
+ * ranks each, through shared memory within a node and Gloo between node
+ * leaders (comm_hier.c).  COHORT_COMM_SHM=0 keeps Gloo.
  *
  * Buffers: host memory for gloo; device memory for nccl.
  */

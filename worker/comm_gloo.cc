@@ -230,8 +230,9 @@ extern "C" const struct comm_backend_ops comm_gloo_ops = {
     gloo_allreduce, gloo_broadcast, gloo_barrier, gloo_destroy,
 };
 
-extern "C" int comm_gloo_open(int rank, int size, comm_store *store, const char *local_addr,
-                              int timeout_ms, void **out, char *err, size_t errlen)
+extern "C" int comm_gloo_open(int rank, int size, comm_store *store, const char *prefix,
+                              const char *local_addr, int timeout_ms, void **out, char *err,
+                              size_t errlen)
 {
     GlooComm *g = nullptr;
     try {
@@ -242,7 +243,12 @@ extern "C" int comm_gloo_open(int rank, int size, comm_store *store, const char 
         g->timeout = std::chrono::milliseconds(timeout_ms);
         g->ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
         g->ctx->setTimeout(g->timeout);
-        CohortStore st(store, timeout_ms);
+        CohortStore base(store, timeout_ms);
+        /* a context of some of the ranks (the leaders of nodes) keeps its
+         * keys apart from the whole world's */
+        gloo::rendezvous::PrefixStore scoped(prefix ? prefix : "", base);
+        gloo::rendezvous::Store &st = prefix ? static_cast<gloo::rendezvous::Store &>(scoped)
+                                             : static_cast<gloo::rendezvous::Store &>(base);
         g->ctx->connectFullMesh(st, g->dev);
         const char *alg = getenv("COHORT_GLOO_ALGO");
         if (size == 2 && (!alg || !strcmp(alg, "exchange"))) {

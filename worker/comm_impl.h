@@ -18,9 +18,11 @@ struct comm_backend_ops {
 };
 
 /* Gloo over TCP; local_addr is the address the other ranks reach this one
- * at.  The store is used only during the call. */
-int comm_gloo_open(int rank, int size, comm_store *store, const char *local_addr,
-                   int timeout_ms, void **out, char *err, size_t errlen);
+ * at; prefix (or NULL) scopes the store's keys, for a context of some of
+ * the ranks.  The store is used only during the call. */
+int comm_gloo_open(int rank, int size, comm_store *store, const char *prefix,
+                   const char *local_addr, int timeout_ms, void **out, char *err,
+                   size_t errlen);
 extern const struct comm_backend_ops comm_gloo_ops;
 
 /* NCCL; present only in builds with CUDA (COHORT_HAVE_NCCL). */
@@ -43,9 +45,30 @@ float *comm_shm_buffer(comm_shm *s, size_t count);
 int comm_shm_allreduce(comm_shm *s, float *buf, size_t count, float scale, char *err,
                        size_t errlen);
 int comm_shm_broadcast(comm_shm *s, void *buf, size_t bytes, int root, char *err, size_t errlen);
+/* What member 0 does with the node's sum (m floats, in shared memory)
+ * before the others read it back: 0, or -1 with a message. */
+typedef int comm_shm_leader_fn(void *arg, float *sum, size_t m, char *err, size_t errlen);
+/* The node's sum of buf, handed to fn on member 0, then read back by every
+ * member into buf, times scale (the hierarchical allreduce's steps 1 and 3). */
+int comm_shm_reduce_apply(comm_shm *s, float *buf, size_t count, comm_shm_leader_fn *fn,
+                          void *arg, float scale, char *err, size_t errlen);
+/* Marks the segment broken: every member's wait fails at once. */
+void comm_shm_abort(comm_shm *s);
 int comm_shm_barrier(comm_shm *s, char *err, size_t errlen);
 void comm_shm_close(comm_shm *s);
 /* comm_shm as a backend, for a world whose ranks are all on one node. */
 extern const struct comm_backend_ops comm_shm_ops;
+
+/*
+ * Several nodes of several ranks each (comm_hier.c): shared memory within a
+ * node, Gloo between one leader per node.  local: this node's members
+ * (local rank = member index); leaders: the leaders' Gloo context (on
+ * leaders only, else NULL).  Takes both over.
+ */
+int comm_hier_open(comm_shm *local, void *leaders, int node, int nnodes, int world,
+                   void **out, char *err, size_t errlen);
+extern const struct comm_backend_ops comm_hier_ops;
+/* comm_shm_buffer of a comm_hier state's node memory. */
+float *comm_hier_buffer(void *b, size_t count);
 
 #endif

@@ -232,6 +232,50 @@ int comm_shm_allreduce(comm_shm *s, float *buf, size_t count, float scale, char 
     return 0;
 }
 
+void comm_shm_abort(comm_shm *s)
+{
+    atomic_store(&s->h->broken, 1);
+    atomic_fetch_add(&s->h->gen, 1);
+    futex_wake_all(&s->h->gen);
+}
+
+/* buf[0, m) = result[0, m) times scale. */
+static void copy_out(float *restrict buf, const float *restrict result, size_t m, float scale)
+{
+    if (scale == 1.0f) {
+        memcpy(buf, result, m * sizeof(float));
+        return;
+    }
+    for (size_t k = 0; k < m; k++)
+        buf[k] = result[k] * scale;
+}
+
+int comm_shm_reduce_apply(comm_shm *s, float *buf, size_t count, comm_shm_leader_fn *fn,
+                          void *arg, float scale, char *err, size_t errlen)
+{
+    const size_t chunk = s->slot_bytes / sizeof(float);
+    int in_place = buf == s->slot[s->index] && count <= chunk;
+    for (size_t off = 0; off < count; off += chunk) {
+        size_t m = count - off < chunk ? count - off : chunk;
+        if (!in_place)
+            memcpy(s->slot[s->index], buf + off, m * sizeof(float));
+        if (shm_barrier(s, err, errlen) < 0)
+            return -1;
+        sum_share(s, s->slot[s->n], m * (size_t)s->index / (size_t)s->n,
+                  m * (size_t)(s->index + 1) / (size_t)s->n, 1.0f);
+        if (shm_barrier(s, err, errlen) < 0)
+            return -1;
+        if (s->index == 0 && fn(arg, s->slot[s->n], m, err, errlen) < 0) {
+            comm_shm_abort(s); /* the others wait on this member: fail them now */
+            return -1;
+        }
+        if (shm_barrier(s, err, errlen) < 0)
+            return -1;
+        copy_out(buf + off, s->slot[s->n], m, scale);
+    }
+    return 0;
+}
+
 float *comm_shm_buffer(comm_shm *s, size_t count)
 {
     if (s->lent || count > s->slot_bytes / sizeof(float))

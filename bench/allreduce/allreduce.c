@@ -7,7 +7,10 @@
  *
  *   bench_allreduce [RANKS] [PORT]
  *   bench_allreduce RANKS PORT MASTER_ADDR RANK   one rank, the others run
- *                                                 elsewhere (bench/overlay)
+ *                                                 elsewhere (bench/overlay,
+ *                                                 bench/allreduce/two-nodes);
+ *                                                 WORKER_PER_NODE=K: K ranks a
+ *                                                 node share memory
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,12 +28,14 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* shm: the ranks per node that share memory (0: Gloo only). */
 static int run_rank(int rank, int n, int port, const char *master, int shm)
 {
     struct comm_config cfg = { .master_addr = master, .master_port = port,
-                               .world_size = n, .rank = rank, .local_rank = rank,
+                               .world_size = n, .rank = rank,
+                               .local_rank = shm ? rank % shm : rank,
                                .backend = COMM_BACKEND_GLOO, .timeout_ms = 60000,
-                               .local_world_size = shm ? n : 0, .no_shm = !shm,
+                               .local_world_size = shm, .no_shm = !shm,
                                .shm_buffer_bytes = 64u << 20 };
     comm *c;
     char err[1024];
@@ -95,13 +100,15 @@ int main(int argc, char **argv)
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc == 5)
-        return run_rank(one, n, port, argv[3], 0);
+    if (argc == 5) { /* WORKER_PER_NODE set: its ranks of one node share memory */
+        const char *per = getenv("WORKER_PER_NODE");
+        return run_rank(one, n, port, argv[3], per && atoi(per) > 1 ? atoi(per) : 0);
+    }
     for (int shm = 0; shm <= 1; shm++) {
         for (int r = 0; r < n; r++) {
             pid_t p = fork();
             if (p == 0)
-                _exit(run_rank(r, n, port + shm, "127.0.0.1", shm));
+                _exit(run_rank(r, n, port + shm, "127.0.0.1", shm ? n : 0));
             if (p < 0) {
                 perror("fork");
                 return 1;
