@@ -128,9 +128,9 @@ static void help(FILE *f)
 {
     fputs(general, f);
     for (size_t i = 0; i < NCOMMANDS; i++) {
-        const char *u = commands[i].usage;
+        const char *u = commands[i].usage + strlen("cohort "); /* its first line, less that */
         const char *nl = strchr(u, '\n');
-        fprintf(f, "  %.*s\n", (int)(nl ? nl - u : (long)strlen(u)), u + strlen("cohort "));
+        fprintf(f, "  %.*s\n", (int)(nl ? nl - u : (long)strlen(u)), u);
     }
     fputs(footer, f);
 }

@@ -191,7 +191,7 @@ Test(cli, errors_have_distinct_exit_codes)
     cr_expect_eq(WEXITSTATUS(st), 4, "%s", err);
     cr_expect(strstr(err, "cannot reach the server"), "%s", err);
     cr_expect_eq(run(tok, NULL, "--help"), 0);
-    cr_expect(strstr(out, "submit"), "%s", out);
+    cr_expect(strstr(out, "\n  submit [JOBFILE] [options] [CODE_PATH [ARGS...]]\n  quote "), "%s", out);
     cr_expect_eq(run(tok, NULL, "logs --help"), 0);
     cr_expect(strstr(out, "cohort logs ID"), "%s", out);
 }
