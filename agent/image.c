@@ -233,15 +233,26 @@ static void pull_error(const char *ref, const char *what, const struct run *r, c
 
 /* ---- credentials ---- */
 
-/* A containers-auth.json with the source's credentials, mode 0600, in the
- * worker's private directory: never on a command line. */
+/* The user name under which a bearer token of cohortd's registry goes to
+ * its token server (which reads the password only). */
+#define PULL_TOKEN_USER "cohort-pull-token"
+
+/*
+ * A containers-auth.json with the source's credentials, mode 0600, in the
+ * worker's private directory: never on a command line, where every user
+ * of the host reads it.  A bearer token goes there as the password of
+ * Basic credentials: skopeo shows them to the token server, which gives
+ * back what the token holds (see api/api_registry.c).
+ */
 static int write_authfile(const img_cache *c, const img_source *src, char *path, size_t n,
                           char *err, size_t errlen)
 {
-    char host[256], plain[1024];
-    unsigned char b64[1400];
+    char host[256], plain[8400];
+    unsigned char b64[11300];
+    const char *user = src->username ? src->username : PULL_TOKEN_USER;
+    const char *pass = src->username ? src->password : src->token;
     img_reference_host(src->reference, host, sizeof host);
-    int len = snprintf(plain, sizeof plain, "%s:%s", src->username, src->password ? src->password : "");
+    int len = snprintf(plain, sizeof plain, "%s:%s", user, pass ? pass : "");
     if (len < 0 || (size_t)len >= sizeof plain) {
         snprintf(err, errlen, "image %.300s: the credentials are too long", src->reference);
         return -1;
@@ -514,8 +525,7 @@ static int prepare_root(const char *ref, const char *rootfs, char *err, size_t e
  * Fills argv[16] with a skopeo command: with dest, "copy" from to dest
  * quietly; without, "inspect" the raw manifest of from.  TLS is left
  * unverified for an insecure registry, and authfile (or NULL) gives the
- * credentials, or else src's bearer token: options that copy names for its
- * source.
+ * credentials: options that copy names for its source.
  */
 static void skopeo_argv(char **argv, const img_cache *c, const img_source *src,
                         const char *authfile, char *from, char *dest)
@@ -529,9 +539,6 @@ static void skopeo_argv(char **argv, const img_cache *c, const img_source *src,
     if (authfile) {
         argv[n++] = dest ? "--src-authfile" : "--authfile";
         argv[n++] = (char *)authfile;
-    } else if (src->token) {
-        argv[n++] = dest ? "--src-registry-token" : "--registry-token";
-        argv[n++] = (char *)src->token;
     }
     argv[n++] = from;
     if (dest)
@@ -803,7 +810,8 @@ int img_acquire(const img_cache *c, const img_source *src, img_progress_fn progr
     }
     if (acquire_known(c, src, out))
         return 0;
-    if (src->username && write_authfile(c, src, authfile, sizeof authfile, err, errlen) != 0)
+    if ((src->username || src->token) &&
+        write_authfile(c, src, authfile, sizeof authfile, err, errlen) != 0)
         return -1;
     if (progress) {
         snprintf(lockp, sizeof lockp, "resolving image %.500s", src->reference);

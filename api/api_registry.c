@@ -27,19 +27,35 @@
 
 #define MAX_SCOPES 8
 #define SCOPE_MAX 1024
-#define CRED_MAX 512
+#define CRED_MAX 4096 /* the password may be a pull token (a JWT) */
 
-/* Who asks: *who filled and 1, 0 for nobody (no credentials), or -1 with
- * rs set (401) for credentials that are not a live API token. */
-static int caller(api_ctx *ctx, const api_req *rq, store_principal *who, api_resp *rs)
+/* Who asks, from the request's credentials. */
+struct asker {
+    store_principal who; /* when known */
+    regtoken_grant *pull; /* when the password is a token this cohortd signed */
+    int known;
+};
+
+/*
+ * Fills a from the Authorization header: nothing (anonymous), Bearer or
+ * Basic with an API token as the password (the user name is not read), or
+ * Basic with a token this cohortd signed as the password: an agent pulls
+ * with the pull token of its launch spec through an auth file, and gets
+ * what that token holds, for as long as it lives, never more.  0, or -1
+ * with rs set (401) for credentials that are neither.
+ */
+static int caller(api_ctx *ctx, const api_req *rq, struct asker *a, api_resp *rs)
 {
     const char *h = rq->header(rq->h, "Authorization");
     char bearer[CRED_MAX + 16];
     unsigned char plain[CRED_MAX];
+    memset(a, 0, sizeof *a);
     if (!h || !*h)
         return 0;
-    if (!strncasecmp(h, "Bearer ", 7))
-        return api_authenticate(ctx, h, who, rs) == 0 ? 1 : -1;
+    if (!strncasecmp(h, "Bearer ", 7)) {
+        a->known = api_authenticate(ctx, h, &a->who, rs) == 0;
+        return a->known ? 0 : -1;
+    }
     size_t n = strncasecmp(h, "Basic ", 6) ? 0 : strlen(h + 6);
     if (n == 0 || n > 4 * (CRED_MAX / 3) - 4) {
         api_error(rs, 401, "unauthorized", NULL,
@@ -56,9 +72,19 @@ static int caller(api_ctx *ctx, const api_req *rq, store_principal *who, api_res
         api_error(rs, 401, "unauthorized", NULL, "the Basic credentials are not user:password");
         return -1;
     }
-    snprintf(bearer, sizeof bearer, "Bearer %.*s", (int)(len - (colon + 1 - (char *)plain)),
-             colon + 1);
-    return api_authenticate(ctx, bearer, who, rs) == 0 ? 1 : -1;
+    int plen = (int)(len - (colon + 1 - (char *)plain));
+    if (memchr(colon + 1, '.', (size_t)plen)) {
+        char jwt[CRED_MAX];
+        snprintf(jwt, sizeof jwt, "%.*s", plen, colon + 1);
+        a->pull = regtoken_verify(ctx->regtoken, jwt, util_now_ms() / 1000);
+        if (a->pull)
+            return 0;
+        api_error(rs, 401, "unauthorized", NULL, "the pull token is not valid");
+        return -1;
+    }
+    snprintf(bearer, sizeof bearer, "Bearer %.*s", plen, colon + 1);
+    a->known = api_authenticate(ctx, bearer, &a->who, rs) == 0;
+    return a->known ? 0 : -1;
 }
 
 static int islower_or_digit(char c)
@@ -66,10 +92,12 @@ static int islower_or_digit(char c)
     return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
 }
 
-/* Whether who (NULL: anonymous) may do action on name of type. */
-static int allowed(const store_principal *who, const char *type, const char *name,
-                   const char *action)
+/* Whether the asker a may do action on name of type. */
+static int allowed(const struct asker *a, const char *type, const char *name, const char *action)
 {
+    if (a->pull)
+        return regtoken_grant_allows(a->pull, type, name, action);
+    const store_principal *who = a->known ? &a->who : NULL;
     int admin = who && api_is_platform_admin(who);
     if (!strcmp(type, "registry"))
         return admin && !strcmp(name, "catalog");
@@ -142,7 +170,7 @@ char *api_registry_pull_token(const api_ctx *ctx, const char *subject, const cha
     if (!ctx->regtoken)
         return NULL;
     regtoken_access g = {"repository", repo, {"pull", NULL}};
-    return regtoken_sign(ctx->regtoken, subject, &g, 1, util_now_ms() / 1000);
+    return regtoken_sign(ctx->regtoken, subject, &g, 1, util_now_ms() / 1000, 0);
 }
 
 /* A repository name as the registry takes it: components of lower-case
@@ -173,7 +201,7 @@ static int repository_name_valid(const char *name)
 
 /* One scope, "type:name:action,action", cut in place into g with only the
  * actions who may have.  0, or -1 when it is not a scope. */
-static int grant(char *scope, const store_principal *who, regtoken_access *g)
+static int grant(char *scope, const struct asker *who, regtoken_access *g)
 {
     char *first = strchr(scope, ':'), *last = strrchr(scope, ':');
     if (!first || first == last || first == scope || last[1] == '\0')
@@ -193,12 +221,34 @@ static int grant(char *scope, const store_principal *who, regtoken_access *g)
     return 0;
 }
 
+/* The scopes the request asks for, each cut to what a may have, into g:
+ * their count, or -1 with rs set. */
+static int scopes_granted(const api_req *rq, const struct asker *a, char *buf,
+                          regtoken_access g[MAX_SCOPES], api_resp *rs)
+{
+    const char *scope = rq->query(rq->h, "scope");
+    int n = 0;
+    if (scope && strlen(scope) > SCOPE_MAX) {
+        api_error(rs, 400, "too_large", "scope", "a scope of at most %d bytes", SCOPE_MAX);
+        return -1;
+    }
+    snprintf(buf, SCOPE_MAX + 1, "%s", scope ? scope : "");
+    for (char *save = NULL, *s = strtok_r(buf, " ", &save); s; s = strtok_r(NULL, " ", &save)) {
+        if (n == MAX_SCOPES || grant(s, a, &g[n]) != 0) {
+            api_error(rs, 400, "invalid_value", "scope",
+                      "at most %d scopes of the form repository:NAME:pull,push", MAX_SCOPES);
+            return -1;
+        }
+        n++;
+    }
+    return n;
+}
+
 void api_registry_token(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
-    store_principal who;
-    char scopes[SCOPE_MAX + 1], subject[2 * UTIL_NAME_MAX + 2] = "", at[32];
+    struct asker a = {0};
+    char scopes[SCOPE_MAX + 1], subject[2 * UTIL_NAME_MAX + 2] = "", at[32], *token = NULL;
     regtoken_access g[MAX_SCOPES];
-    int n = 0;
     if (!ctx->regtoken) {
         api_error(rs, 404, "not_found", NULL, "this cohortd signs no registry tokens");
         return;
@@ -209,37 +259,28 @@ void api_registry_token(api_ctx *ctx, const api_req *rq, api_resp *rs)
                   REGTOKEN_SERVICE);
         return;
     }
-    int known = caller(ctx, rq, &who, rs);
-    if (known < 0)
-        return;
-    const char *scope = rq->query(rq->h, "scope");
-    if (scope && strlen(scope) > SCOPE_MAX) {
-        api_error(rs, 400, "too_large", "scope", "a scope of at most %d bytes", SCOPE_MAX);
-        return;
-    }
-    snprintf(scopes, sizeof scopes, "%s", scope ? scope : "");
-    for (char *save = NULL, *s = strtok_r(scopes, " ", &save); s; s = strtok_r(NULL, " ", &save)) {
-        if (n == MAX_SCOPES || grant(s, known ? &who : NULL, &g[n]) != 0) {
-            api_error(rs, 400, "invalid_value", "scope",
-                      "at most %d scopes of the form repository:NAME:pull,push", MAX_SCOPES);
-            return;
-        }
-        n++;
-    }
-    if (known)
-        snprintf(subject, sizeof subject, "%s/%s", who.user.tenant, who.user.name);
+    int n;
+    if (caller(ctx, rq, &a, rs) != 0 || (n = scopes_granted(rq, &a, scopes, g, rs)) < 0)
+        goto out;
+    if (a.known)
+        snprintf(subject, sizeof subject, "%s/%s", a.who.user.tenant, a.who.user.name);
+    else if (a.pull)
+        snprintf(subject, sizeof subject, "%s", regtoken_grant_subject(a.pull));
     int64_t now = util_now_ms();
-    char *token = regtoken_sign(ctx->regtoken, subject, g, n, now / 1000);
-    if (!token) {
+    /* A pull token buys what it holds until it ends: never a longer life. */
+    int64_t exp = a.pull ? regtoken_grant_exp(a.pull) : 0;
+    if (!(token = regtoken_sign(ctx->regtoken, subject, g, n, now / 1000, exp))) {
         api_error(rs, 500, "internal", NULL, "cannot sign the token");
-        return;
+        goto out;
     }
     util_rfc3339(now, at);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "token", token);
     cJSON_AddStringToObject(o, "access_token", token);
-    cJSON_AddNumberToObject(o, "expires_in", REGTOKEN_TTL_S);
+    cJSON_AddNumberToObject(o, "expires_in", (double)(exp ? exp - now / 1000 : REGTOKEN_TTL_S));
     cJSON_AddStringToObject(o, "issued_at", at);
-    free(token);
     api_json(rs, 200, o);
+out:
+    free(token);
+    regtoken_grant_free(a.pull);
 }

@@ -30,6 +30,32 @@ struct regtoken {
 
 /* ---- encodings ---- */
 
+/* base64url without padding: the n characters at in decoded into out (room:
+ * 3 * (n + 3) / 4), or -1 when they are not base64url.  The decoded length. */
+static int unb64url(const char *in, size_t n, unsigned char *out, size_t room)
+{
+    char buf[4096];
+    size_t len = n;
+    if (n % 4 == 1 || n + 3 > sizeof buf || 3 * (n + 3) / 4 > room)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        char c = in[i];
+        if (c == '-')
+            c = '+';
+        else if (c == '_')
+            c = '/';
+        else if (c == '+' || c == '/' || c == '=')
+            return -1;
+        buf[i] = c;
+    }
+    while (len % 4)
+        buf[len++] = '=';
+    int got = EVP_DecodeBlock(out, (const unsigned char *)buf, (int)len);
+    if (got < 0)
+        return -1;
+    return got - (int)(len - n); /* EVP_DecodeBlock counts the padding's zero bytes */
+}
+
 /* base64url without padding of n bytes into out (room: 4 * (n + 2) / 3 + 1). */
 static void b64url(const unsigned char *in, size_t n, char *out)
 {
@@ -218,7 +244,8 @@ const char *regtoken_kid(const regtoken *t)
 /* ---- tokens ---- */
 
 /* The JWT's claims: a cJSON string the caller frees, or NULL. */
-static char *claims(const char *subject, const regtoken_access *grants, int n, int64_t now_s)
+static char *claims(const char *subject, const regtoken_access *grants, int n, int64_t now_s,
+                    int64_t exp_s)
 {
     unsigned char raw[12];
     char jti[25];
@@ -230,7 +257,7 @@ static char *claims(const char *subject, const regtoken_access *grants, int n, i
     cJSON_AddStringToObject(c, "iss", REGTOKEN_ISSUER);
     cJSON_AddStringToObject(c, "sub", subject);
     cJSON_AddStringToObject(c, "aud", REGTOKEN_SERVICE);
-    cJSON_AddNumberToObject(c, "exp", (double)(now_s + REGTOKEN_TTL_S));
+    cJSON_AddNumberToObject(c, "exp", (double)(exp_s ? exp_s : now_s + REGTOKEN_TTL_S));
     cJSON_AddNumberToObject(c, "nbf", (double)(now_s - 10));
     cJSON_AddNumberToObject(c, "iat", (double)now_s);
     cJSON_AddStringToObject(c, "jti", jti);
@@ -275,9 +302,9 @@ out:
 }
 
 char *regtoken_sign(const regtoken *t, const char *subject, const regtoken_access *grants,
-                    int n, int64_t now_s)
+                    int n, int64_t now_s, int64_t exp_s)
 {
-    char header[160], *body = claims(subject, grants, n, now_s), *out = NULL;
+    char header[160], *body = claims(subject, grants, n, now_s, exp_s), *out = NULL;
     unsigned char sig[64];
     snprintf(header, sizeof header, "{\"typ\":\"JWT\",\"alg\":\"ES256\",\"kid\":\"%s\"}", t->kid);
     if (!body)
@@ -302,4 +329,128 @@ out:
     free(jwt);
     free(body);
     return out;
+}
+
+/* ---- tokens read back ---- */
+
+struct regtoken_grant {
+    cJSON *claims;
+    int64_t exp;
+};
+
+/* Whether the ES256 signature sig[64] (r || s) of msg[n] is key's. */
+static int es256_valid(EVP_PKEY *key, const char *msg, size_t n, const unsigned char sig[64])
+{
+    ECDSA_SIG *s = ECDSA_SIG_new();
+    BIGNUM *r = BN_bin2bn(sig, 32, NULL), *ss = BN_bin2bn(sig + 32, 32, NULL);
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    unsigned char *der = NULL;
+    int ok = 0;
+    if (!s || !r || !ss || !md || ECDSA_SIG_set0(s, r, ss) != 1)
+        goto out;
+    r = ss = NULL; /* s owns them now */
+    int dlen = i2d_ECDSA_SIG(s, &der);
+    ok = dlen > 0 && EVP_DigestVerifyInit(md, NULL, EVP_sha256(), NULL, key) == 1 &&
+         EVP_DigestVerify(md, der, (size_t)dlen, (const unsigned char *)msg, n) == 1;
+out:
+    OPENSSL_free(der);
+    EVP_MD_CTX_free(md);
+    BN_free(r);
+    BN_free(ss);
+    ECDSA_SIG_free(s);
+    return ok;
+}
+
+/* The JSON object of the n base64url characters at in, or NULL. */
+static cJSON *json_part(const char *in, size_t n)
+{
+    unsigned char text[3072];
+    int len = unb64url(in, n, text, sizeof text - 1);
+    if (len <= 0)
+        return NULL;
+    text[len] = '\0';
+    if (memchr(text, '\0', (size_t)len))
+        return NULL;
+    cJSON *o = cJSON_Parse((const char *)text);
+    if (o && !cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        o = NULL;
+    }
+    return o;
+}
+
+static int str_is(const cJSON *o, const char *key, const char *want)
+{
+    const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, key));
+    return v && !strcmp(v, want);
+}
+
+regtoken_grant *regtoken_verify(const regtoken *t, const char *jwt, int64_t now_s)
+{
+    const char *dot1 = strchr(jwt, '.'), *dot2 = dot1 ? strchr(dot1 + 1, '.') : NULL;
+    unsigned char sig[66];
+    cJSON *header = NULL, *body = NULL;
+    regtoken_grant *g = NULL;
+    if (!dot2 || strchr(dot2 + 1, '.') || strlen(jwt) > 4000 ||
+        unb64url(dot2 + 1, strlen(dot2 + 1), sig, sizeof sig) != 64 ||
+        !es256_valid(t->key, jwt, (size_t)(dot2 - jwt), sig))
+        goto out;
+    header = json_part(jwt, (size_t)(dot1 - jwt));
+    body = json_part(dot1 + 1, (size_t)(dot2 - dot1 - 1));
+    if (!header || !body || !str_is(header, "alg", "ES256") || !str_is(header, "kid", t->kid) ||
+        !str_is(body, "iss", REGTOKEN_ISSUER) || !str_is(body, "aud", REGTOKEN_SERVICE))
+        goto out;
+    const cJSON *exp = cJSON_GetObjectItemCaseSensitive(body, "exp");
+    const cJSON *nbf = cJSON_GetObjectItemCaseSensitive(body, "nbf");
+    if (!cJSON_IsNumber(exp) || !cJSON_IsNumber(nbf) || (double)now_s >= exp->valuedouble ||
+        (double)now_s < nbf->valuedouble ||
+        !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(body, "access")))
+        goto out;
+    if (!(g = calloc(1, sizeof *g)))
+        goto out;
+    g->exp = (int64_t)exp->valuedouble;
+    g->claims = body;
+    body = NULL;
+out:
+    cJSON_Delete(header);
+    cJSON_Delete(body);
+    return g;
+}
+
+int regtoken_grant_allows(const regtoken_grant *g, const char *type, const char *name,
+                          const char *action)
+{
+    const cJSON *a;
+    cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(g->claims, "access"))
+    {
+        if (!str_is(a, "type", type) || !str_is(a, "name", name))
+            continue;
+        const cJSON *act;
+        cJSON_ArrayForEach(act, cJSON_GetObjectItemCaseSensitive(a, "actions"))
+        {
+            const char *v = cJSON_GetStringValue(act);
+            if (v && (!strcmp(v, action) || !strcmp(v, "*")))
+                return 1;
+        }
+    }
+    return 0;
+}
+
+int64_t regtoken_grant_exp(const regtoken_grant *g)
+{
+    return g->exp;
+}
+
+const char *regtoken_grant_subject(const regtoken_grant *g)
+{
+    const char *s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(g->claims, "sub"));
+    return s ? s : "";
+}
+
+void regtoken_grant_free(regtoken_grant *g)
+{
+    if (!g)
+        return;
+    cJSON_Delete(g->claims);
+    free(g);
 }

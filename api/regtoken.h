@@ -39,10 +39,26 @@ typedef struct regtoken_access {
 
 /*
  * A token for subject (""  when anonymous) holding the n grants, valid from
- * now_s for REGTOKEN_TTL_S: a malloc'd string the caller frees, or NULL
- * (out of memory, or the signature failed).
+ * now_s until exp_s, or for REGTOKEN_TTL_S when exp_s is 0: a malloc'd
+ * string the caller frees, or NULL (out of memory, or the signature failed).
  */
 char *regtoken_sign(const regtoken *t, const char *subject, const regtoken_access *grants,
-                    int n, int64_t now_s);
+                    int n, int64_t now_s, int64_t exp_s);
+
+/*
+ * A token this signer wrote, read back: what it grants, once its signature,
+ * key id, issuer and audience check and now_s lies within its lifetime.
+ * NULL for anything else (forged, altered, expired, someone else's, not a
+ * JWT).  Owned by the caller: regtoken_grant_free.
+ */
+typedef struct regtoken_grant regtoken_grant;
+regtoken_grant *regtoken_verify(const regtoken *t, const char *jwt, int64_t now_s);
+/* 1 when g grants action on name of type (a "*" action grants them all). */
+int regtoken_grant_allows(const regtoken_grant *g, const char *type, const char *name,
+                          const char *action);
+/* When g's token expires (seconds since the epoch), and whom it names. */
+int64_t regtoken_grant_exp(const regtoken_grant *g);
+const char *regtoken_grant_subject(const regtoken_grant *g);
+void regtoken_grant_free(regtoken_grant *g);
 
 #endif

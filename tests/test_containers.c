@@ -1338,7 +1338,7 @@ static void token_registry(char *addr, size_t n)
  * password (NULL: none) was taken. */
 static int push_with(const char *addr, const char *repo, const char *api_token)
 {
-    char cmd[1200], creds[120] = "";
+    char cmd[3600], creds[2200] = "";
     if (api_token)
         snprintf(creds, sizeof creds, " --creds 'anyone:%s'", api_token);
     snprintf(cmd, sizeof cmd, "'%s/tests/make-test-image' %s %s%s >/dev/null 2>&1",
@@ -1350,7 +1350,7 @@ static int push_with(const char *addr, const char *repo, const char *api_token)
  * nobody). */
 static int pull_with(const char *addr, const char *repo, const char *api_token)
 {
-    char cmd[1200], creds[120] = "";
+    char cmd[3600], creds[2200] = "";
     if (api_token)
         snprintf(creds, sizeof creds, " --creds 'anyone:%s'", api_token);
     snprintf(cmd, sizeof cmd,
@@ -1429,10 +1429,43 @@ Test(containers, the_registry_takes_cohort_tokens_and_keeps_tenants_apart, .time
     th_expect_error(th_get(&d, "/v1/registry/token?scope=repository:globex/../acme/app:push",
                            b_admin),
                     400, "invalid_value", "scope");
+    /* A token cohortd signed, shown as a password, buys what it holds and
+     * nothing more: pull of acme/app, neither a push there nor another
+     * tenant's repository; altered, it buys nothing. */
+    th_resp r = th_get(&d, "/v1/registry/token?service=cohort-registry&"
+                           "scope=repository:acme/app:pull", tok);
+    char jwt[2048];
+    snprintf(jwt, sizeof jwt, "%s", th_str(&r, "token"));
+    th_free(&r);
+    cr_assert(strchr(jwt, '.'), "no token: %s", jwt);
+    cr_expect(pull_with(addr, "acme/app:1", jwt), "its pull token does not pull acme/app");
+    cr_expect(!pull_with(addr, "globex/app:1", jwt), "acme's pull token pulled globex/");
+    cr_expect(!push_with(addr, "acme/app:4", jwt), "a pull token pushed");
+    char *sig = strrchr(jwt, '.') + 1;
+    sig[3] = sig[3] == 'A' ? 'B' : 'A';
+    cr_expect(!pull_with(addr, "acme/app:1", jwt), "an altered pull token pulled");
+
     /* A job of acme's runs its image: the agent, which has no credentials
-     * of its own, pulls with the token its launch spec carries. */
+     * of its own, pulls with the token its launch spec carries, through an
+     * auth file: skopeo, wrapped here, never has it on its command line,
+     * where every user of the host reads it. */
+    char wrap[512], log[600], path[4096];
+    snprintf(wrap, sizeof wrap, "%s/bin", d.dir);
+    snprintf(log, sizeof log, "%s/skopeo.argv", d.dir);
+    mkdir(wrap, 0755);
+    snprintf(path, sizeof path, "%s/skopeo", wrap);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "#!/bin/sh\necho \"$*\" >> '%s'\nexec /usr/bin/skopeo \"$@\"\n", log);
+    fclose(f);
+    chmod(path, 0755);
+    char *old_path = strdup(getenv("PATH"));
+    snprintf(path, sizeof path, "%s:%s", wrap, old_path);
+    setenv("PATH", path, 1);
     const char *args[] = {"--cpus", "8", "--registry", addr, "--insecure-registry", addr, NULL};
     th_agent_start(&ag, &d, "n1", args);
+    setenv("PATH", old_path, 1);
+    free(old_path);
     th_must(th_post(&d, "/v1/images", a_admin,
                     "{\"name\":\"app\",\"reference\":\"acme/app:1\",\"framework\":\"native\"}"),
             201);
@@ -1443,6 +1476,10 @@ Test(containers, the_registry_takes_cohort_tokens_and_keeps_tenants_apart, .time
     /* The token stays out of the worker's files on the node. */
     snprintf(cmd, sizeof cmd, "grep -rqs -e registry_token -e eyJ0eXAi '%s/workers'", ag.dir);
     cr_expect_neq(system(cmd), 0, "a registry token lies in the worker's files");
+    snprintf(cmd, sizeof cmd, "grep -q 'acme/app' '%s'", log);
+    cr_expect_eq(system(cmd), 0, "the wrapped skopeo never pulled acme/app");
+    snprintf(cmd, sizeof cmd, "grep -q -e eyJ -e registry-token '%s'", log);
+    cr_expect_neq(system(cmd), 0, "a token was on skopeo's command line");
 }
 
 /* A private image's registry password is sealed at rest (secrets.key beside

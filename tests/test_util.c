@@ -591,6 +591,67 @@ Test(seal, a_sealed_value_opens_with_its_key_only_and_not_once_changed)
     cr_expect_eq(system(cmd), 0);
 }
 
+/* ---- regtoken: tokens signed, and read back ---- */
+
+#include "api/regtoken.h"
+
+/* A token reads back as what it grants, and only while it lives; a token
+ * of another key, an altered one and text that is no JWT read as nothing. */
+Test(regtoken, a_token_reads_back_as_its_grants_and_nothing_else)
+{
+    char dir1[] = "/tmp/cohort-rt-XXXXXX", dir2[] = "/tmp/cohort-rt-XXXXXX", err[256];
+    cr_assert_not_null(mkdtemp(dir1));
+    cr_assert_not_null(mkdtemp(dir2));
+    regtoken *a = regtoken_open(dir1, err, sizeof err), *b = regtoken_open(dir2, err, sizeof err);
+    cr_assert(a && b, "%s", err);
+    regtoken_access g = {"repository", "acme/app", {"pull", NULL}};
+    int64_t now = 1800000000;
+    char *jwt = regtoken_sign(a, "acme/alice", &g, 1, now, 0);
+    char *other = regtoken_sign(b, "acme/alice", &g, 1, now, 0);
+    char *short_lived = regtoken_sign(a, "acme/alice", &g, 1, now, now + 20);
+    cr_assert(jwt && other && short_lived);
+
+    regtoken_grant *r = regtoken_verify(a, jwt, now + 1);
+    cr_assert_not_null(r, "its own token does not read back");
+    cr_expect(regtoken_grant_allows(r, "repository", "acme/app", "pull"));
+    cr_expect(!regtoken_grant_allows(r, "repository", "acme/app", "push"), "push from pull");
+    cr_expect(!regtoken_grant_allows(r, "repository", "acme/app2", "pull"), "another repo");
+    cr_expect(!regtoken_grant_allows(r, "registry", "catalog", "*"), "the catalog");
+    cr_expect_eq(regtoken_grant_exp(r), now + REGTOKEN_TTL_S);
+    cr_expect_str_eq(regtoken_grant_subject(r), "acme/alice");
+    regtoken_grant_free(r);
+
+    cr_expect_null(regtoken_verify(a, jwt, now + REGTOKEN_TTL_S), "read back once expired");
+    cr_expect_null(regtoken_verify(a, jwt, now - 60), "read back before its time");
+    cr_expect_null(regtoken_verify(a, short_lived, now + 20), "outlived its own end");
+    cr_expect_null(regtoken_verify(a, other, now + 1), "another key's token read back");
+    cr_expect_null(regtoken_verify(b, jwt, now + 1), "read back by another key");
+    /* every byte of the claims altered in turn: none reads back */
+    const char *dot = strchr(jwt, '.');
+    size_t body = (size_t)(dot - jwt) + 1, end = (size_t)(strchr(dot + 1, '.') - jwt), bad = 0;
+    for (size_t i = body; i < end; i++) {
+        char saved = jwt[i];
+        jwt[i] = saved == 'A' ? 'B' : 'A';
+        regtoken_grant *x = regtoken_verify(a, jwt, now + 1);
+        bad += x != NULL;
+        regtoken_grant_free(x);
+        jwt[i] = saved;
+    }
+    cr_expect_eq(bad, 0, "%zu altered tokens read back", bad);
+    static const char *const junk[] = {"", ".", "..", "a.b.c", "a.b.c.d", "coh_abcdef",
+                                       "eyJ.eyJ.AAAA"};
+    for (size_t i = 0; i < sizeof junk / sizeof *junk; i++)
+        cr_expect_null(regtoken_verify(a, junk[i], now), "'%s' read back", junk[i]);
+    free(jwt);
+    free(other);
+    free(short_lived);
+    regtoken_close(a);
+    regtoken_close(b);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", dir1, dir2);
+    cr_expect_eq(system(cmd), 0);
+}
+
 /* ---- cgroup: the device allow-list on cgroup v2 ---- */
 
 #include <errno.h>
