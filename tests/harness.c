@@ -806,11 +806,14 @@ static void agent_launch(th_agent *a, th_daemon *d, const char *const *extra)
     if (pid == 0) {
         const char *argv[48];
         int n = 0;
+        /* A "host" of its own: the namespace's network, the machine's
+         * mounts (as a real host has them: its cgroup hierarchies, v1
+         * controllers included, which `ip netns exec`'s fresh /sys hid). */
+        char net[120];
         if (a->netns[0]) {
-            argv[n++] = "/usr/sbin/ip";
-            argv[n++] = "netns";
-            argv[n++] = "exec";
-            argv[n++] = a->netns;
+            snprintf(net, sizeof net, "--net=/run/netns/%s", a->netns);
+            argv[n++] = "/usr/bin/nsenter";
+            argv[n++] = net;
         }
         const char *base[] = {COHORT_AGENT_BIN, "--server", a->servers[0] ? a->servers : d->base,
                               "--name", a->name,

@@ -1490,9 +1490,41 @@ static void two_hosts(const char *cpus)
 }
 
 /* The job's two ranks, one per host, meet at MASTER_ADDR:MASTER_PORT. */
+/* Whether this machine's kernel has the pids controller on (v1 or v2). */
+static int host_has_pids(void)
+{
+    char line[256];
+    int on = 0;
+    FILE *f = fopen("/proc/cgroups", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned hier, num, enabled;
+        char name[64];
+        if (sscanf(line, "%63s %u %u %u", name, &hier, &num, &enabled) == 4 &&
+            !strcmp(name, "pids"))
+            on = enabled == 1;
+    }
+    if (f)
+        fclose(f);
+    return on;
+}
+
 Test(agent, ranks_meet_across_two_network_namespaces, .timeout = 90)
 {
     two_hosts("1");
+    /* Each "host" sees the machine's cgroup hierarchies, as a real one
+     * does, and limits its workers there (hybrid hosts' v1 controllers
+     * too, which a fresh /sys under `ip netns exec` had hidden). */
+    for (int i = 0; i < 2 && host_has_pids(); i++) {
+        char logp[420], log[8192] = "";
+        snprintf(logp, sizeof logp, "%s.log", ag[i].dir);
+        for (int k = 0; k < 50 && !strstr(log, "cgroup"); k++) {
+            th_read_text(logp, log, sizeof log);
+            usleep(100000);
+        }
+        const char *at = strstr(log, "controllers:");
+        cr_expect(at && strstr(at, "pids") && strstr(at, "memory"),
+                  "host %d's agent limits no pids or memory: %s", i + 1, log);
+    }
     FILE *f = fopen(COHORT_RENDEZVOUS_BIN, "rb");
     cr_assert(f);
     static char bin[2 << 20];
