@@ -12,13 +12,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/vfs.h>
 #include <sys/stat.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <linux/magic.h>
 
 /* A memfd holding len bytes of text, rewound; -1 on failure. */
 static int text_fd(const char *text, size_t len)
@@ -213,6 +222,42 @@ static void overlay_mac(const char *address, char *out, size_t n)
     snprintf(out, n, "02:c0:%02x:%02x:%02x:%02x", a & 255, b & 255, c & 255, d & 255);
 }
 
+/* What VXLAN over IPv4 adds to a frame: outer IP 20, UDP 8, VXLAN 8 and the
+ * inner Ethernet header 14. */
+#define VXLAN_OVERHEAD 50
+
+/*
+ * The MTU the overlay's device takes: that of the node's device holding
+ * the address local (in the caller's network namespace), less what VXLAN
+ * adds, so that no encapsulated packet is larger than the node's network
+ * carries (a VXLAN device made without a lower device keeps 1500, and its
+ * full-size packets then leave in IP fragments).  0 when none holds it.
+ */
+static int overlay_mtu(const char *local)
+{
+    struct ifaddrs *all = NULL;
+    struct in_addr want;
+    int mtu = 0;
+    if (inet_pton(AF_INET, local, &want) != 1 || getifaddrs(&all) != 0)
+        return 0;
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    for (struct ifaddrs *a = all; a && fd >= 0 && !mtu; a = a->ifa_next) {
+        if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET ||
+            ((struct sockaddr_in *)a->ifa_addr)->sin_addr.s_addr != want.s_addr)
+            continue;
+        struct ifreq ifr = {0};
+        if (strlen(a->ifa_name) >= sizeof ifr.ifr_name)
+            continue;
+        memcpy(ifr.ifr_name, a->ifa_name, strlen(a->ifa_name));
+        if (ioctl(fd, SIOCGIFMTU, &ifr) == 0 && ifr.ifr_mtu > VXLAN_OVERHEAD + 576)
+            mtu = ifr.ifr_mtu - VXLAN_OVERHEAD;
+    }
+    if (fd >= 0)
+        close(fd);
+    freeifaddrs(all);
+    return mtu;
+}
+
 /*
  * The overlay's eth0 in the namespace name: made as a VXLAN device in the
  * node's namespace under a name of this process, moved into the job's,
@@ -222,7 +267,7 @@ static void overlay_mac(const char *address, char *out, size_t n)
 static int overlay_up(const char *ip, const char *bridge, const char *name,
                       const netns_overlay *ov, char *err, size_t errlen)
 {
-    char dev[16], vni[16], port[8], mac[24], why[256];
+    char dev[16], vni[16], port[8], mac[24], why[256], mtu[16];
     char *ipt = NULL, *brt = NULL;
     size_t ipn = 0, brn = 0;
     FILE *ipf = NULL, *brf = NULL;
@@ -230,8 +275,12 @@ static int overlay_up(const char *ip, const char *bridge, const char *name,
     snprintf(dev, sizeof dev, "cvx%d", (int)getpid());
     snprintf(vni, sizeof vni, "%u", (unsigned)ov->vni);
     snprintf(port, sizeof port, "%d", ov->port);
-    const char *add[] = {"link", "add", dev, "type", "vxlan", "id", vni, "local", ov->local,
-                         "dstport", port, "nolearning", NULL};
+    int lower = overlay_mtu(ov->local);
+    snprintf(mtu, sizeof mtu, "%d", lower);
+    const char *add[] = {"link", "add", dev,      "mtu",     mtu,  "type",       "vxlan", "id",
+                         vni,    "local", ov->local, "dstport", port, "nolearning", NULL};
+    if (!lower) /* the kernel's own 1500 */
+        memmove(add + 3, add + 5, sizeof add - 5 * sizeof *add);
     if (netns_run(ip, add, NULL, why, sizeof why) != 0) {
         snprintf(err, errlen, "cannot make the job's overlay device (VNI %s): %s", vni, why);
         goto out;
@@ -281,6 +330,82 @@ out:
     free(ipt);
     free(brt);
     return rc;
+}
+
+int netns_sys_path(const char *name, char *out, size_t n)
+{
+    int len = snprintf(out, n, "%s/%s", NETNS_SYS_DIR, name);
+    return len < 0 || (size_t)len >= n ? -1 : 0;
+}
+
+/* Whether a sysfs is mounted at dir. */
+static int sysfs_at(const char *dir)
+{
+    struct statfs fs;
+    return statfs(dir, &fs) == 0 && fs.f_type == SYSFS_MAGIC;
+}
+
+/*
+ * Mounts a sysfs of the namespace at path (read-only, nosuid, nodev,
+ * noexec) at NETNS_SYS_DIR/name, from a child that joins the namespace: a
+ * sysfs shows the network devices of its mounter's namespace.  0 (or
+ * already there), or -1 with err set.
+ */
+static int sysfs_up(const char *name, const char *path, char *err, size_t errlen)
+{
+    char dir[NETNS_NAME_MAX + 64];
+    if (netns_sys_path(name, dir, sizeof dir) != 0) {
+        snprintf(err, errlen, "the namespace's sysfs path is too long");
+        return -1;
+    }
+    if (sysfs_at(dir))
+        return 0;
+    if ((mkdir(NETNS_SYS_DIR, 0755) != 0 && errno != EEXIST) ||
+        (mkdir(dir, 0755) != 0 && errno != EEXIST)) {
+        snprintf(err, errlen, "cannot make %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    pid_t p = fork();
+    if (p < 0) {
+        snprintf(err, errlen, "cannot fork: %s", strerror(errno));
+        return -1;
+    }
+    if (p == 0) {
+        int ns = open(path, O_RDONLY | O_CLOEXEC);
+        if (ns < 0 || setns(ns, CLONE_NEWNET) != 0 ||
+            mount("sysfs", dir, "sysfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+            _exit(errno & 0x7f);
+        _exit(0);
+    }
+    int st = 0;
+    while (waitpid(p, &st, 0) < 0)
+        if (errno != EINTR)
+            break;
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || !sysfs_at(dir)) {
+        snprintf(err, errlen, "cannot mount a sysfs of %s at %s: %s", name, dir,
+                 WIFEXITED(st) ? strerror(WEXITSTATUS(st)) : "killed");
+        rmdir(dir);
+        return -1;
+    }
+    return 0;
+}
+
+/* Unmounts and removes the sysfs of namespace name, if any. */
+static void sysfs_down(const char *name)
+{
+    char dir[NETNS_NAME_MAX + 64];
+    if (netns_sys_path(name, dir, sizeof dir) != 0)
+        return;
+    while (sysfs_at(dir) && umount2(dir, MNT_DETACH) == 0)
+        ;
+    rmdir(dir);
+}
+
+int netns_delete(const char *ip, const char *name)
+{
+    const char *del[] = {"netns", "delete", name, NULL};
+    sysfs_down(name);
+    return run_ip(ip, del);
 }
 
 /*
@@ -338,7 +463,7 @@ int netns_ensure(const char *ip, const char *bridge, const char *name, const net
         goto out;
     }
     if (stat(path, &sb) == 0) {
-        rc = 0;
+        rc = sysfs_up(name, path, err, errlen); /* gone with a reboot of /run, say */
         goto out;
     }
     const char *add[] = {"netns", "add", name, NULL};
@@ -354,11 +479,12 @@ int netns_ensure(const char *ip, const char *bridge, const char *name, const net
         snprintf(err, errlen, "cannot turn IPv6 off in the job's network namespace %s", name);
         goto fail;
     }
+    if (sysfs_up(name, path, err, errlen) != 0)
+        goto fail;
     rc = 0;
     goto out;
-fail:;
-    const char *del[] = {"netns", "delete", name, NULL};
-    run_ip(ip, del);
+fail:
+    netns_delete(ip, name);
 out:
     if (lock >= 0)
         close(lock);
@@ -401,8 +527,7 @@ int netns_gc(const char *ip, const char *prefix, const char *leases,
             sscanf(e->d_name + pl, "-j%lld-a%lld%c", &job, &attempt, &tail) != 2 ||
             live(arg, job, attempt))
             continue;
-        const char *del[] = {"netns", "delete", e->d_name, NULL};
-        removed += run_ip(ip, del) == 0;
+        removed += netns_delete(ip, e->d_name) == 0;
     }
     if (d)
         closedir(d);

@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #define NETNS_DIR "/run/netns"
+#define NETNS_SYS_DIR "/run/cohort-sys"
 #define NETNS_NAME_MAX 128
 #define NETNS_PEERS_MAX 4096 /* other nodes of one attempt */
 #define NETNS_VXLAN_PORT "4789"
@@ -75,14 +76,21 @@ int netns_run(const char *prog, const char *const *args, const char *input, char
 /* PREFIX-j<job>-a<attempt> into out: 0, or -1 when it does not fit. */
 int netns_name(const char *prefix, int64_t job, int64_t attempt, char *out, size_t n);
 
+/* Where the sysfs of namespace name lies (NETNS_SYS_DIR/name), into out: 0,
+ * or -1 when it does not fit. */
+int netns_sys_path(const char *name, char *out, size_t n);
+
 /*
  * Makes the namespace name (with its loopback up, the overlay ov and the
- * way out eg, each unless NULL) unless it exists, with iproute2's ip and
- * bridge programs; its path goes to path.  0, or -1 with err set (and
- * nothing left behind).
+ * way out eg, each unless NULL, and its sysfs) unless it exists, with
+ * iproute2's ip and bridge programs; its path goes to path.  0, or -1 with
+ * err set (and nothing left behind).
  */
 int netns_ensure(const char *ip, const char *bridge, const char *name, const netns_overlay *ov,
                  const netns_egress *eg, char *path, size_t n, char *err, size_t errlen);
+
+/* Removes the namespace name and its sysfs: 0, or -1. */
+int netns_delete(const char *ip, const char *name);
 
 /* Removes the namespaces of prefix whose attempt live(arg, job, attempt)
  * says has no worker left here, at most max of them (each costs an exec of

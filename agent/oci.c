@@ -82,8 +82,9 @@ static void add_mounts(const oci_spec *s, cJSON *mounts)
     add_mount(mounts, "/dev", "tmpfs", "tmpfs", dev);
     add_mount(mounts, "/dev/shm", "tmpfs", "shm", shm_opts);
     add_mount(mounts, "/tmp", "tmpfs", "tmpfs", tmp);
-    /* sysfs cannot be mounted without a network namespace of one's own. */
-    add_mount(mounts, "/sys", "bind", "/sys", sys);
+    /* A container cannot mount a sysfs itself (netns.h): the job's
+     * namespace's own, or else the node's. */
+    add_mount(mounts, "/sys", "bind", s->sys ? s->sys : "/sys", sys);
     add_mount(mounts, "/etc/hosts", "bind", "/etc/hosts", ro_file);
     add_mount(mounts, "/etc/resolv.conf", "bind", "/etc/resolv.conf", ro_file);
     add_mount(mounts, s->mount_root, "tmpfs", "tmpfs", root);

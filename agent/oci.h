@@ -51,6 +51,8 @@ typedef struct oci_spec {
     int64_t shm_mb;         /* size of /dev/shm */
     int64_t tmp_mb;         /* size of /tmp (0: the kernel's default, half the RAM) */
     const char *netns;      /* path of the network namespace to join; NULL: the node's */
+    const char *sys;        /* the sysfs given as /sys (the namespace's own, netns.h);
+                             * NULL: the node's /sys */
     const cJSON *seccomp;   /* an OCI seccomp object, or NULL for none */
 } oci_spec;
 

@@ -1103,12 +1103,12 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
     }
     if (b.failed || drv.failed)
         give_up(dfd, "out of memory listing the container's mounts");
-    char rootfs[4300], init_at[4200], netns[300];
+    char rootfs[4300], init_at[4200], netns[300], sys[300];
     snprintf(rootfs, sizeof rootfs, "%s/rootfs", use.bundle);
     /* before seal_rootfs: /run/netns must be made in the node's mounts */
-    if (sp->netns && netns_ensure(sp->ip, sp->bridge, sp->netns, sp->overlay, sp->egress, netns,
-                                  sizeof netns,
-                                  err, sizeof err) != 0)
+    if (sp->netns && (netns_ensure(sp->ip, sp->bridge, sp->netns, sp->overlay, sp->egress,
+                                   netns, sizeof netns, err, sizeof err) != 0 ||
+                      netns_sys_path(sp->netns, sys, sizeof sys) != 0))
         give_up(dfd, "%s", err);
     if (seal_rootfs(rootfs, err, sizeof err) != 0)
         give_up(dfd, "%s", err);
@@ -1119,7 +1119,8 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
                    .hostname = host, .uid_base = sp->uid_base, .binds = b.v, .nbinds = b.n,
                    .files = drv.v, .nfiles = drv.n, .devices = sp->devices,
                    .shm_mb = sp->shm_mb, .tmp_mb = sp->tmp_mb,
-                   .netns = sp->netns ? netns : NULL, .seccomp = sp->seccomp};
+                   .netns = sp->netns ? netns : NULL, .sys = sp->netns ? sys : NULL,
+                   .seccomp = sp->seccomp};
     char *config = env && argv ? oci_config(&os, err, sizeof err) : NULL;
     cJSON_Delete(img);
     free(env);

@@ -933,7 +933,10 @@ void th_agent_cleanup(th_agent *a)
     struct dirent *e;
     while (nd && (e = readdir(nd)) != NULL)
         if (!strncmp(e->d_name, prefix, strlen(prefix)) && e->d_name[strlen(prefix)] == '-')
-            util_system("ip netns delete '%s' 2>/dev/null", e->d_name);
+            util_system("umount -l '/run/cohort-sys/%s' 2>/dev/null; "
+                        "rmdir '/run/cohort-sys/%s' 2>/dev/null; "
+                        "ip netns delete '%s' 2>/dev/null",
+                        e->d_name, e->d_name, e->d_name);
     if (nd)
         closedir(nd);
 }

@@ -1583,6 +1583,7 @@ Test(containers, a_job_on_one_node_has_a_network_of_its_own, .timeout = 120)
                 "  t COHORTD wget -q -T 2 -O - http://127.0.0.1:$COHORTD_PORT/healthz\n"
                 "  t REGISTRY wget -q -T 2 -O - http://$REGISTRY/v2/\n"
                 "  t LO sh -c 'nc -l -p 40000 & sleep 0.3; echo x | nc -w 2 127.0.0.1 40000'\n"
+                "  echo \"NETDEVS=$(ls /sys/class/net | tr '\\n' ' ')|\"\n"
                 "} > reach.txt\n",
                 "755");
     long attacker = submit_as(tok_b, "reach.sh", "native", env);
@@ -1598,7 +1599,10 @@ Test(containers, a_job_on_one_node_has_a_network_of_its_own, .timeout = 120)
     cr_expect_str_eq(got, "hello from rank 1 via 127.0.0.1\n", "rank 0 heard: %s", got);
     free(got);
     char *t = th_get_body(&d, "/v1/workspaces/ws/files/reach.txt", tok_b);
-    static const char *const want[] = {"VICTIM=no", "COHORTD=no", "REGISTRY=no", "LO=reached"};
+    /* its /sys shows its own network devices, not the node's (nor other
+     * jobs' veths and their traffic counters) */
+    static const char *const want[] = {"VICTIM=no", "COHORTD=no", "REGISTRY=no", "LO=reached",
+                                       "NETDEVS=lo |"};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         cr_expect(strstr(t, want[i]) != NULL, "not %s: %s", want[i], t);
     free(t);
@@ -1622,6 +1626,8 @@ Test(containers, a_job_on_one_node_has_a_network_of_its_own, .timeout = 120)
     for (int i = 0; i < 100 && !gone; i++, usleep(100000))
         gone = stat(ns, &sb) != 0;
     cr_expect(gone, "%s is still there", ns);
+    snprintf(path, sizeof path, "/run/cohort-sys/%s", ns + strlen("/run/netns/"));
+    cr_expect_neq(stat(path, &sb), 0, "its sysfs %s is still there", path);
 }
 
 /* A listener for the egress test: python3 in namespace ns (or the host's,

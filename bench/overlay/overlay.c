@@ -4,12 +4,16 @@
  * them), one rank of bench_allreduce on each, first over the hosts' own
  * addresses (an agent's --network host), then over the job's overlay as
  * an agent builds it (agent/netns.c: a VXLAN device in a namespace of the
- * job on each host).  Then two ranks on one host: its loopback against
- * the loopback of a job's namespace.  Prints bench_allreduce's tables.
+ * job on each host), RUNS times in turn (default 7: this VM's single runs
+ * scatter by +-20%), printing each run's busbw and then the median of
+ * each size for both, with their ratio.  Then two ranks on one host: its
+ * loopback against the loopback of a job's namespace (bench_allreduce's
+ * tables, once).
  *
- *   bench_overlay BUILD_DIR      (as root; needs iproute2)
+ *   bench_overlay BUILD_DIR [RUNS]      (as root; needs iproute2)
  */
 #include <fcntl.h>
+#include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,18 +33,22 @@ static void cleanup(void)
                 "ip link del %s-br 2>/dev/null; true", tag, tag);
 }
 
-/* Runs bench_allreduce RANKS PORT MASTER RANK in namespace ns; its pid. */
+#define MAX_SIZES 16
+#define MAX_RUNS 25
+
+/* Runs bench_allreduce RANKS PORT MASTER RANK in namespace ns, its output
+ * to out (-1: stdout); its pid. */
 static pid_t rank(const char *bin, const char *ns, int ranks, int port, const char *master,
-                  int r, int quiet)
+                  int r, int out)
 {
-    char n[8], p[8], rs[8];
+    char n[16], p[16], rs[16];
     snprintf(n, sizeof n, "%d", ranks);
     snprintf(p, sizeof p, "%d", port);
     snprintf(rs, sizeof rs, "%d", r);
     pid_t pid = fork();
     if (pid == 0) {
-        if (quiet)
-            dup2(open("/dev/null", O_WRONLY), 1);
+        if (out >= 0)
+            dup2(out, 1);
         if (r < 0)
             execl(ip, ip, "netns", "exec", ns, bin, n, p, (char *)NULL);
         else
@@ -50,14 +58,80 @@ static pid_t rank(const char *bin, const char *ns, int ranks, int port, const ch
     return pid;
 }
 
-static int both(const char *bin, const char *ns0, const char *ns1, const char *master, int port)
+/* One run of a rank in each of ns0 and ns1: the busbw of each size of rank
+ * 0's table into bw[] and the sizes into bytes[]; their count, or -1. */
+static int both(const char *bin, const char *ns0, const char *ns1, const char *master, int port,
+                long bytes[MAX_SIZES], double bw[MAX_SIZES])
 {
-    int st0, st1;
-    pid_t a = rank(bin, ns0, 2, port, master, 0, 0);
-    pid_t b = rank(bin, ns1, 2, port, master, 1, 1);
+    int st0, st1, fds[2], quiet = open("/dev/null", O_WRONLY | O_CLOEXEC), n = 0;
+    if (quiet < 0 || pipe(fds) != 0)
+        return -1;
+    pid_t a = rank(bin, ns0, 2, port, master, 0, fds[1]);
+    pid_t b = rank(bin, ns1, 2, port, master, 1, quiet);
+    close(fds[1]);
+    close(quiet);
+    FILE *f = fdopen(fds[0], "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f)) {
+        double us, alg;
+        if (n < MAX_SIZES && sscanf(line, "%ld %lf %lf %lf", &bytes[n], &us, &alg, &bw[n]) == 4)
+            n++;
+    }
+    if (f)
+        fclose(f);
+    else
+        close(fds[0]);
     waitpid(a, &st0, 0);
     waitpid(b, &st1, 0);
-    return st0 == 0 && st1 == 0 ? 0 : -1;
+    return st0 == 0 && st1 == 0 && n > 0 ? n : -1;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* The two hosts' allreduce, host network and overlay in turn, runs times:
+ * each run's figures, then the medians.  0 or -1. */
+static int two_hosts(const char *bin, const char *h1, const char *h2, const char *j1,
+                     const char *j2, int runs)
+{
+    static double bw[2][MAX_SIZES][MAX_RUNS];
+    long bytes[MAX_SIZES];
+    double one[MAX_SIZES];
+    char master[32];
+    int sizes = 0;
+    snprintf(master, sizeof master, "10.213.%d.2", net);
+    printf("== two hosts, one rank each: gloo busbw GB/s, the hosts' own network (--network "
+           "host) and the job's overlay (--network job, VXLAN) in turn\n");
+    for (int r = 0; r < runs; r++)
+        for (int k = 0; k < 2; k++) {
+            int n = both(bin, k ? j1 : h1, k ? j2 : h2, k ? "10.77.0.1" : master,
+                         29500 + 2 * r + k, bytes, one);
+            if (n < 0 || (sizes && n != sizes))
+                return -1;
+            sizes = n;
+            printf("run %d %-8s", r + 1, k ? "overlay" : "host");
+            for (int i = 0; i < n; i++) {
+                bw[k][i][r] = one[i];
+                printf(" %6.3f", one[i]);
+            }
+            printf("\n");
+        }
+    printf("== medians of %d runs\n       bytes   host GB/s   overlay GB/s   overlay/host\n",
+           runs);
+    for (int i = 0; i < sizes; i++) {
+        double h = median(bw[0][i], runs), o = median(bw[1][i], runs);
+        printf("%12ld %11.3f %14.3f %14.2f\n", bytes[i], h, o, h > 0 ? o / h : NAN);
+    }
+    return 0;
 }
 
 /* The job's namespace NAME made by the agent's own code, from inside host
@@ -95,10 +169,10 @@ static int job_ns(const char *host, const char *name, int me)
 
 int main(int argc, char **argv)
 {
-    char bin[4096], h1[48], h2[48], j1[48], j2[48], master[32];
-    int rc = 1;
-    if (argc != 2 || geteuid() != 0) {
-        fprintf(stderr, "usage (as root): bench_overlay BUILD_DIR\n");
+    char bin[4096], h1[48], h2[48], j1[48], j2[48];
+    int rc = 1, runs = argc == 3 ? atoi(argv[2]) : 7;
+    if (argc < 2 || argc > 3 || geteuid() != 0 || runs < 1 || runs > MAX_RUNS) {
+        fprintf(stderr, "usage (as root): bench_overlay BUILD_DIR [RUNS, 1-%d]\n", MAX_RUNS);
         return 2;
     }
     snprintf(bin, sizeof bin, "%s/bench_allreduce", argv[1]);
@@ -122,18 +196,17 @@ int main(int argc, char **argv)
             goto out;
     if (job_ns(h1, j1, 0) != 0 || job_ns(h2, j2, 1) != 0)
         goto out;
-    printf("== two hosts, one rank each: the hosts' own network (--network host)\n");
-    snprintf(master, sizeof master, "10.213.%d.2", net);
-    if (both(bin, h1, h2, master, 29500) != 0)
-        goto out;
-    printf("== two hosts, one rank each: the job's overlay (--network job, VXLAN)\n");
-    if (both(bin, j1, j2, "10.77.0.1", 29501) != 0)
+    util_system("echo \"MTU: the hosts' $(ip -n %s -o link show %s-b1 2>/dev/null | "
+                "sed 's/.* mtu \\([0-9]*\\).*/\\1/'), the overlay's $(ip -n %s -o link show "
+                "eth0 2>/dev/null | sed 's/.* mtu \\([0-9]*\\).*/\\1/')\"",
+                h1, tag, j1);
+    if (two_hosts(bin, h1, h2, j1, j2, runs) != 0)
         goto out;
     printf("== one host, two ranks: the host's loopback\n");
     int st;
-    waitpid(rank(bin, h1, 2, 29502, NULL, -1, 0), &st, 0);
+    waitpid(rank(bin, h1, 2, 29600, NULL, -1, -1), &st, 0);
     printf("== one host, two ranks: the loopback of the job's namespace\n");
-    waitpid(rank(bin, j1, 2, 29503, NULL, -1, 0), &st, 0);
+    waitpid(rank(bin, j1, 2, 29601, NULL, -1, -1), &st, 0);
     rc = st == 0 ? 0 : 1;
 out:
     if (rc)
