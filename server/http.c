@@ -552,7 +552,9 @@ static double request_cost(const struct req_state *st)
 
 /* A request without credentials (the registry's token endpoint, agent
  * registration, health) counts against the rate of its client's address,
- * a bucket of its own beside the tenants': 1 answered 429, or 0. */
+ * a bucket of its own beside the tenants' (an IPv6 client's /64, the least
+ * one host is given, as fail2ban and nginx's limits take it): 1 answered
+ * 429, or 0. */
 static int too_fast_unauth(struct req_state *st, api_resp *rs)
 {
     const union MHD_ConnectionInfo *ci =
@@ -565,8 +567,10 @@ static int too_fast_unauth(struct req_state *st, api_resp *rs)
         p = (const unsigned char *)&((const struct sockaddr_in *)sa)->sin_addr;
         n = 4;
     } else if (sa && sa->sa_family == AF_INET6) {
-        p = (const unsigned char *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
-        n = 16;
+        const struct in6_addr *a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        int v4 = IN6_IS_ADDR_V4MAPPED(a6);
+        p = (const unsigned char *)a6 + (v4 ? 12 : 0);
+        n = v4 ? 4 : 8;
     }
     for (size_t i = 0; i < n; i++)
         h = (h ^ p[i]) * 1099511628211ull;

@@ -7,11 +7,12 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#define RL_SLOTS 8192
+#define RL_WAYS 4      /* the slots one key may take: a set */
+#define RL_SETS 2048   /* 8,192 slots in all */
 #define RL_LOCKS 64
 
 struct bucket {
-    int64_t key; /* 0: empty (API token ids start at 1) */
+    int64_t key; /* 0: empty (tenant ids start at 1, addresses are negative) */
     int64_t last_ms;
     double tokens;
 };
@@ -19,7 +20,7 @@ struct bucket {
 struct ratelimit {
     double per_ms, burst;
     pthread_mutex_t lock[RL_LOCKS];
-    struct bucket slot[RL_SLOTS];
+    struct bucket slot[RL_SETS][RL_WAYS];
 };
 
 ratelimit *ratelimit_new(double per_s, double burst)
@@ -48,6 +49,40 @@ int64_t ratelimit_take(ratelimit *r, int64_t key, int64_t now_ms)
     return ratelimit_take_n(r, key, 1.0, now_ms);
 }
 
+/* b's tokens brought up to now_ms (an empty slot is full). */
+static void refill(const ratelimit *r, struct bucket *b, int64_t now_ms)
+{
+    if (b->key == 0) {
+        b->tokens = r->burst;
+        b->last_ms = now_ms;
+    } else if (now_ms > b->last_ms) {
+        b->tokens += (double)(now_ms - b->last_ms) * r->per_ms;
+        if (b->tokens > r->burst)
+            b->tokens = r->burst;
+        b->last_ms = now_ms;
+    }
+}
+
+/*
+ * key's bucket in set: its own, or else the one of the set used longest
+ * ago, which key takes over as it stands.  Taking a slot never fills it:
+ * keys that share a full set share that slot's tokens, so two keys made to
+ * collide buy no more than one.
+ */
+static struct bucket *find(const ratelimit *r, struct bucket *set, int64_t key, int64_t now_ms)
+{
+    struct bucket *oldest = &set[0];
+    for (int w = 0; w < RL_WAYS; w++) {
+        if (set[w].key == key)
+            return &set[w];
+        if (set[w].key == 0 || (oldest->key != 0 && set[w].last_ms < oldest->last_ms))
+            oldest = &set[w];
+    }
+    refill(r, oldest, now_ms);
+    oldest->key = key;
+    return oldest;
+}
+
 int64_t ratelimit_take_n(ratelimit *r, int64_t key, double cost, int64_t now_ms)
 {
     if (cost < 1.0)
@@ -55,22 +90,12 @@ int64_t ratelimit_take_n(ratelimit *r, int64_t key, double cost, int64_t now_ms)
     if (cost > r->burst)
         cost = r->burst; /* a request costlier than the burst would never go */
     /* Fibonacci hashing spreads consecutive ids over the table. */
-    size_t i = (size_t)(((uint64_t)key * 11400714819323198485ull) >> 51) % RL_SLOTS;
+    size_t i = (size_t)(((uint64_t)key * 11400714819323198485ull) >> 53) % RL_SETS;
     pthread_mutex_t *m = &r->lock[i % RL_LOCKS];
-    struct bucket *b = &r->slot[i];
     int64_t wait = 0;
     pthread_mutex_lock(m);
-    if (b->key != key) {
-        b->key = key;
-        b->tokens = r->burst;
-        b->last_ms = now_ms;
-    }
-    if (now_ms > b->last_ms) {
-        b->tokens += (double)(now_ms - b->last_ms) * r->per_ms;
-        if (b->tokens > r->burst)
-            b->tokens = r->burst;
-        b->last_ms = now_ms;
-    }
+    struct bucket *b = find(r, r->slot[i], key, now_ms);
+    refill(r, b, now_ms);
     if (b->tokens >= cost)
         b->tokens -= cost;
     else

@@ -3,9 +3,11 @@
  * the number of its tokens), so that one client flooding the API cannot
  * starve the others.  Each key may
  * make per_s requests a second on average and burst at once.  Buckets live
- * in a fixed table; a key whose slot another key took starts again with a
- * full bucket, so the table's size bounds the memory, never the fairness
- * for a key in use.  Thread-safe.
+ * in a fixed table of sets of four: a key keeps its slot while fewer than
+ * four other keys of its set are used after it, and a key that takes a
+ * slot takes over its tokens as they stand (never a full bucket), so the
+ * table's size bounds the memory and keys made to collide share one
+ * bucket, never gain one each.  Thread-safe.
  */
 #ifndef COHORT_RATELIMIT_H
 #define COHORT_RATELIMIT_H

@@ -591,6 +591,43 @@ Test(seal, a_sealed_value_opens_with_its_key_only_and_not_once_changed)
     cr_expect_eq(system(cmd), 0);
 }
 
+/* ---- ratelimit: buckets per key in a fixed table ---- */
+
+#include "server/ratelimit.h"
+
+/* Requests of one key past its burst wait; keys that share a set of the
+ * table (here thousands of keys, so every set is full many times over)
+ * never buy more than the rate: taking a slot never fills a bucket. */
+Test(ratelimit, keys_made_to_collide_share_a_bucket_and_gain_none)
+{
+    ratelimit *r = ratelimit_new(10.0, 20.0);
+    cr_assert_not_null(r);
+    int64_t now = 1000000;
+    int ok = 0;
+    for (int i = 0; i < 100; i++)
+        ok += ratelimit_take(r, 7, now) == 0;
+    cr_expect_eq(ok, 20, "one key's burst of 20 let %d through", ok);
+    int64_t wait = ratelimit_take(r, 7, now);
+    cr_expect(wait > 0 && wait <= 101, "a key past its burst waits %lld ms",
+              (long long)wait);
+    cr_expect_eq(ratelimit_take(r, 7, now + 100), 0, "one token back after 100 ms");
+    /* 20,000 keys, more than the table holds, each asking every 10 ms
+     * for 0.5 s at 1 a second with a burst of 1: whatever slots they
+     * share, together they get no more than each key's own due (its burst
+     * and half a token), where a slot that came back full at each switch
+     * would grant them nearly every request. */
+    ratelimit *q = ratelimit_new(1.0, 1.0);
+    cr_assert_not_null(q);
+    long granted = 0, asked = 0;
+    for (int round = 0; round < 50; round++)
+        for (int64_t k = 1; k <= 20000; k++, asked++)
+            granted += ratelimit_take(q, k * 1000003, now + round * 10) == 0;
+    cr_expect_leq(granted, 20000L * 3 / 2, "%ld of %ld granted", granted, asked);
+    cr_expect_geq(granted, 1000, "the table grants nearly nothing: %ld", granted);
+    ratelimit_free(r);
+    ratelimit_free(q);
+}
+
 /* ---- regtoken: tokens signed, and read back ---- */
 
 #include "api/regtoken.h"
