@@ -219,6 +219,11 @@ static enum MHD_Result respond(struct req_state *st)
         if (r)
             rs->fd = -1; /* libmicrohttpd closes it */
         st->bytes = (size_t)rs->fsize;
+        /* A download costs its tenant one more per MiB, as an upload does:
+         * its size is known only now, so it is charged after the fact. */
+        if (r && st->rq.who && st->srv->rate && rs->fsize >= (1 << 20))
+            ratelimit_charge(st->srv->rate, st->who.user.tenant_id, (double)(rs->fsize >> 20),
+                             util_mono_ms());
     } else {
         r = MHD_create_response_from_buffer(rs->len, rs->body, MHD_RESPMEM_MUST_FREE);
         if (r)
@@ -520,7 +525,8 @@ static void route(struct req_state *st, const char *url, const char *method)
  * or, for a log, every MiB past the first,
  * 5 for usage and invoices (aggregates over a month) and file listings
  * with their sums (?sha256=true reads up to a GiB), and 20 for an export
- * (Accept: text/csv).
+ * (Accept: text/csv).  A download costs one more per MiB it sends, charged
+ * once its size is known (respond()).
  */
 static double request_cost(const struct req_state *st)
 {

@@ -83,18 +83,40 @@ static struct bucket *find(const ratelimit *r, struct bucket *set, int64_t key, 
     return oldest;
 }
 
+/* The set of key, and its lock. */
+static struct bucket *set_of(ratelimit *r, int64_t key, pthread_mutex_t **m)
+{
+    /* Fibonacci hashing spreads consecutive ids over the table. */
+    size_t i = (size_t)(((uint64_t)key * 11400714819323198485ull) >> 53) % RL_SETS;
+    *m = &r->lock[i % RL_LOCKS];
+    return r->slot[i];
+}
+
+void ratelimit_charge(ratelimit *r, int64_t key, double cost, int64_t now_ms)
+{
+    pthread_mutex_t *m;
+    struct bucket *set = set_of(r, key, &m);
+    double floor = -r->per_ms * 1000.0 * RATELIMIT_DEBT_S;
+    if (cost <= 0)
+        return;
+    pthread_mutex_lock(m);
+    struct bucket *b = find(r, set, key, now_ms);
+    refill(r, b, now_ms);
+    b->tokens = b->tokens - cost < floor ? floor : b->tokens - cost;
+    pthread_mutex_unlock(m);
+}
+
 int64_t ratelimit_take_n(ratelimit *r, int64_t key, double cost, int64_t now_ms)
 {
     if (cost < 1.0)
         cost = 1.0;
     if (cost > r->burst)
         cost = r->burst; /* a request costlier than the burst would never go */
-    /* Fibonacci hashing spreads consecutive ids over the table. */
-    size_t i = (size_t)(((uint64_t)key * 11400714819323198485ull) >> 53) % RL_SETS;
-    pthread_mutex_t *m = &r->lock[i % RL_LOCKS];
+    pthread_mutex_t *m;
+    struct bucket *set = set_of(r, key, &m);
     int64_t wait = 0;
     pthread_mutex_lock(m);
-    struct bucket *b = find(r, r->slot[i], key, now_ms);
+    struct bucket *b = find(r, set, key, now_ms);
     refill(r, b, now_ms);
     if (b->tokens >= cost)
         b->tokens -= cost;

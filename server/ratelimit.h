@@ -24,5 +24,11 @@ void ratelimit_free(ratelimit *r);
 int64_t ratelimit_take(ratelimit *r, int64_t key, int64_t now_ms);
 /* The same for a request that costs cost (>= 1; at most the burst). */
 int64_t ratelimit_take_n(ratelimit *r, int64_t key, double cost, int64_t now_ms);
+/* Charges key cost more, after the fact, whatever it has left (a download,
+ * whose size the request did not say): its bucket may fall into debt, at
+ * most RATELIMIT_DEBT_S seconds of its rate, which its next requests wait
+ * out. */
+#define RATELIMIT_DEBT_S 60
+void ratelimit_charge(ratelimit *r, int64_t key, double cost, int64_t now_ms);
 
 #endif

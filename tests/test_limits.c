@@ -675,6 +675,44 @@ Test(limits, slow_unauthenticated_bodies_block_no_tenant_and_are_cut)
     th_cleanup(&d2);
 }
 
+/* A download costs its tenant one more per MiB it sends, as an upload
+ * does: a tenant that pulls 40 MiB at a rate of 10 a second waits about
+ * 4 s before its next request, and another tenant is not held up. */
+Test(limits, a_large_download_costs_its_tenant_by_size)
+{
+    static const char *const args[] = {"--rate-limit", "10", "--rate-burst", "20", NULL};
+    th_daemon rd;
+    char heavy[80], calm[80];
+    th_start(&rd, args);
+    th_user(&rd, "heavyco", "hank", "member", heavy);
+    th_user(&rd, "calmco", "carol", "member", calm);
+    size_t n = 40u << 20;
+    char *big = malloc(n);
+    cr_assert_not_null(big);
+    memset(big, 'x', n);
+    th_resp r = th_post(&rd, "/v1/workspaces", heavy, "{\"name\":\"ws\"}");
+    cr_assert_eq(r.status, 201, "%s", r.body);
+    th_free(&r);
+    sleep(3); /* the burst back after the upload's cost */
+    r = th_put_file(&rd, "/v1/workspaces/ws/files/big.bin", heavy, big, n);
+    cr_assert_eq(r.status, 201, "%s", r.body);
+    th_free(&r);
+    free(big);
+    sleep(3);
+    r = th_get(&rd, "/v1/workspaces/ws/files/big.bin", heavy);
+    cr_assert_eq(r.status, 200);
+    cr_expect_eq(r.len, n, "the download was cut: %zu bytes", r.len);
+    th_free(&r);
+    r = th_get(&rd, "/v1/whoami", heavy);
+    cr_expect_eq(r.status, 429, "40 MiB downloaded for the cost of one request: %d", r.status);
+    th_free(&r);
+    r = th_get(&rd, "/v1/whoami", calm);
+    cr_expect_eq(r.status, 200, "another tenant was held up: %d", r.status);
+    th_free(&r);
+    th_stop(&rd);
+    th_cleanup(&rd);
+}
+
 /* The routes that take no token (the registry's token endpoint among them)
  * count against the client address's rate: a flood of token requests is
  * answered 429 past it, where it used to be answered whole. */

@@ -611,6 +611,14 @@ Test(ratelimit, keys_made_to_collide_share_a_bucket_and_gain_none)
     cr_expect(wait > 0 && wait <= 101, "a key past its burst waits %lld ms",
               (long long)wait);
     cr_expect_eq(ratelimit_take(r, 7, now + 100), 0, "one token back after 100 ms");
+    /* a charge after the fact puts the key in debt, at most 60 s of it */
+    ratelimit_charge(r, 7, 30.0, now + 100);
+    wait = ratelimit_take(r, 7, now + 100);
+    cr_expect(wait > 2900 && wait <= 3101, "30 owed at 10/s: %lld ms", (long long)wait);
+    ratelimit_charge(r, 7, 1e9, now + 100);
+    wait = ratelimit_take(r, 7, now + 100);
+    cr_expect(wait > 59000 && wait <= RATELIMIT_DEBT_S * 1000 + 101, "a debt past 60 s: %lld ms",
+              (long long)wait);
     /* 20,000 keys, more than the table holds, each asking every 10 ms
      * for 0.5 s at 1 a second with a burst of 1: whatever slots they
      * share, together they get no more than each key's own due (its burst
