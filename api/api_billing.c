@@ -558,6 +558,7 @@ void api_my_quota(api_ctx *ctx, const api_req *rq, api_resp *rs)
     limit_json(o, "cpus", q.max_cpus, use.cpus);
     limit_json(o, "gpus", q.max_gpus, use.gpus);
     limit_json(o, "storage_bytes", stuse_quota(ctx->stuse, tenant), stuse_used(ctx->stuse, tenant));
+    limit_json(o, "files", stuse_max_files(ctx->stuse), stuse_files(ctx->stuse, tenant));
     int64_t pending = 0, max_pending = q.max_pending_jobs >= 0 ? q.max_pending_jobs
                                                                : ctx->default_max_pending;
     if (store_job_count_pending(ctx->st, tenant, INT64_MAX / 2, &pending) == STORE_OK)

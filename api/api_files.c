@@ -157,6 +157,7 @@ static int file_volume_open(api_ctx *ctx, const api_req *rq, api_resp *rs, store
 struct upload_state {
     int dir;
     int64_t tenant, quota;   /* the quota: -1 none */
+    int new_file;            /* took one of the tenant's entries (stuse_take_file) */
     struct stuse *stuse;
     int64_t reserved;        /* of the tenant's quota, taken as bytes came */
     char tmp[64];
@@ -180,6 +181,8 @@ static void upload_abort(api_upload *up)
     struct upload_state *u = up->state;
     if (u && u->reserved)
         stuse_add(u->stuse, u->tenant, -u->reserved); /* never landed */
+    if (u && u->new_file)
+        stuse_add_files(u->stuse, u->tenant, -1);
     if (up->fd >= 0)
         close(up->fd);
     up->fd = -1;
@@ -217,8 +220,11 @@ static void upload_finish(api_ctx *ctx, const api_req *rq, api_resp *rs, api_upl
     cJSON_AddStringToObject(o, "mode", mode);
     api_json(rs, 201, o);
 out:
-    if (u->tmp[0])
+    if (u->tmp[0]) {
         unlinkat(u->dir, u->tmp, 0);
+        if (u->new_file)
+            stuse_add_files(ctx->stuse, u->tenant, -1);
+    }
     close(up->fd);
     up->fd = -1;
     close(u->dir);
@@ -275,6 +281,22 @@ static void file_put(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_ki
     }
     u->dir = dir;
     u->mode = mode;
+    u->tenant = v.tenant_id;
+    u->stuse = ctx->stuse;
+    /* A new file is one more entry of the tenant's: refused past the bound
+     * (one that replaces a file adds none). */
+    struct stat sb;
+    if (fstatat(dir, leaf, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (stuse_take_file(ctx->stuse, v.tenant_id) != 0) {
+            api_error(rs, 507, "storage_quota_exceeded", NULL,
+                      "the tenant's workspaces and datasets hold %lld files and directories, "
+                      "the most one tenant keeps: this file does not fit (GET /v1/quota)",
+                      (long long)stuse_files(ctx->stuse, v.tenant_id));
+            close(dir);
+            goto fail;
+        }
+        u->new_file = 1;
+    }
     snprintf(u->leaf, sizeof u->leaf, "%s", leaf);
     snprintf(u->path, sizeof u->path, "%s", path);
     uint8_t rnd[8];
@@ -285,6 +307,8 @@ static void file_put(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_ki
     if (up->fd < 0) {
         path_error(rs, errno, path);
         close(dir);
+        if (u->new_file)
+            stuse_add_files(ctx->stuse, v.tenant_id, -1);
         goto fail;
     }
     up->limit = ctx->upload_limit;
@@ -327,7 +351,10 @@ static void file_get(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_ki
 static void file_delete(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_kind k)
 {
     const char *path = rq->param[1];
-    int root = file_volume_open(ctx, rq, rs, k, 1);
+    store_volume v;
+    if (check_path(path, rs))
+        return;
+    int root = volume_open(ctx, rq, rs, k, 1, &v);
     if (root < 0)
         return;
     const char *leaf;
@@ -344,8 +371,10 @@ static void file_delete(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol
     if (rc == 0)
         rc = unlinkat(dir, leaf, 0);
     int e = errno;
-    if (rc == 0)
+    if (rc == 0) {
         fsync(dir);
+        stuse_add_files(ctx->stuse, v.tenant_id, -1); /* till the next walk */
+    }
     close(dir);
     if (rc != 0) {
         path_error(rs, e, path);

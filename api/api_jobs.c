@@ -339,6 +339,14 @@ static int tenant_may_add_a_job(api_ctx *ctx, int64_t tenant, api_resp *rs)
                   (long long)used, (long long)quota);
         return -1;
     }
+    int64_t files = stuse_files(ctx->stuse, tenant), max_files = stuse_max_files(ctx->stuse);
+    if (max_files >= 0 && files > max_files) {
+        api_error(rs, 507, "storage_quota_exceeded", NULL,
+                  "the tenant's workspaces and datasets hold %lld files and directories, past "
+                  "the bound of %lld: remove some before submitting (GET /v1/quota)",
+                  (long long)files, (long long)max_files);
+        return -1;
+    }
     int rc = store_quota_get(ctx->st, tenant, &q);
     int64_t max = rc == STORE_OK && q.max_pending_jobs >= 0 ? q.max_pending_jobs
                                                             : ctx->default_max_pending;

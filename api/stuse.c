@@ -21,11 +21,12 @@
 
 struct tenant_use {
     int64_t tenant, walked, added; /* bytes at the last walk, uploads since */
+    int64_t files_walked, files_added; /* entries, likewise */
 };
 
 struct stuse {
     api_ctx *ctx;
-    int64_t interval_ms, default_quota;
+    int64_t interval_ms, default_quota, max_files;
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -48,7 +49,7 @@ static struct tenant_use *entry(stuse *u, int64_t tenant)
         u->t = p;
         u->cap = cap;
     }
-    u->t[u->n] = (struct tenant_use){tenant, 0, 0};
+    u->t[u->n] = (struct tenant_use){tenant, 0, 0, 0, 0};
     return &u->t[u->n++];
 }
 
@@ -89,6 +90,48 @@ int stuse_take(stuse *u, int64_t tenant, int64_t n, int64_t quota)
     return rc;
 }
 
+int64_t stuse_files(stuse *u, int64_t tenant)
+{
+    if (!u)
+        return 0;
+    pthread_mutex_lock(&u->lock);
+    struct tenant_use *e = entry(u, tenant);
+    int64_t v = e ? e->files_walked + e->files_added : 0;
+    pthread_mutex_unlock(&u->lock);
+    return v < 0 ? 0 : v;
+}
+
+int64_t stuse_max_files(const stuse *u)
+{
+    return u ? u->max_files : -1;
+}
+
+int stuse_take_file(stuse *u, int64_t tenant)
+{
+    int rc = 0;
+    if (!u)
+        return 0;
+    pthread_mutex_lock(&u->lock);
+    struct tenant_use *e = entry(u, tenant);
+    if (!e || (u->max_files >= 0 && e->files_walked + e->files_added + 1 > u->max_files))
+        rc = -1;
+    else
+        e->files_added++;
+    pthread_mutex_unlock(&u->lock);
+    return rc;
+}
+
+void stuse_add_files(stuse *u, int64_t tenant, int64_t delta)
+{
+    if (!u)
+        return;
+    pthread_mutex_lock(&u->lock);
+    struct tenant_use *e = entry(u, tenant);
+    if (e)
+        e->files_added += delta;
+    pthread_mutex_unlock(&u->lock);
+}
+
 int64_t stuse_quota(stuse *u, int64_t tenant)
 {
     store_quota q;
@@ -99,19 +142,19 @@ int64_t stuse_quota(stuse *u, int64_t tenant)
 
 /* ---- the walk (one thread: nftw's callback state is this file's) ---- */
 
-static int64_t walk_sum;
+static int64_t walk_sum, walk_files;
 
 static int walk_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)path;
-    (void)ftw;
     if (flag == FTW_F && S_ISREG(sb->st_mode))
         walk_sum += (int64_t)sb->st_blocks * 512;
+    walk_files += ftw->level > 0; /* every entry but the tenant's own directory */
     return 0;
 }
 
 struct overdue {
-    int64_t tenant, used, quota;
+    int64_t tenant, used, quota, files, max_files;
 };
 
 struct stop_ctx {
@@ -143,10 +186,16 @@ static store_rc stop_write(store_tx *tx, void *arg)
     for (size_t i = 0; rc == STORE_OK && i < c->jobs.n; i++) {
         const struct overdue *o = &c->o[c->tenants.v[i]];
         char why[256];
-        snprintf(why, sizeof why,
-                 "storage_quota_exceeded: the tenant's workspaces and datasets hold %" PRId64
-                 " bytes, past its quota of %" PRId64 " (GET /v1/quota)",
-                 o->used, o->quota);
+        if (o->quota >= 0 && o->used > o->quota)
+            snprintf(why, sizeof why,
+                     "storage_quota_exceeded: the tenant's workspaces and datasets hold %" PRId64
+                     " bytes, past its quota of %" PRId64 " (GET /v1/quota)",
+                     o->used, o->quota);
+        else
+            snprintf(why, sizeof why,
+                     "storage_quota_exceeded: the tenant's workspaces and datasets hold %" PRId64
+                     " files and directories, past the bound of %" PRId64 " (GET /v1/quota)",
+                     o->files, o->max_files);
         int r = sched_job_end(tx, 0, c->jobs.v[i], JOB_FAILED, why);
         if (r != STORE_OK && r != STORE_JOB_FINAL)
             rc = r;
@@ -169,19 +218,28 @@ static void walk_all(stuse *u)
         if (*end || tenant <= 0)
             continue;
         snprintf(dir, sizeof dir, "%s/%s", root, e->d_name);
-        walk_sum = 0;
-        nftw(dir, walk_one, 16, FTW_PHYS | FTW_MOUNT);
+        /* What uploads and removals counted before this walk began is in
+         * it; what they count while it runs stays counted beside it (an
+         * upload the walk saw too is counted twice until the next walk:
+         * never less than the truth, which a reset to nothing would be). */
         pthread_mutex_lock(&u->lock);
         struct tenant_use *t = entry(u, tenant);
-        if (t) {
+        int64_t added = t ? t->added : 0, files_added = t ? t->files_added : 0;
+        pthread_mutex_unlock(&u->lock);
+        walk_sum = walk_files = 0;
+        nftw(dir, walk_one, 16, FTW_PHYS | FTW_MOUNT);
+        pthread_mutex_lock(&u->lock);
+        if ((t = entry(u, tenant)) != NULL) {
             t->walked = walk_sum;
-            t->added = 0; /* what landed before the walk is in it; after, counted again */
+            t->files_walked = walk_files;
+            t->added -= added;
+            t->files_added -= files_added;
         }
         pthread_mutex_unlock(&u->lock);
         store_read_begin(u->ctx->st);
         int64_t quota = stuse_quota(u, tenant);
         store_read_end(u->ctx->st);
-        if (quota >= 0 && walk_sum > quota) {
+        if ((quota >= 0 && walk_sum > quota) || (u->max_files >= 0 && walk_files > u->max_files)) {
             if (nover == capover) {
                 capover = capover ? capover * 2 : 8;
                 struct overdue *p = realloc(over, capover * sizeof *p);
@@ -189,7 +247,7 @@ static void walk_all(stuse *u)
                     break;
                 over = p;
             }
-            over[nover++] = (struct overdue){tenant, walk_sum, quota};
+            over[nover++] = (struct overdue){tenant, walk_sum, quota, walk_files, u->max_files};
         }
     }
     if (d)
@@ -231,7 +289,7 @@ static void *walker(void *arg)
     return NULL;
 }
 
-stuse *stuse_start(api_ctx *ctx, int64_t interval_ms, int64_t default_quota)
+stuse *stuse_start(api_ctx *ctx, int64_t interval_ms, int64_t default_quota, int64_t max_files)
 {
     stuse *u = calloc(1, sizeof *u);
     if (!u)
@@ -239,6 +297,7 @@ stuse *stuse_start(api_ctx *ctx, int64_t interval_ms, int64_t default_quota)
     u->ctx = ctx;
     u->interval_ms = interval_ms > 0 ? interval_ms : 30000;
     u->default_quota = default_quota;
+    u->max_files = max_files;
     pthread_mutex_init(&u->lock, NULL);
     pthread_cond_init(&u->wake, NULL);
     if (pthread_create(&u->thread, NULL, walker, u) != 0) {

@@ -5,8 +5,10 @@
  * (regular files' allocated blocks; no link followed, no other file system
  * entered) and keeps each tenant's bytes in memory; uploads add theirs as
  * they land, so a tenant is not let past its quota between two walks.
- * After each walk, a tenant over its quota (tenant_quotas.max_storage_bytes,
- * or the platform's default) has its running jobs ended FAILED
+ * The walk counts each tenant's entries too (files, directories, links),
+ * bounded by the platform's max_files.  After each walk, a tenant over its
+ * quota (tenant_quotas.max_storage_bytes, or the platform's default) or
+ * over max_files has its running jobs ended FAILED
  * "storage_quota_exceeded": on any file system, a job that writes past the
  * quota is stopped within a walk.  Uploads and new jobs of a tenant over
  * its quota are refused (api_files.c, api_jobs.c).
@@ -20,8 +22,11 @@ struct api_ctx;
 typedef struct stuse stuse;
 
 /* Starts measuring every interval_ms; NULL when the thread cannot start.
- * default_quota is the bytes a tenant without a quota of its own keeps. */
-stuse *stuse_start(struct api_ctx *ctx, int64_t interval_ms, int64_t default_quota);
+ * default_quota is the bytes a tenant without a quota of its own keeps;
+ * max_files (-1: none) the entries (files, directories, links) any tenant
+ * keeps, so that one tenant cannot use up the file system's inodes. */
+stuse *stuse_start(struct api_ctx *ctx, int64_t interval_ms, int64_t default_quota,
+                   int64_t max_files);
 void stuse_stop(stuse *u);
 
 /* The tenant's bytes as of the last walk plus uploads since; 0 before. */
@@ -34,5 +39,14 @@ int stuse_take(stuse *u, int64_t tenant, int64_t n, int64_t quota);
 /* The tenant's quota in bytes: its own, else the platform's default; -1:
  * none.  Reads the store (a read snapshot of the caller's). */
 int64_t stuse_quota(stuse *u, int64_t tenant);
+
+/* The tenant's entries as of the last walk plus uploads since, and the
+ * bound on them (-1: none). */
+int64_t stuse_files(stuse *u, int64_t tenant);
+int64_t stuse_max_files(const stuse *u);
+/* Takes one entry for a new file of tenant when it fits the bound: 0, or
+ * -1 (nothing taken).  stuse_add_files gives back (delta < 0) or adds. */
+int stuse_take_file(stuse *u, int64_t tenant);
+void stuse_add_files(stuse *u, int64_t tenant, int64_t delta);
 
 #endif

@@ -39,7 +39,7 @@ struct config {
     const char *data_dir;
     const char *store;     /* NULL: sqlite:DATA_DIR/cohort.db */
     size_t body_limit, bodies_max;
-    int64_t default_storage, default_pending, storage_scan_ms;
+    int64_t default_storage, default_pending, storage_scan_ms, max_files;
     int64_t upload_limit;
     int threads;
     const char *access_log;
@@ -72,6 +72,8 @@ static void usage(FILE *f)
             "  --default-max-pending N  jobs such a tenant may have waiting (default 1000; 0: no\n"
             "                         limit)\n"
             "  --storage-scan MS      how often tenants' volumes are measured (default 15000)\n"
+            "  --max-files N          files and directories one tenant keeps in its volumes\n"
+            "                         (default 1000000; 0: no limit)\n"
             "  --bodies-max BYTES     JSON bodies read at once, all requests together; past it\n"
             "                         503 busy (default 64 MiB; never below --body-limit)\n"
             "  --upload-limit BYTES   largest uploaded file (default %lld)\n"
@@ -175,6 +177,7 @@ static const struct opt options[] = {
     {"default-storage-quota", OPT_I64, OPT_AT(default_storage), 0, 1LL << 60, "bytes"},
     {"default-max-pending", OPT_I64, OPT_AT(default_pending), 0, 100000000, "jobs"},
     {"storage-scan", OPT_I64, OPT_AT(storage_scan_ms), 100, 86400000, "ms"},
+    {"max-files", OPT_I64, OPT_AT(max_files), 0, 1LL << 40, "files"},
     {"upload-limit", OPT_I64, OPT_AT(upload_limit), 1, 1LL << 40, "bytes"},
     {"threads", OPT_INT, OPT_AT(threads), 1, 256, "threads"},
     {"heartbeat", OPT_I64, OPT_AT(heartbeat_s), 1, 3600, "seconds"},
@@ -233,6 +236,7 @@ static void config_defaults(struct config *c)
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     c->body_limit = API_DEFAULT_BODY_LIMIT;
     c->default_storage = 20LL << 30;
+    c->max_files = 1000000;
     c->default_pending = 1000;
     c->storage_scan_ms = 15000;
     c->upload_limit = API_DEFAULT_UPLOAD_LIMIT;
@@ -626,7 +630,8 @@ static api_ctx *ctx_open(const struct config *cfg)
     /* Tenants' storage, measured in the background from now on (the first
      * walk may take a while on large volumes: the server does not wait). */
     if (!(ctx->stuse = stuse_start(ctx, cfg->storage_scan_ms,
-                                   cfg->default_storage > 0 ? cfg->default_storage : -1))) {
+                                   cfg->default_storage > 0 ? cfg->default_storage : -1,
+                                   cfg->max_files > 0 ? cfg->max_files : -1))) {
         fprintf(stderr, "cohortd: cannot start measuring tenants' storage\n");
         goto fail;
     }

@@ -5,6 +5,7 @@
  * token revocation and expiry; pagination.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <stdlib.h>
 #include <sys/time.h>
 #include <netinet/in.h>
@@ -1164,6 +1165,71 @@ Test(api_flow, storage_and_pending_quotas_hold)
     th_free(&r);
     r = put_bytes(other, "d.bin", 40000);
     cr_expect_eq(r.status, 201, "%s", r.body);
+    th_free(&r);
+}
+
+/* The files and directories one tenant keeps are bounded (--max-files), so
+ * that no tenant uses up the file system's inodes: a new file past the
+ * bound is refused 507, one that replaces a file still lands, a removal
+ * makes room; what a job writes counts at the next walk, and a tenant past
+ * the bound submits nothing. */
+Test(api_flow, a_tenants_file_count_is_bounded)
+{
+    char tok[80];
+    th_stop(&d);
+    const char *args[] = {"--storage-scan", "200", "--max-files", "10", NULL};
+    th_restart(&d, args);
+    th_user(&d, "acme", "alice", "member", tok);
+    /* workspaces/, ws, bin, bin/train, datasets/, mnist, raw, raw/...: 8 */
+    make_volumes(tok);
+    usleep(600 * 1000);
+    th_resp r = put_bytes(tok, "c1.bin", 10);
+    cr_expect_eq(r.status, 201, "%s", r.body);
+    th_free(&r);
+    r = put_bytes(tok, "c2.bin", 10);
+    cr_expect_eq(r.status, 201, "%s", r.body);
+    th_free(&r);
+    r = put_bytes(tok, "c3.bin", 10);
+    cr_expect_eq(r.status, 507, "an eleventh entry: %s", r.body);
+    cr_expect(strstr(r.body, "storage_quota_exceeded") && strstr(r.body, "files"), "%s", r.body);
+    th_free(&r);
+    th_expect(th_get(&d, "/v1/workspaces/ws/files/c3.bin", tok), 404);
+    r = put_bytes(tok, "c1.bin", 20); /* replaces: no new entry */
+    cr_expect_eq(r.status, 201, "%s", r.body);
+    th_free(&r);
+    r = th_get(&d, "/v1/quota", tok);
+    const cJSON *f = cJSON_GetObjectItem(r.json, "files");
+    cr_expect_eq(cJSON_GetNumberValue(cJSON_GetObjectItem(f, "limit")), 10, "%s", r.body);
+    cr_expect_eq(cJSON_GetNumberValue(cJSON_GetObjectItem(f, "used")), 10, "%s", r.body);
+    th_free(&r);
+    th_expect(th_del(&d, "/v1/workspaces/ws/files/c2.bin", tok), 204);
+    r = put_bytes(tok, "c3.bin", 10);
+    cr_expect_eq(r.status, 201, "after a removal: %s", r.body);
+    th_free(&r);
+    /* Files a job wrote (made here on disk, as a job's would be) count at
+     * the next walk: past the bound, the tenant submits nothing. */
+    char dir[600];
+    DIR *vd;
+    struct dirent *e;
+    snprintf(dir, sizeof dir, "%s/volumes", d.dir);
+    cr_assert_not_null(vd = opendir(dir));
+    long tenant = 0;
+    while ((e = readdir(vd)) != NULL)
+        if (atol(e->d_name) > 0)
+            tenant = atol(e->d_name);
+    closedir(vd);
+    cr_assert_gt(tenant, 0);
+    char cmd[900];
+    snprintf(cmd, sizeof cmd, "cd '%s/volumes/%ld' && w=$(ls | head -1) && "
+             "for i in 1 2 3 4; do : > \"$w/job-$i\"; done", d.dir, tenant);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    usleep(600 * 1000);
+    static const char job[] =
+        "{\"name\":\"w\",\"image\":\"native\",\"workspace\":\"ws\",\"code_path\":\"bin/train\","
+        "\"epochs\":1,\"lr\":0.1,\"batch_size\":8,\"worker_spec\":\"cpu-small\",\"worker_count\":1}";
+    r = th_post(&d, "/v1/jobs", tok, job);
+    cr_expect_eq(r.status, 507, "a tenant past the bound submitted: %s", r.body);
+    cr_expect(strstr(r.body, "files") != NULL, "%s", r.body);
     th_free(&r);
 }
 
