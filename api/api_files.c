@@ -232,71 +232,96 @@ out:
     up->state = NULL;
 }
 
-static void file_put(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_kind k)
+/* The name and mode of an upload, from its path and ?mode: 0, or -1
+ * answered. */
+static int upload_args(const api_req *rq, api_resp *rs, mode_t *mode)
 {
-    store_volume v;
     const char *path = rq->param[1];
     const char *m = rq->query(rq->h, "mode");
-    mode_t mode = 0644;
     if (m && strcmp(m, "644") && strcmp(m, "755")) {
         api_error(rs, 422, "invalid_value", "mode", "mode must be 644 or 755");
-        return;
+        return -1;
     }
-    if (m && !strcmp(m, "755"))
-        mode = 0755;
+    *mode = m && !strcmp(m, "755") ? 0755 : 0644;
     if (check_path(path, rs))
-        return;
+        return -1;
     const char *base = strrchr(path, '/');
     if (!strncmp(base ? base + 1 : path, TMP_PREFIX, strlen(TMP_PREFIX))) {
         api_error(rs, 422, "invalid_path", "path", "names starting %s are reserved", TMP_PREFIX);
-        return;
+        return -1;
     }
-    int root = volume_open(ctx, rq, rs, k, 1, &v);
-    if (root < 0)
-        return;
-    /* The tenant's storage quota: a body that says it is larger than what
-     * is left is refused at once; one that says nothing, where it passes. */
-    int64_t quota = stuse_quota(ctx->stuse, v.tenant_id), used = stuse_used(ctx->stuse, v.tenant_id);
+    return 0;
+}
+
+/* The tenant's storage quota (into *quota, *used): a body that says it is
+ * larger than what is left is refused at once; one that says nothing,
+ * where it passes.  0, or -1 answered. */
+static int upload_fits(api_ctx *ctx, const api_req *rq, api_resp *rs, int64_t tenant,
+                       int64_t *quota, int64_t *used)
+{
+    *quota = stuse_quota(ctx->stuse, tenant);
+    *used = stuse_used(ctx->stuse, tenant);
     const char *cl = rq->header(rq->h, "Content-Length");
-    if (quota >= 0 && (used >= quota || (cl && strtoll(cl, NULL, 10) > quota - used))) {
-        close(root);
+    if (*quota >= 0 && (*used >= *quota || (cl && strtoll(cl, NULL, 10) > *quota - *used))) {
         api_error(rs, 507, "storage_quota_exceeded", NULL,
                   "the tenant's workspaces and datasets hold %lld bytes of its %lld-byte quota: "
                   "this file does not fit (GET /v1/quota)",
-                  (long long)used, (long long)quota);
+                  (long long)*used, (long long)*quota);
+        return -1;
+    }
+    return 0;
+}
+
+/* A new file is one more entry of the tenant's: taken, or refused past the
+ * bound (one that replaces a file adds none).  0, or -1 answered. */
+static int upload_entry(api_ctx *ctx, api_resp *rs, struct upload_state *u, const char *leaf)
+{
+    struct stat sb;
+    if (fstatat(u->dir, leaf, &sb, AT_SYMLINK_NOFOLLOW) == 0)
+        return 0;
+    if (stuse_take_file(ctx->stuse, u->tenant) != 0) {
+        api_error(rs, 507, "storage_quota_exceeded", NULL,
+                  "the tenant's workspaces and datasets hold %lld files and directories, "
+                  "the most one tenant keeps: this file does not fit (GET /v1/quota)",
+                  (long long)stuse_files(ctx->stuse, u->tenant));
+        return -1;
+    }
+    u->new_file = 1;
+    return 0;
+}
+
+static void file_put(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_kind k)
+{
+    store_volume v;
+    const char *path = rq->param[1], *leaf;
+    mode_t mode;
+    int64_t quota, used;
+    struct upload_state *u = NULL;
+    api_upload *up = NULL;
+    if (upload_args(rq, rs, &mode) != 0)
+        return;
+    int root = volume_open(ctx, rq, rs, k, 1, &v);
+    if (root < 0)
+        return;
+    if (upload_fits(ctx, rq, rs, v.tenant_id, &quota, &used) != 0) {
+        close(root);
         return;
     }
-    const char *leaf;
-    struct upload_state *u = calloc(1, sizeof *u);
-    api_upload *up = calloc(1, sizeof *up);
+    u = calloc(1, sizeof *u);
+    up = calloc(1, sizeof *up);
     int dir = open_parent(root, path, 1, &leaf);
     close(root);
-    if (!u || !up) {
-        api_error(rs, 500, "internal", NULL, "out of memory");
+    if (!u || !up || dir < 0) {
+        if (dir < 0)
+            path_error(rs, -dir, path);
+        else
+            api_error(rs, 500, "internal", NULL, "out of memory");
         goto fail;
     }
-    if (dir < 0) {
-        path_error(rs, -dir, path);
+    *u = (struct upload_state){.dir = dir, .tenant = v.tenant_id, .quota = quota,
+                               .stuse = ctx->stuse, .mode = mode};
+    if (upload_entry(ctx, rs, u, leaf) != 0)
         goto fail;
-    }
-    u->dir = dir;
-    u->mode = mode;
-    u->tenant = v.tenant_id;
-    u->stuse = ctx->stuse;
-    /* A new file is one more entry of the tenant's: refused past the bound
-     * (one that replaces a file adds none). */
-    struct stat sb;
-    if (fstatat(dir, leaf, &sb, AT_SYMLINK_NOFOLLOW) != 0) {
-        if (stuse_take_file(ctx->stuse, v.tenant_id) != 0) {
-            api_error(rs, 507, "storage_quota_exceeded", NULL,
-                      "the tenant's workspaces and datasets hold %lld files and directories, "
-                      "the most one tenant keeps: this file does not fit (GET /v1/quota)",
-                      (long long)stuse_files(ctx->stuse, v.tenant_id));
-            close(dir);
-            goto fail;
-        }
-        u->new_file = 1;
-    }
     snprintf(u->leaf, sizeof u->leaf, "%s", leaf);
     snprintf(u->path, sizeof u->path, "%s", path);
     uint8_t rnd[8];
@@ -306,7 +331,6 @@ static void file_put(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_ki
     up->fd = openat(dir, u->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (up->fd < 0) {
         path_error(rs, errno, path);
-        close(dir);
         if (u->new_file)
             stuse_add_files(ctx->stuse, v.tenant_id, -1);
         goto fail;
@@ -315,15 +339,14 @@ static void file_put(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_ki
     up->quota_left = quota >= 0 ? (quota > used ? quota - used : 0) : -1;
     if (quota >= 0)
         up->reserve = upload_reserve;
-    u->tenant = v.tenant_id;
-    u->quota = quota;
-    u->stuse = ctx->stuse;
     up->state = u;
     up->finish = upload_finish;
     up->abort = upload_abort;
     rs->upload = up;
     return;
 fail:
+    if (dir >= 0)
+        close(dir);
     free(u);
     free(up);
 }
