@@ -53,8 +53,7 @@ static void repository(const char *ref, char *out, size_t n)
 int img_reference_pin(const char *ref, const char *digest, char *out, size_t n)
 {
     char repo[IMG_REF_MAX + 1];
-    if (strncmp(digest, "sha256:", 7) || strlen(digest) != 71 ||
-        strspn(digest + 7, "0123456789abcdef") != 64)
+    if (!util_digest_valid(digest))
         return -1;
     repository(ref, repo, sizeof repo);
     int w = snprintf(out, n, "%s@%s", repo, digest);
@@ -706,8 +705,7 @@ static int ref_memo_get(const img_cache *c, const img_source *src, char *digest,
     int ok = fgets(text, sizeof text, f) != NULL;
     fclose(f);
     text[strcspn(text, "\n")] = '\0';
-    if (!ok || strncmp(text, "sha256:", 7) || strlen(text) != 71 ||
-        strspn(text + 7, "0123456789abcdef") != 64 || dn < 72)
+    if (!ok || !util_digest_valid(text) || dn < UTIL_DIGEST_LEN + 1)
         return 0;
     memcpy(digest, text, 72); /* "sha256:" + 64 hex + NUL, checked above */
     return 1;

@@ -591,12 +591,86 @@ static store_rc heartbeat_write(store_tx *tx, void *arg)
     return rc;
 }
 
-void api_agent_heartbeat(api_ctx *ctx, const api_req *rq, api_resp *rs)
+/* One worker of a heartbeat's "workers", read into r's next slot: 0, or
+ * -1 answered. */
+static int report_worker(const cJSON *w, struct report *r, api_resp *rs)
 {
-    static const char *const fields[] = {"workers", "network", NULL};
     static const char *const wfields[] = {"id",     "state",  "exit_code", "signal",
                                           "message", "cpu_us", "memory_peak",
                                           "image_digest", NULL};
+    const char *state, *msg = NULL, *digest = NULL;
+    int64_t id, code = -1, sig = 0, cpu_us = -1, mem_peak = -1;
+    if (r->n == REPORT_MAX) {
+        api_error(rs, 413, "too_large", "workers", "at most %d workers a heartbeat", REPORT_MAX);
+        return -1;
+    }
+    if (!cJSON_IsObject(w)) {
+        api_error(rs, 400, "invalid_type", "workers", "each worker must be an object");
+        return -1;
+    }
+    if (api_fields_known(w, wfields, rs) || api_int(w, "id", 1, 1, INT64_MAX / 2, &id, rs) < 0 ||
+        api_str(w, "state", 1, 11, &state, rs) < 0 ||
+        api_int(w, "exit_code", 0, 0, 255, &code, rs) < 0 ||
+        api_int(w, "signal", 0, 0, 64, &sig, rs) < 0 || api_str(w, "message", 0, 255, &msg, rs) < 0 ||
+        api_int(w, "cpu_us", 0, 0, INT64_MAX / 2, &cpu_us, rs) < 0 ||
+        api_int(w, "memory_peak", 0, 0, INT64_MAX / 2, &mem_peak, rs) < 0 ||
+        api_str(w, "image_digest", 0, UTIL_DIGEST_LEN, &digest, rs) < 0)
+        return -1;
+    if (strcmp(state, "running") && strcmp(state, "exited") && strcmp(state, "failed") &&
+        strcmp(state, "starting")) {
+        api_error(rs, 422, "invalid_value", "workers",
+                  "state must be starting, running, exited or failed");
+        return -1;
+    }
+    if (digest && !util_digest_valid(digest)) {
+        api_error(rs, 422, "invalid_value", "image_digest", "image_digest must be sha256:HEX");
+        return -1;
+    }
+    snprintf(r->w[r->n].digest, sizeof r->w[r->n].digest, "%s", digest ? digest : "");
+    r->w[r->n].id = id;
+    r->w[r->n].exit_code = code;
+    r->w[r->n].signal = sig;
+    r->w[r->n].cpu_us = cpu_us;
+    r->w[r->n].memory_peak = mem_peak;
+    snprintf(r->w[r->n].state, sizeof r->w[r->n].state, "%s", state);
+    snprintf(r->w[r->n].message, sizeof r->w[r->n].message, "%s", msg ? msg : "");
+    r->n++;
+    return 0;
+}
+
+/* A heartbeat's body into r: its workers, and the network its agent runs
+ * now (an agent restarted with another --network: the node is that kind
+ * from now on; job networks only at an IPv4 address, as at registration).
+ * The parsed body into *in (the caller deletes it); 0, or -1 answered. */
+static int report_read(const api_req *rq, struct report *r, cJSON **in, api_resp *rs)
+{
+    static const char *const fields[] = {"workers", "network", NULL};
+    const char *net = NULL;
+    struct in_addr v4;
+    if (!(*in = api_parse_object(rq, rs)) || api_fields_known(*in, fields, rs))
+        return -1;
+    const cJSON *ws = cJSON_GetObjectItemCaseSensitive(*in, "workers");
+    if (ws && !cJSON_IsArray(ws)) {
+        api_error(rs, 400, "invalid_type", "workers", "'workers' must be an array");
+        return -1;
+    }
+    if (api_str(*in, "network", 0, 8, &net, rs) < 0)
+        return -1;
+    if (net && strcmp(net, "job") && strcmp(net, "host")) {
+        api_error(rs, 422, "invalid_value", "network", "network must be \"job\" or \"host\"");
+        return -1;
+    }
+    if (net && strcmp(net, rq->node->network) &&
+        (strcmp(net, "job") || inet_pton(AF_INET, rq->node->address, &v4) == 1))
+        snprintf(r->network, sizeof r->network, "%s", net);
+    for (const cJSON *w = ws ? ws->child : NULL; w; w = w->next)
+        if (report_worker(w, r, rs) != 0)
+            return -1;
+    return 0;
+}
+
+void api_agent_heartbeat(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
     cJSON *in = NULL;
     struct report *r = calloc(1, sizeof *r);
     if (!r) {
@@ -604,66 +678,8 @@ void api_agent_heartbeat(api_ctx *ctx, const api_req *rq, api_resp *rs)
         return;
     }
     r->node_id = rq->node->id;
-    if (!(in = api_parse_object(rq, rs)) || api_fields_known(in, fields, rs))
+    if (report_read(rq, r, &in, rs) != 0)
         goto out;
-    const cJSON *ws = cJSON_GetObjectItemCaseSensitive(in, "workers");
-    if (ws && !cJSON_IsArray(ws)) {
-        api_error(rs, 400, "invalid_type", "workers", "'workers' must be an array");
-        goto out;
-    }
-    /* An agent restarted with another --network: the node is that kind from
-     * now on (job networks only at an IPv4 address, as at registration). */
-    const char *net = NULL;
-    struct in_addr v4;
-    if (api_str(in, "network", 0, 8, &net, rs) < 0)
-        goto out;
-    if (net && strcmp(net, "job") && strcmp(net, "host")) {
-        api_error(rs, 422, "invalid_value", "network", "network must be \"job\" or \"host\"");
-        goto out;
-    }
-    if (net && strcmp(net, rq->node->network) &&
-        (strcmp(net, "job") || inet_pton(AF_INET, rq->node->address, &v4) == 1))
-        snprintf(r->network, sizeof r->network, "%s", net);
-    for (const cJSON *w = ws ? ws->child : NULL; w; w = w->next) {
-        const char *state, *msg = NULL, *digest = NULL;
-        int64_t id, code = -1, sig = 0, cpu_us = -1, mem_peak = -1;
-        if (r->n == REPORT_MAX) {
-            api_error(rs, 413, "too_large", "workers", "at most %d workers a heartbeat", REPORT_MAX);
-            goto out;
-        }
-        if (!cJSON_IsObject(w)) {
-            api_error(rs, 400, "invalid_type", "workers", "each worker must be an object");
-            goto out;
-        }
-        if (api_fields_known(w, wfields, rs) || api_int(w, "id", 1, 1, INT64_MAX / 2, &id, rs) < 0 ||
-            api_str(w, "state", 1, 11, &state, rs) < 0 ||
-            api_int(w, "exit_code", 0, 0, 255, &code, rs) < 0 ||
-            api_int(w, "signal", 0, 0, 64, &sig, rs) < 0 || api_str(w, "message", 0, 255, &msg, rs) < 0 ||
-            api_int(w, "cpu_us", 0, 0, INT64_MAX / 2, &cpu_us, rs) < 0 ||
-            api_int(w, "memory_peak", 0, 0, INT64_MAX / 2, &mem_peak, rs) < 0 ||
-            api_str(w, "image_digest", 0, 71, &digest, rs) < 0)
-            goto out;
-        if (strcmp(state, "running") && strcmp(state, "exited") && strcmp(state, "failed") &&
-            strcmp(state, "starting")) {
-            api_error(rs, 422, "invalid_value", "workers",
-                      "state must be starting, running, exited or failed");
-            goto out;
-        }
-        if (digest && (strncmp(digest, "sha256:", 7) || strlen(digest) != 71 ||
-                       strspn(digest + 7, "0123456789abcdef") != 64)) {
-            api_error(rs, 422, "invalid_value", "image_digest", "image_digest must be sha256:HEX");
-            goto out;
-        }
-        snprintf(r->w[r->n].digest, sizeof r->w[r->n].digest, "%s", digest ? digest : "");
-        r->w[r->n].id = id;
-        r->w[r->n].exit_code = code;
-        r->w[r->n].signal = sig;
-        r->w[r->n].cpu_us = cpu_us;
-        r->w[r->n].memory_peak = mem_peak;
-        snprintf(r->w[r->n].state, sizeof r->w[r->n].state, "%s", state);
-        snprintf(r->w[r->n].message, sizeof r->w[r->n].message, "%s", msg ? msg : "");
-        r->n++;
-    }
     /* Only alive, and known up (and of the same network): written with the
      * others within half a second. */
     int up = !strcmp(rq->node->state, "up");

@@ -76,6 +76,10 @@ int util_relpath_valid(const char *p, size_t len);
  * passes, so a reference can never be read as an option or a path.
  */
 int util_image_ref_valid(const char *ref);
+/* 1 when s is an image digest as Cohort keeps them: "sha256:" and 64
+ * lower-case hex digits, nothing else. */
+#define UTIL_DIGEST_LEN 71
+int util_digest_valid(const char *s);
 
 /*
  * Stops a background thread that sleeps on wake under lock: sets *stopping

@@ -132,14 +132,13 @@ int util_image_ref_valid(const char *ref)
         }
         return 1;
     }
-    if (*p == '@') { /* digest */
-        p++;
-        if (strncmp(p, "sha256:", 7) || strlen(p + 7) != 64)
-            return 0;
-        for (p += 7; *p; p++)
-            if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
-                return 0;
-        return 1;
-    }
+    if (*p == '@') /* digest */
+        return util_digest_valid(p + 1);
     return *p == '\0';
+}
+
+int util_digest_valid(const char *s)
+{
+    return !strncmp(s, "sha256:", 7) && strlen(s) == UTIL_DIGEST_LEN &&
+           strspn(s + 7, "0123456789abcdef") == 64;
 }

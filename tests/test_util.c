@@ -217,6 +217,17 @@ Test(util, image_references_are_strict)
     memcpy(longref, "h/", 2);
     longref[sizeof longref - 1] = '\0';
     cr_expect(!util_image_ref_valid(longref), "no bound on the length");
+    /* a digest alone: one check for cohortd, the agent and the references */
+    cr_expect(util_digest_valid("sha256:0123456789abcdef0123456789abcdef"
+                                "0123456789abcdef0123456789abcdef"));
+    static const char *const bad_digests[] = {
+        "", "sha256:", "sha512:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdeF",
+        "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde",
+        "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0",
+        "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcde\n", NULL};
+    for (int i = 0; bad_digests[i]; i++)
+        cr_expect(!util_digest_valid(bad_digests[i]), "accepted digest '%s'", bad_digests[i]);
 }
 
 /* The first rule in rules naming syscall, or NULL. */
