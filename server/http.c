@@ -618,19 +618,16 @@ static void budget_give(http_server *srv, size_t n, int unauth)
         __atomic_sub_fetch(&srv->unauth_held, n, __ATOMIC_RELAXED);
 }
 
-/* Authenticates and checks the body's bounds before any of it is read;
- * an upload route opens its file here. */
-static void admit(struct req_state *st)
+/* Who calls, and whether the caller's rate lets the request in: 0, or -1
+ * with the answer in st->rs. */
+static int admit_caller(struct req_state *st)
 {
     http_server *srv = st->srv;
     api_resp *rs = &st->rs;
-    st->admitted = 1;
     if (st->route->auth == API_AUTH_USER) {
         if (api_authenticate(srv->ctx, get_header(st->conn, MHD_HTTP_HEADER_AUTHORIZATION),
-                             &st->who, rs) != 0) {
-            st->ready = 1;
-            return;
-        }
+                             &st->who, rs) != 0)
+            return -1;
         st->rq.who = &st->who;
         /* One budget per tenant, whatever the number of its tokens; a
          * request costs what it makes the server read (request_cost). */
@@ -645,61 +642,76 @@ static void admit(struct req_state *st)
                       srv->rate_per_s, (long long)secs);
             rs->xname = "Retry-After";
             snprintf(rs->xvalue, sizeof rs->xvalue, "%lld", (long long)secs);
-            st->ready = 1;
-            return;
+            return -1;
         }
-    } else if (st->route->auth == API_AUTH_NONE && srv->rate &&
-               too_fast_unauth(st, rs)) {
-        st->ready = 1;
-        return;
+    } else if (st->route->auth == API_AUTH_NONE && srv->rate && too_fast_unauth(st, rs)) {
+        return -1;
     } else if (st->route->auth == API_AUTH_NODE) {
         if (api_authenticate_node(srv->ctx, get_header(st->conn, MHD_HTTP_HEADER_AUTHORIZATION),
-                                  &st->node, rs) != 0) {
-            st->ready = 1;
-            return;
-        }
+                                  &st->node, rs) != 0)
+            return -1;
         st->rq.node = &st->node;
+    }
+    return 0;
+}
+
+/* A JSON or raw body of len bytes: refused past its bound (from the
+ * headers, or once drained), or given its room in the shared budget.  0,
+ * or -1 answered. */
+static int admit_json(struct req_state *st, long long len)
+{
+    api_resp *rs = &st->rs;
+    /* Up to DRAIN_MAX an oversized body is read and dropped (take), and
+     * answered 413 at its end; past that, from the headers alone. */
+    if (len > (long long)st->body_limit && (st->unauth || len > DRAIN_MAX)) {
+        api_error(rs, 413, "too_large", NULL, "the body is larger than %zu bytes",
+                  st->body_limit);
+        return -1;
+    }
+    if (st->route->body == API_BODY_JSON && len > 0 &&
+        !content_type_json(get_header(st->conn, MHD_HTTP_HEADER_CONTENT_TYPE))) {
+        api_error(rs, 415, "unsupported_media_type", NULL,
+                  "send the body as Content-Type: application/json");
+        return -1;
+    }
+    /* A body of known length takes its room in the budget whole, or
+     * none: clients that all get part of it would all be refused. */
+    if (len > 0 && len <= (long long)st->body_limit) {
+        if (budget_take(st->srv, (size_t)len, st->unauth) == 0) {
+            st->body_held = (size_t)len;
+            st->reserved = 1;
+        } else {
+            st->busy = 1;
+        }
+    }
+    return 0;
+}
+
+/* Authenticates and checks the body's bounds before any of it is read;
+ * an upload route opens its file here. */
+static void admit(struct req_state *st)
+{
+    http_server *srv = st->srv;
+    api_resp *rs = &st->rs;
+    st->admitted = 1;
+    if (admit_caller(st) != 0) {
+        st->ready = 1;
+        return;
     }
     const char *cl = get_header(st->conn, MHD_HTTP_HEADER_CONTENT_LENGTH);
     long long len = cl ? strtoll(cl, NULL, 10) : 0;
     /* Before credentials, a few KiB: whoever has none is refused from the
      * headers (no drain), and a chunked body is cut there (take). */
-    int unauth = st->route->auth == API_AUTH_NONE;
-    st->unauth = unauth;
-    st->body_limit = unauth ? HTTP_UNAUTH_BODY_MAX : srv->ctx->body_limit;
+    st->unauth = st->route->auth == API_AUTH_NONE;
+    st->body_limit = st->unauth ? HTTP_UNAUTH_BODY_MAX : srv->ctx->body_limit;
     /* Both framings at once is how requests are smuggled: refused. */
     if (cl && get_header(st->conn, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
         api_error(rs, 400, "bad_request", NULL,
                   "send Content-Length or Transfer-Encoding, not both");
         st->ready = 1;
-        return;
-    }
-    if (st->route->body == API_BODY_JSON || st->route->body == API_BODY_RAW) {
-        /* Up to DRAIN_MAX an oversized body is read and dropped (take), and
-         * answered 413 at its end; past that, from the headers alone. */
-        if (len > (long long)st->body_limit && (unauth || len > DRAIN_MAX)) {
-            api_error(rs, 413, "too_large", NULL, "the body is larger than %zu bytes",
-                      st->body_limit);
+    } else if (st->route->body == API_BODY_JSON || st->route->body == API_BODY_RAW) {
+        if (admit_json(st, len) != 0)
             st->ready = 1;
-            return;
-        }
-        if (st->route->body == API_BODY_JSON && len > 0 &&
-            !content_type_json(get_header(st->conn, MHD_HTTP_HEADER_CONTENT_TYPE))) {
-            api_error(rs, 415, "unsupported_media_type", NULL,
-                      "send the body as Content-Type: application/json");
-            st->ready = 1;
-            return;
-        }
-        /* A body of known length takes its room in the budget whole, or
-         * none: clients that all get part of it would all be refused. */
-        if (len > 0 && len <= (long long)st->body_limit) {
-            if (budget_take(srv, (size_t)len, unauth) == 0) {
-                st->body_held = (size_t)len;
-                st->reserved = 1;
-            } else {
-                st->busy = 1;
-            }
-        }
     } else if (st->route->body == API_BODY_UPLOAD) {
         if (len > srv->ctx->upload_limit) {
             api_error(rs, 413, "too_large", NULL, "the file is larger than %lld bytes",
@@ -1012,6 +1024,49 @@ int http_bind(const char *host, int port, int *bound, char *err, size_t errlen)
 }
 
 
+/* The route labels of the request metrics: the API's routes, then
+ * /metrics, the console and everything else. */
+static void metrics_routes(http_server *s)
+{
+    int n = 0;
+    for (const api_route *r = api_routes(); r->pattern && n < METRICS_ROUTES - 3; r++)
+        labels[n++] = r->pattern;
+    s->route_metrics = n;
+    labels[n++] = "/metrics";
+    s->route_console = n;
+    labels[n++] = "console";
+    s->route_other = n;
+    labels[n++] = "other";
+    metrics_init(labels, n);
+}
+
+/* libmicrohttpd on the listening socket lfd, with the server's callbacks
+ * and bounds.  Its own connection limit (split among the pool's threads)
+ * lies well past ours, so that accept_policy is what refuses. */
+static struct MHD_Daemon *start_mhd(http_server *s, const http_config *cfg, unsigned flags,
+                                    MHD_socket lfd)
+{
+    return MHD_start_daemon(flags, 0, accept_policy, s, on_request, s,
+                            MHD_OPTION_LISTEN_SOCKET, lfd,
+                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
+                            MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)(s->max_conns * 2 + 64 * (cfg->threads + 1)),
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                            (unsigned)(cfg->max_conns_per_ip >= 0 ? cfg->max_conns_per_ip
+                                                                  : HTTP_DEFAULT_MAX_CONNS_PER_IP),
+                            MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)(cfg->idle_timeout_s > 0 ? cfg->idle_timeout_s
+                                                               : HTTP_DEFAULT_IDLE_TIMEOUT_S),
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                            MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
+                            /* what one connection may hold: its headers and a
+                             * read buffer (bodies are copied out as they come) */
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
+                            MHD_OPTION_END);
+}
+
 http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t errlen)
 {
     http_server *s = calloc(1, sizeof *s);
@@ -1030,16 +1085,7 @@ http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t 
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
-    int n = 0;
-    for (const api_route *r = api_routes(); r->pattern && n < METRICS_ROUTES - 3; r++)
-        labels[n++] = r->pattern;
-    s->route_metrics = n;
-    labels[n++] = "/metrics";
-    s->route_console = n;
-    labels[n++] = "console";
-    s->route_other = n;
-    labels[n++] = "other";
-    metrics_init(labels, n);
+    metrics_routes(s);
     int bound = 0;
     MHD_socket lfd = cfg->listen_fd >= 0 ? cfg->listen_fd
                                          : http_bind(cfg->host, cfg->port, &bound, err, errlen);
@@ -1060,27 +1106,7 @@ http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t 
     s->bodies_max = cfg->bodies_max > 0 ? cfg->bodies_max : HTTP_DEFAULT_BODIES_MAX;
     if (s->bodies_max < ctx->body_limit)
         s->bodies_max = ctx->body_limit;
-    /* libmicrohttpd's own limit (split among the pool's threads) lies well
-     * past ours, so that accept_policy is what refuses. */
-    s->d = MHD_start_daemon(flags, 0, accept_policy, s, on_request, s,
-                            MHD_OPTION_LISTEN_SOCKET, lfd,
-                            MHD_OPTION_THREAD_POOL_SIZE, (unsigned)cfg->threads,
-                            MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned)(s->max_conns * 2 + 64 * (cfg->threads + 1)),
-                            MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-                            (unsigned)(cfg->max_conns_per_ip >= 0 ? cfg->max_conns_per_ip
-                                                                  : HTTP_DEFAULT_MAX_CONNS_PER_IP),
-                            MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)(cfg->idle_timeout_s > 0 ? cfg->idle_timeout_s
-                                                               : HTTP_DEFAULT_IDLE_TIMEOUT_S),
-                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-                            MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
-                            /* what one connection may hold: its headers and a
-                             * read buffer (bodies are copied out as they come) */
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_CONN_MEMORY,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
-                            MHD_OPTION_END);
+    s->d = start_mhd(s, cfg, flags, lfd);
     if (!s->d) {
         snprintf(err, errlen, "cannot listen on %s:%d: %s", cfg->host, cfg->port,
                  errno ? strerror(errno) : "libmicrohttpd refused to start");
