@@ -355,11 +355,91 @@ static int cgroup_setup(const cJSON *cg, shim_spec *sp, char *err, size_t errlen
     return 0;
 }
 
+/* The spec's datasets, the paths hidden from the worker and its
+ * arguments, each refused past its bound, never cut: 0, or -1 with err. */
+static int lists(const cJSON *spec, shim_req *r, char *err, size_t errlen)
+{
+    const cJSON *d;
+    int na = 0;
+    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "datasets"))
+    {
+        const char *name = jget_str(d, "name"), *path = jget_str(d, "path");
+        if (!name || !util_name_valid(name) || !path || r->sp.ndatasets == SHIM_MAX_DATASETS)
+            return bad(err, errlen, "dataset %.64s is missing", name ? name : "?");
+        r->sp.ds_name[r->sp.ndatasets] = name;
+        r->sp.ds_path[r->sp.ndatasets++] = path;
+    }
+    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "hide"))
+    {
+        if (!cJSON_IsString(d) || d->valuestring[0] != '/')
+            return bad(err, errlen, "a path to hide is not an absolute path");
+        if (r->sp.nhide == SHIM_MAX_HIDE - 1) /* one left for the agent's own */
+            return bad(err, errlen, "more than %d paths to hide from the worker",
+                       SHIM_MAX_HIDE - 1);
+        r->sp.hide[r->sp.nhide++] = d->valuestring;
+    }
+    if (jget_str(r->json, "agent_dir"))
+        r->sp.hide[r->sp.nhide++] = jget_str(r->json, "agent_dir");
+    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "args"))
+    {
+        if (!cJSON_IsString(d))
+            return bad(err, errlen, "argument %d of the worker is not a string", na + 1);
+        if (na == SHIM_MAX_ARGS)
+            return bad(err, errlen, "the worker has more than %d arguments", SHIM_MAX_ARGS);
+        r->args[na++] = d->valuestring;
+    }
+    r->args[na] = NULL;
+    r->sp.args = r->args;
+    return 0;
+}
+
+/* The registry's credentials and pull token, taken out of the spec (they
+ * stay out of spec.json, kept only for the pull, a repeated key too): 0,
+ * or -1 with err. */
+static int credentials(const cJSON *spec, shim_req *r, char *err, size_t errlen)
+{
+    r->auth = cJSON_DetachItemFromObjectCaseSensitive((cJSON *)spec, "registry_auth");
+    while (cJSON_GetObjectItemCaseSensitive(spec, "registry_auth"))
+        cJSON_DeleteItemFromObjectCaseSensitive((cJSON *)spec, "registry_auth");
+    r->token = cJSON_DetachItemFromObjectCaseSensitive((cJSON *)spec, "registry_token");
+    while (cJSON_GetObjectItemCaseSensitive(spec, "registry_token"))
+        cJSON_DeleteItemFromObjectCaseSensitive((cJSON *)spec, "registry_token");
+    if (r->token && (!cJSON_IsString(r->token) || strlen(r->token->valuestring) > 8192 ||
+                     strspn(r->token->valuestring, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrs"
+                                                   "tuvwxyz0123456789-_.") !=
+                         strlen(r->token->valuestring)))
+        return bad(err, errlen, "the launch spec's registry token is not a JWT");
+    r->sp.image.token = r->token ? r->token->valuestring : NULL;
+    r->sp.image.username = jget_str(r->auth, "username");
+    r->sp.image.password = jget_str(r->auth, "password");
+    return 0;
+}
+
+/* The worker spec's share of the node (what its cgroup is limited to) and
+ * the supervision's timings: 0, or -1 with err. */
+static int resources(const cJSON *spec, shim_req *r, char *err, size_t errlen)
+{
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(spec, "resources");
+    const cJSON *cg = cJSON_GetObjectItemCaseSensitive(r->json, "cgroup");
+    r->sp.agent_lock = jget_str(r->json, "agent_lock");
+    r->sp.lease_ms = jget_int(r->json, "lease_ms", 30000);
+    r->sp.grace_ms = jget_int(r->json, "grace_ms", 10000);
+    if (cJSON_IsObject(cg) && cgroup_setup(cg, &r->sp, err, errlen) != 0)
+        return -1;
+    r->sp.id = jget_int(spec, "id", 0);
+    r->sp.cpu_milli = jget_int(res, "cpus", 0);
+    r->sp.memory_mb = jget_int(res, "memory_mb", 0);
+    if (r->sp.cpu_milli < 0 || r->sp.cpu_milli > 1000000 || r->sp.memory_mb < 0 ||
+        r->sp.memory_mb > ((int64_t)1 << 40))
+        return bad(err, errlen, "the worker spec's resources are out of range");
+    r->sp.cpu_milli *= 1000;
+    return 0;
+}
+
 int shim_req_parse(const char *text, shim_req *r, char *err, size_t errlen)
 {
-    const cJSON *spec, *ct, *d, *cg, *res;
+    const cJSON *spec, *ct;
     const char *fw;
-    int na = 0;
 
     memset(r, 0, sizeof *r);
     r->json = text ? cJSON_Parse(text) : NULL;
@@ -381,67 +461,10 @@ int shim_req_parse(const char *text, shim_req *r, char *err, size_t errlen)
     if (!r->sp.crun && strcmp(fw, "native") && !r->sp.launcher)
         return bad(err, errlen, "no launcher on this node for image %.60s (see --launcher)",
                    jget_str(spec, "image") ? jget_str(spec, "image") : fw);
-    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "datasets"))
-    {
-        const char *name = jget_str(d, "name"), *path = jget_str(d, "path");
-        if (!name || !util_name_valid(name) || !path || r->sp.ndatasets == SHIM_MAX_DATASETS)
-            return bad(err, errlen, "dataset %.64s is missing", name ? name : "?");
-        r->sp.ds_name[r->sp.ndatasets] = name;
-        r->sp.ds_path[r->sp.ndatasets++] = path;
-    }
-    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "hide"))
-    {
-        if (!cJSON_IsString(d) || d->valuestring[0] != '/')
-            return bad(err, errlen, "a path to hide is not an absolute path");
-        if (r->sp.nhide == SHIM_MAX_HIDE - 1) /* one left for the agent's own */
-            return bad(err, errlen, "more than %d paths to hide from the worker",
-                       SHIM_MAX_HIDE - 1);
-        r->sp.hide[r->sp.nhide++] = d->valuestring;
-    }
-    if (jget_str(r->json, "agent_dir"))
-        r->sp.hide[r->sp.nhide++] = jget_str(r->json, "agent_dir");
-    if (environment(spec, r, err, errlen) != 0 || (r->sp.netns && !r->sp.overlay && loopback_env(r, err, errlen)))
+    if (lists(spec, r, err, errlen) != 0 || environment(spec, r, err, errlen) != 0 ||
+        (r->sp.netns && !r->sp.overlay && loopback_env(r, err, errlen)) ||
+        resources(spec, r, err, errlen) != 0 || credentials(spec, r, err, errlen) != 0)
         return -1;
-    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "args"))
-    {
-        if (!cJSON_IsString(d))
-            return bad(err, errlen, "argument %d of the worker is not a string", na + 1);
-        if (na == SHIM_MAX_ARGS)
-            return bad(err, errlen, "the worker has more than %d arguments", SHIM_MAX_ARGS);
-        r->args[na++] = d->valuestring;
-    }
-    r->args[na] = NULL;
-    r->sp.args = r->args;
-    r->sp.agent_lock = jget_str(r->json, "agent_lock");
-    r->sp.lease_ms = jget_int(r->json, "lease_ms", 30000);
-    r->sp.grace_ms = jget_int(r->json, "grace_ms", 10000);
-    cg = cJSON_GetObjectItemCaseSensitive(r->json, "cgroup");
-    if (cJSON_IsObject(cg) && cgroup_setup(cg, &r->sp, err, errlen) != 0)
-        return -1;
-    /* The worker spec's share of the node: what its cgroup is limited to. */
-    res = cJSON_GetObjectItemCaseSensitive(spec, "resources");
-    r->sp.id = jget_int(spec, "id", 0);
-    r->sp.cpu_milli = jget_int(res, "cpus", 0);
-    r->sp.memory_mb = jget_int(res, "memory_mb", 0);
-    if (r->sp.cpu_milli < 0 || r->sp.cpu_milli > 1000000 || r->sp.memory_mb < 0 ||
-        r->sp.memory_mb > ((int64_t)1 << 40))
-        return bad(err, errlen, "the worker spec's resources are out of range");
-    r->sp.cpu_milli *= 1000;
-    /* Registry credentials stay out of spec.json (kept for the pull). */
-    r->auth = cJSON_DetachItemFromObjectCaseSensitive((cJSON *)spec, "registry_auth");
-    while (cJSON_GetObjectItemCaseSensitive(spec, "registry_auth")) /* a repeated key too */
-        cJSON_DeleteItemFromObjectCaseSensitive((cJSON *)spec, "registry_auth");
-    r->token = cJSON_DetachItemFromObjectCaseSensitive((cJSON *)spec, "registry_token");
-    while (cJSON_GetObjectItemCaseSensitive(spec, "registry_token"))
-        cJSON_DeleteItemFromObjectCaseSensitive((cJSON *)spec, "registry_token");
-    if (r->token && (!cJSON_IsString(r->token) || strlen(r->token->valuestring) > 8192 ||
-                     strspn(r->token->valuestring, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrs"
-                                                   "tuvwxyz0123456789-_.") !=
-                         strlen(r->token->valuestring)))
-        return bad(err, errlen, "the launch spec's registry token is not a JWT");
-    r->sp.image.token = r->token ? r->token->valuestring : NULL;
-    r->sp.image.username = jget_str(r->auth, "username");
-    r->sp.image.password = jget_str(r->auth, "password");
     r->note = cJSON_PrintUnformatted(spec);
     if (!r->note)
         return bad(err, errlen, "out of memory");
