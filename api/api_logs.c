@@ -260,6 +260,30 @@ static void scan_metrics(const char *data, size_t n, struct metrics *m)
     }
 }
 
+/* Appends to the log at fd as much of data[want] as the job's budget
+ * leaves: how many bytes, or -1 with rs set (the disk refused them, and
+ * what was not written is given back). */
+static int64_t append_budgeted(api_ctx *ctx, int fd, int64_t job, const char *data,
+                               size_t want, api_resp *rs)
+{
+    size_t n = (size_t)budget_take(ctx, job, (int64_t)want), done = 0;
+    while (done < n) {
+        ssize_t wr = write(fd, data + done, n - done);
+        if (wr < 0 && errno == EINTR)
+            continue;
+        if (wr < 0) {
+            int e = errno;
+            budget_give_back(ctx, job, (int64_t)(n - done));
+            api_error(rs, e == ENOSPC || e == EDQUOT ? 507 : 500,
+                      e == ENOSPC || e == EDQUOT ? "no_space" : "internal", NULL,
+                      "cannot write the log: %s", strerror(e));
+            return -1;
+        }
+        done += (size_t)wr;
+    }
+    return (int64_t)n;
+}
+
 void api_agent_log(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     store_worker w;
@@ -310,22 +334,10 @@ void api_agent_log(api_ctx *ctx, const api_req *rq, api_resp *rs)
     if (off <= size && (int64_t)rq->body_len > skip) {
         const char *data = rq->body + skip;
         size_t want = rq->body_len - (size_t)skip;
-        size_t n = (size_t)budget_take(ctx, w.job_id, (int64_t)want);
-        size_t done = 0;
-        while (done < n) {
-            ssize_t wr = write(fd, data + done, n - done);
-            if (wr < 0 && errno == EINTR)
-                continue;
-            if (wr < 0) {
-                int e = errno;
-                budget_give_back(ctx, w.job_id, (int64_t)(n - done));
-                api_error(rs, e == ENOSPC || e == EDQUOT ? 507 : 500,
-                          e == ENOSPC || e == EDQUOT ? "no_space" : "internal", NULL,
-                          "cannot write the log: %s", strerror(e));
-                goto out;
-            }
-            done += (size_t)wr;
-        }
+        int64_t got = append_budgeted(ctx, fd, w.job_id, data, want, rs);
+        if (got < 0)
+            goto out;
+        size_t n = (size_t)got;
         size += (int64_t)n;
         accepted = size;
         if (n < want) {
@@ -423,71 +435,93 @@ static void follow_done(api_stream *s)
     free(f);
 }
 
+/* What a log read asks for (GET /v1/jobs/{id}/logs). */
+struct log_ask {
+    int64_t job_id, rank, attempt, off, limit, tail;
+};
+
+/* The read's rank, attempt, offset, limit and tail for job j, each in its
+ * range: 0, or -1 answered. */
+static int log_ask_read(const api_req *rq, const store_job *j, struct log_ask *a, api_resp *rs)
+{
+    *a = (struct log_ask){j->id, query_int(rq, "rank", 0), query_int(rq, "attempt", j->attempt),
+                          query_int(rq, "offset", 0), query_int(rq, "limit", LOG_READ_DEFAULT),
+                          query_int(rq, "tail", 0)};
+    if (a->rank < 0 || a->rank >= j->worker_count) {
+        api_error(rs, 400, "invalid_value", "rank", "rank must be 0..%lld",
+                  (long long)j->worker_count - 1);
+        return -1;
+    }
+    if (a->attempt < 1 || a->attempt > j->attempt) {
+        api_error(rs, 400, "invalid_value", "attempt", "attempt must be 1..%lld",
+                  (long long)j->attempt);
+        return -1;
+    }
+    if (a->off < 0 || a->limit < 1 || a->limit > LOG_READ_MAX) {
+        api_error(rs, 400, "invalid_value", a->off < 0 ? "offset" : "limit",
+                  "offset is a byte offset; limit is 1..%d", LOG_READ_MAX);
+        return -1;
+    }
+    if (a->tail < 0 || a->tail > LOG_READ_MAX) {
+        api_error(rs, 400, "invalid_value", "tail", "tail is a byte count 1..%d", LOG_READ_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+/* ?follow=true: the log streamed from the offset as it grows, until the
+ * attempt ends. */
+static void log_follow(api_ctx *ctx, const struct log_ask *a, api_resp *rs)
+{
+    if (a->tail > 0) {
+        api_error(rs, 400, "invalid_value", "tail", "tail reads the end once: not with follow");
+        return;
+    }
+    struct follow *f = calloc(1, sizeof *f);
+    if (!f || log_path(ctx, a->job_id, a->attempt, a->rank, 0, f->path, sizeof f->path) != 0) {
+        free(f);
+        api_error(rs, 500, "internal", NULL, "out of memory");
+        return;
+    }
+    f->s = (api_stream){follow_read, follow_done, f};
+    f->ctx = ctx;
+    f->job_id = a->job_id;
+    f->attempt = a->attempt;
+    f->rank = a->rank;
+    f->fd = -1;
+    f->off = a->off;
+    rs->status = 200;
+    rs->ctype = "text/plain; charset=utf-8";
+    rs->stream = &f->s;
+}
+
 void api_job_logs(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     store_job j;
+    struct log_ask a;
     char path[4500];
     if (api_job_find(ctx, rq, &j, rs))
         return;
-    int64_t rank = query_int(rq, "rank", 0);
-    int64_t attempt = query_int(rq, "attempt", j.attempt);
-    int64_t off = query_int(rq, "offset", 0);
-    int64_t limit = query_int(rq, "limit", LOG_READ_DEFAULT);
-    int64_t tail = query_int(rq, "tail", 0);
-    int64_t job_id = j.id, world = j.worker_count, last = j.attempt;
+    int bad = log_ask_read(rq, &j, &a, rs);
     store_job_clear(&j);
-    if (rank < 0 || rank >= world) {
-        api_error(rs, 400, "invalid_value", "rank", "rank must be 0..%lld", (long long)world - 1);
+    if (bad)
         return;
-    }
-    if (attempt < 1 || attempt > last) {
-        api_error(rs, 400, "invalid_value", "attempt", "attempt must be 1..%lld", (long long)last);
-        return;
-    }
-    if (off < 0 || limit < 1 || limit > LOG_READ_MAX) {
-        api_error(rs, 400, "invalid_value", off < 0 ? "offset" : "limit",
-                  "offset is a byte offset; limit is 1..%d", LOG_READ_MAX);
-        return;
-    }
-    if (tail < 0 || tail > LOG_READ_MAX) {
-        api_error(rs, 400, "invalid_value", "tail", "tail is a byte count 1..%d", LOG_READ_MAX);
-        return;
-    }
     const char *follow = rq->query(rq->h, "follow");
     if (follow && !strcmp(follow, "true")) {
-        if (tail > 0) {
-            api_error(rs, 400, "invalid_value", "tail", "tail reads the end once: not with follow");
-            return;
-        }
-        struct follow *f = calloc(1, sizeof *f);
-        if (!f || log_path(ctx, job_id, attempt, rank, 0, f->path, sizeof f->path) != 0) {
-            free(f);
-            api_error(rs, 500, "internal", NULL, "out of memory");
-            return;
-        }
-        f->s = (api_stream){follow_read, follow_done, f};
-        f->ctx = ctx;
-        f->job_id = job_id;
-        f->attempt = attempt;
-        f->rank = rank;
-        f->fd = -1;
-        f->off = off;
-        rs->status = 200;
-        rs->ctype = "text/plain; charset=utf-8";
-        rs->stream = &f->s;
+        log_follow(ctx, &a, rs);
         return;
     }
-    int64_t size = 0;
+    int64_t size = 0, off = a.off, limit = a.limit;
     int fd = -1;
-    if (log_path(ctx, job_id, attempt, rank, 0, path, sizeof path) == 0 &&
+    if (log_path(ctx, a.job_id, a.attempt, a.rank, 0, path, sizeof path) == 0 &&
         (fd = open(path, O_RDONLY | O_CLOEXEC)) >= 0) {
         struct stat sb;
         fstat(fd, &sb);
         size = sb.st_size;
     }
-    if (tail > 0) { /* the last tail bytes, whatever the offset */
-        off = size > tail ? size - tail : 0;
-        limit = tail;
+    if (a.tail > 0) { /* the last tail bytes, whatever the offset */
+        off = size > a.tail ? size - a.tail : 0;
+        limit = a.tail;
     }
     if (off > size)
         off = size;

@@ -91,6 +91,7 @@ struct req_state {
     int reserved;       /* body_held is its whole Content-Length, taken at admit */
     int busy;           /* the budget had no room: drained, answered 503 */
     int unauth;         /* no credentials: its own, smaller share of the budget */
+    double cost;        /* what it was charged against its tenant's rate when it came */
     struct conn_watch *watch; /* its connection's, for the body's deadline; NULL: none */
     size_t body_limit;  /* this request's: the API's, or HTTP_UNAUTH_BODY_MAX */
     int64_t t0;
@@ -220,9 +221,11 @@ static enum MHD_Result respond(struct req_state *st)
             rs->fd = -1; /* libmicrohttpd closes it */
         st->bytes = (size_t)rs->fsize;
         /* A download costs its tenant one more per MiB, as an upload does:
-         * its size is known only now, so it is charged after the fact. */
-        if (r && st->rq.who && st->srv->rate && rs->fsize >= (1 << 20))
-            ratelimit_charge(st->srv->rate, st->who.user.tenant_id, (double)(rs->fsize >> 20),
+         * its size is known only now, so what the request did not pay for
+         * when it came (a log read pays for its limit) is charged now. */
+        double due = 1.0 + (double)(rs->fsize >> 20);
+        if (r && st->rq.who && st->srv->rate && due > st->cost)
+            ratelimit_charge(st->srv->rate, st->who.user.tenant_id, due - st->cost,
                              util_mono_ms());
     } else {
         r = MHD_create_response_from_buffer(rs->len, rs->body, MHD_RESPMEM_MUST_FREE);
@@ -631,8 +634,9 @@ static int admit_caller(struct req_state *st)
         st->rq.who = &st->who;
         /* One budget per tenant, whatever the number of its tokens; a
          * request costs what it makes the server read (request_cost). */
+        st->cost = request_cost(st);
         int64_t wait_ms = srv->rate ? ratelimit_take_n(srv->rate, st->who.user.tenant_id,
-                                                       request_cost(st), util_mono_ms())
+                                                       st->cost, util_mono_ms())
                                     : 0;
         if (wait_ms > 0) {
             int64_t secs = (wait_ms + 999) / 1000;
