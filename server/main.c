@@ -558,6 +558,32 @@ static int reserve_spend(const char *dir)
 
 /* Everything the API serves from: the data dir's store, logs, console,
  * admin token and scheduler.  NULL (and why on stderr) on failure. */
+/* DATA_DIR/volumes and what bounds them: btrfs quotas where the file
+ * system stops writes at a tenant's quota, and the measuring of tenants'
+ * storage in the background from now on (the first walk may take a while
+ * on large volumes: the server does not wait).  0, or -1 said on stderr. */
+static int open_volumes(api_ctx *ctx, const struct config *cfg)
+{
+    char vols[sizeof ctx->data_dir + 16], err[512];
+    snprintf(vols, sizeof vols, "%s/volumes", ctx->data_dir);
+    if (mkdir(vols, 0750) != 0 && errno != EEXIST) {
+        fprintf(stderr, "cohortd: %s: %s\n", vols, strerror(errno));
+        return -1;
+    }
+    if ((ctx->fsq = fsquota_open(vols, err, sizeof err)) != NULL)
+        printf("cohortd: volumes on btrfs: each a subvolume, a qgroup per tenant holding its "
+               "storage quota\n");
+    else if (strstr(err, "btrfs,"))
+        fprintf(stderr, "cohortd: %s: quotas are kept by measuring alone\n", err);
+    if (!(ctx->stuse = stuse_start(ctx, cfg->storage_scan_ms,
+                                   cfg->default_storage > 0 ? cfg->default_storage : -1,
+                                   cfg->max_files > 0 ? cfg->max_files : -1))) {
+        fprintf(stderr, "cohortd: cannot start measuring tenants' storage\n");
+        return -1;
+    }
+    return 0;
+}
+
 static api_ctx *ctx_open(const struct config *cfg)
 {
     char err[512], path[PATH_MAX];
@@ -615,26 +641,8 @@ static api_ctx *ctx_open(const struct config *cfg)
         fprintf(stderr, "cohortd: %s\n", err);
         goto fail;
     }
-    /* Volumes on btrfs: the file system stops writes at a tenant's quota. */
-    char vols[sizeof ctx->data_dir + 16];
-    snprintf(vols, sizeof vols, "%s/volumes", ctx->data_dir);
-    if (mkdir(vols, 0750) != 0 && errno != EEXIST) {
-        fprintf(stderr, "cohortd: %s: %s\n", vols, strerror(errno));
+    if (open_volumes(ctx, cfg) != 0)
         goto fail;
-    }
-    if ((ctx->fsq = fsquota_open(vols, err, sizeof err)) != NULL)
-        printf("cohortd: volumes on btrfs: each a subvolume, a qgroup per tenant holding its "
-               "storage quota\n");
-    else if (strstr(err, "btrfs,"))
-        fprintf(stderr, "cohortd: %s: quotas are kept by measuring alone\n", err);
-    /* Tenants' storage, measured in the background from now on (the first
-     * walk may take a while on large volumes: the server does not wait). */
-    if (!(ctx->stuse = stuse_start(ctx, cfg->storage_scan_ms,
-                                   cfg->default_storage > 0 ? cfg->default_storage : -1,
-                                   cfg->max_files > 0 ? cfg->max_files : -1))) {
-        fprintf(stderr, "cohortd: cannot start measuring tenants' storage\n");
-        goto fail;
-    }
     /* The registry's token signer and the key of secrets at rest, made at
      * the first start; several cohortd on one data dir make them once. */
     snprintf(ctx->registry, sizeof ctx->registry, "%s", cfg->registry);
@@ -663,10 +671,40 @@ static void keep_freed_memory(void)
     mallopt(M_TOP_PAD, 1 << 20);
 }
 
+/*
+ * The API served: bound, then published (DATA_DIR/cohortd.addr), then the
+ * reserve taken back (when it was spent), and only then served, so that no
+ * request lands in the room of the reserve on a full disk.  NULL, said on
+ * stderr, when it cannot be.
+ */
+static http_server *serve(const struct config *cfg, api_ctx *ctx, alog *access)
+{
+    char err[512], addr[300];
+    int bound = 0, lfd = http_bind(cfg->host, cfg->port, &bound, err, sizeof err);
+    if (lfd < 0) {
+        fprintf(stderr, "cohortd: %s\n", err);
+        return NULL;
+    }
+    snprintf(addr, sizeof addr, "%s:%d\n", cfg->host, bound);
+    if (write_file(cfg->data_dir, "cohortd.addr", addr, 0644) != 0)
+        fprintf(stderr, "cohortd: warning: cannot write %s/cohortd.addr\n", cfg->data_dir);
+    reserve_keep(cfg->data_dir); /* spent at this start: taken again where there is room */
+    http_config hc = {cfg->host,      bound,             cfg->threads,
+                      access,         cfg->max_conns,    cfg->max_conns_per_ip,
+                      cfg->idle_timeout_s, cfg->header_timeout_s, cfg->rate_per_s,
+                      cfg->rate_burst, cfg->bodies_max, lfd};
+    http_server *srv = http_start(&hc, ctx, err, sizeof err);
+    if (!srv) {
+        close(lfd);
+        fprintf(stderr, "cohortd: %s\n", err);
+    }
+    return srv;
+}
+
 int main(int argc, char **argv)
 {
     struct config cfg = {0};
-    char err[512], path[PATH_MAX];
+    char path[PATH_MAX];
     api_ctx *ctx = NULL;
     http_server *srv = NULL;
     alog *access = NULL;
@@ -694,29 +732,8 @@ int main(int argc, char **argv)
     access = open_access_log(&cfg, &failed);
     if (failed || !(ctx = ctx_open(&cfg)))
         goto out;
-    /* Bound, then published, then the reserve taken back (when it was
-     * spent), and only then served: no request lands in the room of the
-     * reserve on a full disk. */
-    int bound = 0, lfd = http_bind(cfg.host, cfg.port, &bound, err, sizeof err);
-    if (lfd < 0) {
-        fprintf(stderr, "cohortd: %s\n", err);
+    if (!(srv = serve(&cfg, ctx, access)))
         goto out;
-    }
-    char addr[300];
-    snprintf(addr, sizeof addr, "%s:%d\n", cfg.host, bound);
-    if (write_file(cfg.data_dir, "cohortd.addr", addr, 0644) != 0)
-        fprintf(stderr, "cohortd: warning: cannot write %s/cohortd.addr\n", cfg.data_dir);
-    reserve_keep(cfg.data_dir); /* spent at this start: taken again where there is room */
-    http_config hc = {cfg.host,      bound,             cfg.threads,
-                      access,        cfg.max_conns,     cfg.max_conns_per_ip,
-                      cfg.idle_timeout_s, cfg.header_timeout_s, cfg.rate_per_s,
-                      cfg.rate_burst, cfg.bodies_max, lfd};
-    srv = http_start(&hc, ctx, err, sizeof err);
-    if (!srv) {
-        close(lfd);
-        fprintf(stderr, "cohortd: %s\n", err);
-        goto out;
-    }
     if (api_uploads_sweep(cfg.data_dir) != 0)
         fprintf(stderr, "cohortd: warning: cannot look for unfinished uploads\n");
     printf("cohortd: listening on http://%s:%d (data dir %s, %s schema %d)\n", cfg.host,
