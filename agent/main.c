@@ -403,38 +403,51 @@ static int parse_args(int argc, char **argv, struct config *c)
 }
 
 /* Loads the node identity, or registers and saves it. */
-static int identity(struct config *c, client *cl, char *token, size_t tn, long long *node_id)
+/* The node's identity kept at path (node.json): 0 with *node_id and token
+ * filled, or -1 when there is none (said when it is damaged). */
+static int identity_load(const char *path, char *token, size_t tn, long long *node_id)
 {
-    char path[PATH_MAX], err[512];
-    snprintf(path, sizeof path, "%s/node.json", c->data_dir);
+    char buf[2048];
     FILE *f = fopen(path, "r");
-    if (f) {
-        char buf[2048];
-        size_t got = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[got] = '\0';
-        cJSON *o = cJSON_Parse(buf);
-        const cJSON *id = cJSON_GetObjectItem(o, "node_id"), *t = cJSON_GetObjectItem(o, "node_token");
-        int ok = cJSON_IsNumber(id) && cJSON_IsString(t);
-        if (ok) {
-            *node_id = (long long)id->valuedouble;
-            snprintf(token, tn, "%s", t->valuestring);
-        }
-        cJSON_Delete(o);
-        if (ok)
-            return 0;
-        fprintf(stderr, "cohort-agent: %s is damaged; registering again\n", path);
+    if (!f)
+        return -1;
+    size_t got = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[got] = '\0';
+    cJSON *o = cJSON_Parse(buf);
+    const cJSON *id = cJSON_GetObjectItem(o, "node_id"), *t = cJSON_GetObjectItem(o, "node_token");
+    int ok = cJSON_IsNumber(id) && cJSON_IsString(t);
+    if (ok) {
+        *node_id = (long long)id->valuedouble;
+        snprintf(token, tn, "%s", t->valuestring);
     }
-    if (!c->join_token) {
-        fprintf(stderr, "cohort-agent: not registered yet: --join-token is required\n");
+    cJSON_Delete(o);
+    if (!ok)
+        fprintf(stderr, "cohort-agent: %s is damaged; registering again\n", path);
+    return ok ? 0 : -1;
+}
+
+/* Keeps the node's identity at path, whole or not at all (0600, written
+ * aside and renamed): 0, or -1 said. */
+static int identity_save(const char *path, long long node_id, const char *token)
+{
+    char tmp[PATH_MAX + 8], text[512];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(text, sizeof text, "{\"node_id\":%lld,\"node_token\":\"%s\"}\n", node_id, token);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text) && fsync(fd) == 0;
+    if (fd >= 0)
+        close(fd);
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "cohort-agent: cannot save %s: %s\n", path, strerror(errno));
         return -1;
     }
-    char addr[256];
-    if (!c->address) {
-        if (route_address(c->server, addr, sizeof addr) != 0)
-            snprintf(addr, sizeof addr, "127.0.0.1");
-        c->address = addr;
-    }
+    return 0;
+}
+
+/* What the node says of itself when it registers. */
+static cJSON *register_body(const struct config *c)
+{
     cJSON *body = cJSON_CreateObject();
     cJSON_AddStringToObject(body, "join_token", c->join_token);
     cJSON_AddStringToObject(body, "name", c->name);
@@ -447,7 +460,28 @@ static int identity(struct config *c, client *cl, char *token, size_t tn, long l
     cJSON_AddNumberToObject(body, "port_lo", (double)c->port_lo);
     cJSON_AddNumberToObject(body, "port_hi", (double)c->port_hi);
     cJSON_AddStringToObject(body, "network", node_network);
-    cJSON *out = NULL;
+    return body;
+}
+
+/* The node's identity: the one kept in its data dir, or a new one from
+ * registering with the join token (kept then).  0, or -1 said. */
+static int identity(struct config *c, client *cl, char *token, size_t tn, long long *node_id)
+{
+    static char addr[256]; /* c->address points here from now on */
+    char path[PATH_MAX], err[512];
+    snprintf(path, sizeof path, "%s/node.json", c->data_dir);
+    if (identity_load(path, token, tn, node_id) == 0)
+        return 0;
+    if (!c->join_token) {
+        fprintf(stderr, "cohort-agent: not registered yet: --join-token is required\n");
+        return -1;
+    }
+    if (!c->address) {
+        if (route_address(c->server, addr, sizeof addr) != 0)
+            snprintf(addr, sizeof addr, "127.0.0.1");
+        c->address = addr;
+    }
+    cJSON *body = register_body(c), *out = NULL;
     long st;
     /* A server that is busy, limiting, down or unreachable is tried again
      * (up to 10 s apart, until stopped); a refusal (4xx) is final. */
@@ -474,17 +508,8 @@ static int identity(struct config *c, client *cl, char *token, size_t tn, long l
     *node_id = (long long)id->valuedouble;
     snprintf(token, tn, "%s", t->valuestring);
     cJSON_Delete(out);
-    char tmp[PATH_MAX + 8], text[512];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    snprintf(text, sizeof text, "{\"node_id\":%lld,\"node_token\":\"%s\"}\n", *node_id, token);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    int ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text) && fsync(fd) == 0;
-    if (fd >= 0)
-        close(fd);
-    if (!ok || rename(tmp, path) != 0) {
-        fprintf(stderr, "cohort-agent: cannot save %s: %s\n", path, strerror(errno));
+    if (identity_save(path, *node_id, token) != 0)
         return -1;
-    }
     printf("cohort-agent: registered as node %lld (%s, %lld CPUs, %lld MiB, %lld GPUs%s%s)\n",
            *node_id, c->name, c->cpus, c->memory_mb, c->gpus, c->gpu_type[0] ? " " : "",
            c->gpu_type);
