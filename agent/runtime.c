@@ -206,10 +206,63 @@ static void repair_dev_nodes(void)
     }
 }
 
+/* The hosts of "a,b,c" as a JSON array (empty ones and ones of 256 bytes
+ * or more left out). */
+static cJSON *host_list(const char *list)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (const char *p = list; p && *p;) {
+        size_t len = strcspn(p, ",");
+        char host[256];
+        if (len > 0 && len < sizeof host) {
+            snprintf(host, sizeof host, "%.*s", (int)len, p);
+            cJSON_AddItemToArray(a, cJSON_CreateString(host));
+        }
+        p += len + (p[len] == ',');
+    }
+    return a;
+}
+
+/*
+ * The agent's directories for containers: its data dir and image cache
+ * traversable by the tenants' uids (the agent's files keep their own 0600
+ * modes), crun's state dir (croot, 0700), the cache's real path (real_cache,
+ * PATH_MAX) walkable all the way, and cohort-init copied into it (init_copy)
+ * where the containers' uids reach it, whatever the modes of the
+ * directories the agent was installed in.  0, or -1 with err set.
+ */
+static int rt_dirs(const rt_config *c, const char *init, char *croot, size_t cn,
+                   char *real_cache, char *init_copy, size_t icn, char *err, size_t errlen)
+{
+    char cache[PATH_MAX + 16], probe[PATH_MAX + 8];
+    if (traversable_dir(c->data_dir, err, errlen) != 0)
+        return -1;
+    if (c->image_cache)
+        snprintf(cache, sizeof cache, "%s", c->image_cache);
+    else
+        snprintf(cache, sizeof cache, "%s/images", c->data_dir);
+    snprintf(croot, cn, "%s/crun", c->data_dir);
+    if (traversable_dir(cache, err, errlen) != 0 ||
+        (mkdir(croot, 0700) != 0 && errno != EEXIST)) {
+        if (!err[0])
+            snprintf(err, errlen, "%s: %s", croot, strerror(errno));
+        return -1;
+    }
+    if (!realpath(cache, real_cache)) {
+        snprintf(err, errlen, "%s: %s", cache, strerror(errno));
+        return -1;
+    }
+    snprintf(probe, sizeof probe, "%s/x", real_cache);
+    if (walkable(probe, err, errlen) != 0)
+        return -1;
+    snprintf(init_copy, icn, "%s/.cohort-init", real_cache);
+    return copy_program(init, init_copy, err, errlen);
+}
+
 cJSON *rt_open(const rt_config *c, char *err, size_t errlen)
 {
     char crun[PATH_MAX], skopeo[PATH_MAX], umoci[PATH_MAX], init[PATH_MAX + 32],
-        cache[PATH_MAX + 16], croot[PATH_MAX + 16];
+        croot[PATH_MAX + 16];
     if (fu_find_program("crun", crun, sizeof crun) != 0 ||
         fu_find_program("skopeo", skopeo, sizeof skopeo) != 0 ||
         fu_find_program("umoci", umoci, sizeof umoci) != 0) {
@@ -228,33 +281,9 @@ cJSON *rt_open(const rt_config *c, char *err, size_t errlen)
     repair_dev_nodes();
     /* Every directory on the way to an image's rootfs must be traversable
      * by the tenants' uids; the agent's files keep their own 0600 modes. */
-    if (traversable_dir(c->data_dir, err, errlen) != 0)
-        return NULL;
-    if (c->image_cache)
-        snprintf(cache, sizeof cache, "%s", c->image_cache);
-    else
-        snprintf(cache, sizeof cache, "%s/images", c->data_dir);
-    snprintf(croot, sizeof croot, "%s/crun", c->data_dir);
-    if (traversable_dir(cache, err, errlen) != 0 ||
-        (mkdir(croot, 0700) != 0 && errno != EEXIST)) {
-        if (!err[0])
-            snprintf(err, errlen, "%s: %s", croot, strerror(errno));
-        return NULL;
-    }
-    char real_cache[PATH_MAX];
-    if (!realpath(cache, real_cache)) {
-        snprintf(err, errlen, "%s: %s", cache, strerror(errno));
-        return NULL;
-    }
-    char probe[PATH_MAX + 8];
-    snprintf(probe, sizeof probe, "%s/x", real_cache);
-    if (walkable(probe, err, errlen) != 0)
-        return NULL;
-    /* cohort-init where the containers' uids can reach it, whatever the
-     * modes of the directories the agent was installed in. */
-    char init_copy[PATH_MAX + 32];
-    snprintf(init_copy, sizeof init_copy, "%s/.cohort-init", real_cache);
-    if (copy_program(init, init_copy, err, errlen) != 0)
+    char real_cache[PATH_MAX], init_copy[PATH_MAX + 32];
+    if (rt_dirs(c, init, croot, sizeof croot, real_cache, init_copy, sizeof init_copy, err,
+                errlen) != 0)
         return NULL;
     int seccomp = c->seccomp && strcmp(c->seccomp, "off");
     cJSON *profile = NULL;
@@ -278,16 +307,7 @@ cJSON *rt_open(const rt_config *c, char *err, size_t errlen)
     cJSON_AddNumberToObject(o, "image_cache_max", (double)c->image_cache_max);
     cJSON_AddNumberToObject(o, "resolve_ttl", (double)c->resolve_ttl_s);
     cJSON_AddStringToObject(o, "registry", c->registry);
-    cJSON *ins = cJSON_AddArrayToObject(o, "insecure");
-    for (const char *p = c->insecure; p && *p;) {
-        size_t len = strcspn(p, ",");
-        char host[256];
-        if (len > 0 && len < sizeof host) {
-            snprintf(host, sizeof host, "%.*s", (int)len, p);
-            cJSON_AddItemToArray(ins, cJSON_CreateString(host));
-        }
-        p += len + (p[len] == ',');
-    }
+    cJSON_AddItemToObject(o, "insecure", host_list(c->insecure));
     if (profile) /* converted once here, not by every worker's shim */
         cJSON_AddItemToObject(o, "seccomp", profile);
     return o;
