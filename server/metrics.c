@@ -68,7 +68,8 @@ static void tenant_spent(void *arg, const char *tenant, const char *currency, in
                     tenant, currency, (long long)amount);
 }
 
-void metrics_render(util_buf *b, store *st, sched_service *sched)
+/* The HTTP requests' counts by route and status, and their latencies. */
+static void render_http(util_buf *b)
 {
     util_buf_printf(b, "# HELP cohort_http_requests_total HTTP requests by route and status.\n"
                        "# TYPE cohort_http_requests_total counter\n");
@@ -103,6 +104,11 @@ void metrics_render(util_buf *b, store *st, sched_service *sched)
                     (double)__atomic_load_n(&hist_sum_us, __ATOMIC_RELAXED) / 1e6);
     util_buf_printf(b, "cohort_http_request_duration_seconds_count %llu\n",
                     (unsigned long long)__atomic_load_n(&hist_count, __ATOMIC_RELAXED));
+}
+
+/* The jobs by state, the store's writer and leadership. */
+static void render_store(util_buf *b, store *st)
+{
     util_buf_printf(b, "# HELP cohort_jobs Jobs by state.\n# TYPE cohort_jobs gauge\n");
     int64_t counts[JOB_NSTATES] = {0};
     store_job_state_counts(st, count_state, counts);
@@ -123,29 +129,40 @@ void metrics_render(util_buf *b, store *st, sched_service *sched)
                        "# TYPE cohort_scheduler_leader gauge\n"
                        "cohort_scheduler_leader %d\n",
                     store_leads(st));
-    if (sched) {
-        sched_stats ss;
-        sched_stats_get(sched, &ss);
-        util_buf_printf(b,
-                        "# HELP cohort_scheduler_pass_seconds Scheduler passes that planned "
-                        "(snapshot read to placements committed).\n"
-                        "# TYPE cohort_scheduler_pass_seconds summary\n"
-                        "cohort_scheduler_pass_seconds_sum %.6f\n"
-                        "cohort_scheduler_pass_seconds_count %llu\n"
-                        "# HELP cohort_scheduler_last_pass_seconds The last pass's time.\n"
-                        "# TYPE cohort_scheduler_last_pass_seconds gauge\n"
-                        "cohort_scheduler_last_pass_seconds %.6f\n"
-                        "# HELP cohort_scheduler_max_pass_seconds The longest pass since start.\n"
-                        "# TYPE cohort_scheduler_max_pass_seconds gauge\n"
-                        "cohort_scheduler_max_pass_seconds %.6f\n"
-                        "# HELP cohort_scheduler_last_pass_pending Pending jobs the last pass "
-                        "planned over.\n"
-                        "# TYPE cohort_scheduler_last_pass_pending gauge\n"
-                        "cohort_scheduler_last_pass_pending %lld\n",
-                        (double)ss.sum_us / 1e6, (unsigned long long)ss.passes,
-                        (double)ss.last_us / 1e6, (double)ss.max_us / 1e6,
-                        (long long)ss.last_pending);
-    }
+}
+
+/* The scheduler's passes. */
+static void render_sched(util_buf *b, sched_service *sched)
+{
+    sched_stats ss;
+    sched_stats_get(sched, &ss);
+    util_buf_printf(b,
+                    "# HELP cohort_scheduler_pass_seconds Scheduler passes that planned "
+                    "(snapshot read to placements committed).\n"
+                    "# TYPE cohort_scheduler_pass_seconds summary\n"
+                    "cohort_scheduler_pass_seconds_sum %.6f\n"
+                    "cohort_scheduler_pass_seconds_count %llu\n"
+                    "# HELP cohort_scheduler_last_pass_seconds The last pass's time.\n"
+                    "# TYPE cohort_scheduler_last_pass_seconds gauge\n"
+                    "cohort_scheduler_last_pass_seconds %.6f\n"
+                    "# HELP cohort_scheduler_max_pass_seconds The longest pass since start.\n"
+                    "# TYPE cohort_scheduler_max_pass_seconds gauge\n"
+                    "cohort_scheduler_max_pass_seconds %.6f\n"
+                    "# HELP cohort_scheduler_last_pass_pending Pending jobs the last pass "
+                    "planned over.\n"
+                    "# TYPE cohort_scheduler_last_pass_pending gauge\n"
+                    "cohort_scheduler_last_pass_pending %lld\n",
+                    (double)ss.sum_us / 1e6, (unsigned long long)ss.passes,
+                    (double)ss.last_us / 1e6, (double)ss.max_us / 1e6,
+                    (long long)ss.last_pending);
+}
+
+void metrics_render(util_buf *b, store *st, sched_service *sched)
+{
+    render_http(b);
+    render_store(b, st);
+    if (sched)
+        render_sched(b, sched);
     /* Tenant names are [a-z0-9._-]: nothing in them needs escaping in a label. */
     util_buf_printf(b, "# HELP cohort_tenant_running_workers Workers running now, by tenant.\n"
                        "# TYPE cohort_tenant_running_workers gauge\n"
