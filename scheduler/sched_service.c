@@ -233,6 +233,39 @@ static int free_port(store_tx *tx, const store_node *n, int64_t *port)
  * against the state of now first: the job still pending in that attempt,
  * every node up, undrained and with room.  STORE_CONFLICT when not.
  */
+/*
+ * What the plan saw, checked again as of this write: the tenant's money
+ * (two passes never hold the same money) and each node's state and room.
+ * Rank 0's node into *master.  STORE_OK, STORE_CONFLICT when it no longer
+ * fits, or the store's error.
+ */
+static int placement_still_fits(store_tx *tx, const sched_placement *pl, store_node *master)
+{
+    store_account acct;
+    int rc = store_account_get_tx(tx, pl->tenant_id, &acct);
+    if (rc != STORE_OK)
+        return rc;
+    if (acct.enforce || acct.monthly_cap >= 0) {
+        store_money m;
+        rc = store_money_tx(tx, pl->tenant_id, util_now_ms(), &m, NULL, NULL);
+        if (rc != STORE_OK)
+            return rc;
+        if (pl->need < 0 || pl->need > money_left(&m))
+            return STORE_CONFLICT;
+    }
+    for (int64_t r = 0; r < pl->workers / pl->per_node; r++) {
+        store_node n;
+        if (store_node_get_tx(tx, pl->nodes[r], &n) != STORE_OK || strcmp(n.state, "up") ||
+            n.drained || n.cpus - n.used_cpus < pl->per_node * pl->cpus ||
+            n.memory_mb - n.used_memory_mb < pl->per_node * pl->mem ||
+            n.gpus - n.used_gpus < pl->per_node * pl->gpus)
+            return STORE_CONFLICT;
+        if (r == 0)
+            *master = n;
+    }
+    return STORE_OK;
+}
+
 static int commit_placement(store_tx *tx, const sched_placement *pl)
 {
     int64_t m = pl->workers / pl->per_node;
@@ -248,29 +281,9 @@ static int commit_placement(store_tx *tx, const sched_placement *pl)
     store_job_clear(&j);
     if (!ok)
         return STORE_CONFLICT;
-    /* The money, again, as of this write: two passes never hold the same money. */
-    store_account acct;
-    rc = store_account_get_tx(tx, pl->tenant_id, &acct);
+    rc = placement_still_fits(tx, pl, &master);
     if (rc != STORE_OK)
         return rc;
-    if (acct.enforce || acct.monthly_cap >= 0) {
-        store_money m;
-        rc = store_money_tx(tx, pl->tenant_id, util_now_ms(), &m, NULL, NULL);
-        if (rc != STORE_OK)
-            return rc;
-        if (pl->need < 0 || pl->need > money_left(&m))
-            return STORE_CONFLICT;
-    }
-    for (int64_t r = 0; r < m; r++) {
-        store_node n;
-        if (store_node_get_tx(tx, pl->nodes[r], &n) != STORE_OK || strcmp(n.state, "up") ||
-            n.drained || n.cpus - n.used_cpus < pl->per_node * pl->cpus ||
-            n.memory_mb - n.used_memory_mb < pl->per_node * pl->mem ||
-            n.gpus - n.used_gpus < pl->per_node * pl->gpus)
-            return STORE_CONFLICT;
-        if (r == 0)
-            master = n;
-    }
     int64_t port;
     rc = free_port(tx, &master, &port);
     if (rc != STORE_OK)
@@ -290,13 +303,8 @@ static int commit_placement(store_tx *tx, const sched_placement *pl)
                 if (rc != STORE_OK)
                     break;
             }
-            store_worker w = {0};
-            w.job_id = pl->job_id;
-            w.attempt = pl->attempt;
-            w.rank = rank;
-            w.node_rank = r;
-            w.local_rank = l;
-            w.node_id = pl->nodes[r];
+            store_worker w = {.job_id = pl->job_id, .attempt = pl->attempt, .rank = rank,
+                              .node_rank = r, .local_rank = l, .node_id = pl->nodes[r]};
             rc = store_worker_insert(tx, &w);
         }
     }
