@@ -65,86 +65,109 @@ static int make(struct dataset *d, uint32_t n, float t[NCLASS][SIDE * SIDE], str
     return 0;
 }
 
-int train_mkdata_main(int argc, char **argv)
-{
-    const char *dir = NULL;
-    long long ntrain = 60000, ntest = 10000, seed = 7;
-    double noise = 60;
-    int gz = 0, status = 1;
-    static float t[NCLASS][SIDE * SIDE];
-    struct dataset tr = { 0 }, te = { 0 };
-    struct rng r;
-    char err[512];
+/* What mkdata is asked to write. */
+struct mkdata_args {
+    const char *dir;
+    long long ntrain, ntest, seed;
+    double noise;
+    int gz;
+};
 
+/* One "--name value" option at argv[*i] into a (*i moves past the value):
+ * 0, 1 when argv[*i] is no such option, or 2 said on stderr. */
+static int mkdata_value(int argc, char **argv, int *i, struct mkdata_args *a)
+{
+    const char *o = argv[*i];
+    long long *dst = !strcmp(o, "--train") ? &a->ntrain
+                     : !strcmp(o, "--test") ? &a->ntest
+                     : !strcmp(o, "--seed") ? &a->seed
+                                            : NULL;
+    char *end;
+    if (!dst && strcmp(o, "--noise"))
+        return 1;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "cohort-worker mkdata: %s needs a value\n", o);
+        return 2;
+    }
+    errno = 0;
+    if (dst) {
+        *dst = strtoll(argv[++*i], &end, 10);
+        if (errno || *end || *dst < 1 || *dst > DATA_MAX_ITEMS) {
+            fprintf(stderr, "cohort-worker mkdata: %s must be from 1 to %u\n", o, DATA_MAX_ITEMS);
+            return 2;
+        }
+        return 0;
+    }
+    a->noise = strtod(argv[++*i], &end);
+    if (errno || *end || !(a->noise >= 0 && a->noise <= 1000)) {
+        fprintf(stderr, "cohort-worker mkdata: --noise must be from 0 to 1000\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* The command line into a: 0, -1 when --help was answered, or 2 said. */
+static int mkdata_args_read(int argc, char **argv, struct mkdata_args *a)
+{
+    *a = (struct mkdata_args){NULL, 60000, 10000, 7, 60, 0};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        long long *dst = NULL;
-        if (!strcmp(a, "--gzip")) {
-            gz = 1;
+        const char *o = argv[i];
+        if (!strcmp(o, "--gzip")) {
+            a->gz = 1;
             continue;
         }
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+        if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
             printf("usage: cohort-worker mkdata DIR [--train N] [--test M] [--seed S] "
                    "[--noise SIGMA] [--gzip]\n"
                    "  writes a learnable synthetic data set (10 classes, 28x28) as\n"
                    "  DIR/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]\n");
-            return 0;
+            return -1;
         }
-        if (!strcmp(a, "--train"))
-            dst = &ntrain;
-        else if (!strcmp(a, "--test"))
-            dst = &ntest;
-        else if (!strcmp(a, "--seed"))
-            dst = &seed;
-        if (dst || !strcmp(a, "--noise")) {
-            char *end;
-            if (i + 1 >= argc) {
-                fprintf(stderr, "cohort-worker mkdata: %s needs a value\n", a);
-                return 2;
-            }
-            errno = 0;
-            if (dst) {
-                *dst = strtoll(argv[++i], &end, 10);
-                if (errno || *end || *dst < 1 || *dst > DATA_MAX_ITEMS) {
-                    fprintf(stderr, "cohort-worker mkdata: %s must be from 1 to %u\n", a,
-                            DATA_MAX_ITEMS);
-                    return 2;
-                }
-            } else {
-                noise = strtod(argv[++i], &end);
-                if (errno || *end || !(noise >= 0 && noise <= 1000)) {
-                    fprintf(stderr, "cohort-worker mkdata: --noise must be from 0 to 1000\n");
-                    return 2;
-                }
-            }
+        int v = mkdata_value(argc, argv, &i, a);
+        if (v == 0)
             continue;
-        }
-        if (a[0] == '-' || dir) {
-            fprintf(stderr, "cohort-worker mkdata: unexpected argument '%s' (see --help)\n", a);
+        if (v == 2)
+            return 2;
+        if (o[0] == '-' || a->dir) {
+            fprintf(stderr, "cohort-worker mkdata: unexpected argument '%s' (see --help)\n", o);
             return 2;
         }
-        dir = a;
+        a->dir = o;
     }
-    if (!dir) {
+    if (!a->dir) {
         fprintf(stderr, "cohort-worker mkdata: which directory? (see --help)\n");
         return 2;
     }
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
-        fprintf(stderr, "cohort-worker mkdata: %s: %s\n", dir, strerror(errno));
+    return 0;
+}
+
+int train_mkdata_main(int argc, char **argv)
+{
+    static float t[NCLASS][SIDE * SIDE];
+    struct dataset tr = { 0 }, te = { 0 };
+    struct mkdata_args a;
+    struct rng r;
+    char err[512];
+    int status = 1, rc = mkdata_args_read(argc, argv, &a);
+    if (rc != 0)
+        return rc < 0 ? 0 : rc;
+    if (mkdir(a.dir, 0755) < 0 && errno != EEXIST) {
+        fprintf(stderr, "cohort-worker mkdata: %s: %s\n", a.dir, strerror(errno));
         return 1;
     }
-    rng_seed(&r, (uint64_t)seed);
+    rng_seed(&r, (uint64_t)a.seed);
     templates(t, &r);
-    if (make(&tr, (uint32_t)ntrain, t, &r, noise) < 0 || make(&te, (uint32_t)ntest, t, &r, noise) < 0) {
+    if (make(&tr, (uint32_t)a.ntrain, t, &r, a.noise) < 0 ||
+        make(&te, (uint32_t)a.ntest, t, &r, a.noise) < 0) {
         fprintf(stderr, "cohort-worker mkdata: out of memory\n");
         goto out;
     }
-    if (data_write(dir, "train", &tr, gz, err, sizeof err) < 0 ||
-        data_write(dir, "t10k", &te, gz, err, sizeof err) < 0) {
+    if (data_write(a.dir, "train", &tr, a.gz, err, sizeof err) < 0 ||
+        data_write(a.dir, "t10k", &te, a.gz, err, sizeof err) < 0) {
         fprintf(stderr, "cohort-worker mkdata: %s\n", err);
         goto out;
     }
-    printf("wrote %lld training and %lld test items to %s\n", ntrain, ntest, dir);
+    printf("wrote %lld training and %lld test items to %s\n", a.ntrain, a.ntest, a.dir);
     status = 0;
 out:
     data_free(&tr);
