@@ -69,6 +69,65 @@ struct run {
     int status;    /* as waitpid gives it */
 };
 
+/* Keeps the last ERR_MAX-1 bytes of stderr in r->err (elen of them so far)
+ * with the n at buf added. */
+static void err_keep(struct run *r, const char *buf, size_t n, size_t *elen)
+{
+    if (n >= sizeof r->err - 1) {
+        memcpy(r->err, buf + n - (sizeof r->err - 1), sizeof r->err - 1);
+        *elen = sizeof r->err - 1;
+    } else {
+        if (*elen + n >= sizeof r->err) {
+            size_t drop = *elen + n - (sizeof r->err - 1);
+            memmove(r->err, r->err + drop, *elen - drop);
+            *elen -= drop;
+        }
+        memcpy(r->err + *elen, buf, n);
+        *elen += n;
+    }
+    r->err[*elen] = '\0';
+}
+
+/* Adds the n bytes at buf to r->out (room cap), up to OUT_MAX: past it,
+ * or out of memory, they are dropped. */
+static void out_add(struct run *r, const char *buf, size_t n, size_t *cap)
+{
+    if (r->out_len + n >= OUT_MAX)
+        return;
+    if (r->out_len + n + 1 > *cap) {
+        size_t nc = *cap ? *cap * 2 : 16384;
+        while (nc < r->out_len + n + 1)
+            nc *= 2;
+        char *nb = realloc(r->out, nc);
+        if (!nb)
+            return;
+        r->out = nb;
+        *cap = nc;
+    }
+    memcpy(r->out + r->out_len, buf, n);
+    r->out_len += n;
+    r->out[r->out_len] = '\0';
+}
+
+/* Starts argv with stdin on /dev/null, stdout on po[1] (or /dev/null when
+ * po is NULL) and stderr on pe[1], in the C locale (the tools speak English
+ * whatever the node's): its pid, or -1. */
+static pid_t spawn(char *const argv[], const int *po, const int *pe)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDWR);
+        dup2(null, 0);
+        dup2(po ? po[1] : null, 1);
+        dup2(pe[1], 2);
+        setenv("LC_ALL", "C", 1);
+        execvp(argv[0], argv);
+        dprintf(2, "cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    return pid;
+}
+
 /*
  * Runs argv with stdout captured when want_out, stderr always (its last
  * ERR_MAX bytes).  every_ms > 0 calls tick(arg) that often while it runs.
@@ -83,21 +142,10 @@ static int run(char *const argv[], int want_out, int every_ms, void (*tick)(void
         snprintf(r->err, sizeof r->err, "pipe: %s", strerror(errno));
         goto fail;
     }
-    pid_t pid = fork();
+    pid_t pid = spawn(argv, want_out ? po : NULL, pe);
     if (pid < 0) {
         snprintf(r->err, sizeof r->err, "fork: %s", strerror(errno));
         goto fail;
-    }
-    if (pid == 0) {
-        int null = open("/dev/null", O_RDWR);
-        dup2(null, 0);
-        dup2(want_out ? po[1] : null, 1);
-        dup2(pe[1], 2);
-        /* The tools speak English whatever the node's locale. */
-        setenv("LC_ALL", "C", 1);
-        execvp(argv[0], argv);
-        dprintf(2, "cannot run %s: %s\n", argv[0], strerror(errno));
-        _exit(127);
     }
     if (want_out)
         close(po[1]);
@@ -115,51 +163,19 @@ static int run(char *const argv[], int want_out, int every_ms, void (*tick)(void
             next = util_mono_ms() + every_ms;
         }
         char buf[8192];
-        if (pf[0].revents) {
-            ssize_t n = read(pe[0], buf, sizeof buf);
+        for (int k = 0; k < 2; k++) {
+            int *fd = k ? &po[0] : &pe[0];
+            if (*fd < 0 || !pf[k].revents)
+                continue;
+            ssize_t n = read(*fd, buf, sizeof buf);
             if (n <= 0) {
-                pf[0].fd = -1;
-                close(pe[0]);
-                pe[0] = -1;
+                close(*fd);
+                *fd = -1;
                 open_fds--;
+            } else if (k) {
+                out_add(r, buf, (size_t)n, &cap);
             } else {
-                /* keep the last ERR_MAX-1 bytes */
-                size_t add = (size_t)n;
-                if (add >= sizeof r->err - 1) {
-                    memcpy(r->err, buf + add - (sizeof r->err - 1), sizeof r->err - 1);
-                    elen = sizeof r->err - 1;
-                } else {
-                    if (elen + add >= sizeof r->err) {
-                        size_t drop = elen + add - (sizeof r->err - 1);
-                        memmove(r->err, r->err + drop, elen - drop);
-                        elen -= drop;
-                    }
-                    memcpy(r->err + elen, buf, add);
-                    elen += add;
-                }
-                r->err[elen] = '\0';
-            }
-        }
-        if (want_out && po[0] >= 0 && pf[1].revents) {
-            ssize_t n = read(po[0], buf, sizeof buf);
-            if (n <= 0) {
-                close(po[0]);
-                po[0] = -1;
-                open_fds--;
-            } else if (r->out_len + (size_t)n < OUT_MAX) {
-                if (r->out_len + (size_t)n + 1 > cap) {
-                    size_t nc = cap ? cap * 2 : 16384;
-                    while (nc < r->out_len + (size_t)n + 1)
-                        nc *= 2;
-                    char *nb = realloc(r->out, nc);
-                    if (!nb)
-                        continue;
-                    r->out = nb;
-                    cap = nc;
-                }
-                memcpy(r->out + r->out_len, buf, (size_t)n);
-                r->out_len += (size_t)n;
-                r->out[r->out_len] = '\0';
+                err_keep(r, buf, (size_t)n, &elen);
             }
         }
     }
@@ -545,13 +561,53 @@ static void skopeo_argv(char **argv, const img_cache *c, const img_source *src,
     argv[n] = NULL;
 }
 
+/*
+ * The unpacked image at tmp made a bundle of the cache: its root prepared
+ * (no device files, traversable by every worker's uid, its contents
+ * keeping the image's own modes), its configuration kept beside it, tmp
+ * renamed to bundle and marked ready with its digest and reference.  0, or
+ * -1 with err set.
+ */
+static int bundle_keep(const char *ref, const char *digest, const char *tmp, const char *bundle,
+                       const char *config, size_t config_len, char *err, size_t errlen)
+{
+    char rootfs[4300], path[4400];
+    snprintf(rootfs, sizeof rootfs, "%s/rootfs", tmp);
+    if (prepare_root(ref, rootfs, err, errlen) != 0)
+        return -1;
+    chmod(tmp, 0711);
+    chmod(rootfs, 0755);
+    snprintf(path, sizeof path, "%s/image.json", tmp);
+    FILE *f = fopen(path, "we");
+    int ok = f && fwrite(config, 1, config_len, f) == config_len;
+    if (f && fclose(f) != 0)
+        ok = 0;
+    if (!ok) {
+        snprintf(err, errlen, "image %.300s: cannot keep its configuration: %s", ref,
+                 strerror(errno));
+        return -1;
+    }
+    if (rename(tmp, bundle) != 0) {
+        snprintf(err, errlen, "image %.300s: cannot put it in the cache: %s", ref,
+                 strerror(errno));
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/.ready", bundle);
+    f = fopen(path, "we");
+    if (f) {
+        fprintf(f, "%s\n%s\n", digest, ref);
+        fclose(f);
+    }
+    return 0;
+}
+
 /* Pulls the image at digest and unpacks it into bundle (lock held). */
 static int pull_unpack(const img_cache *c, const img_source *src, const char *digest,
                        const char *authfile, const char *manifest, img_progress_fn progress,
                        void *arg, const char *bundle, char *err, size_t errlen)
 {
     char repo[IMG_REF_MAX], from[IMG_REF_MAX + 100], layout[4200], dest[4300], tmp[4200],
-        rootfs[4300], path[4400];
+        path[4400];
     struct run r = {0};
     int rc = -1;
     repository(src->reference, repo, sizeof repo);
@@ -598,37 +654,10 @@ static int pull_unpack(const img_cache *c, const img_source *src, const char *di
         free(config);
         goto out;
     }
-    snprintf(rootfs, sizeof rootfs, "%s/rootfs", tmp);
-    if (prepare_root(src->reference, rootfs, err, errlen) != 0) {
-        free(config);
-        goto out;
-    }
-    /* rootfs must be traversable by every worker's uid; its contents keep
-     * the image's own modes. */
-    chmod(tmp, 0711);
-    chmod(rootfs, 0755);
-    snprintf(path, sizeof path, "%s/image.json", tmp);
-    FILE *f = fopen(path, "we");
-    int ok = f && fwrite(config, 1, config_len, f) == config_len;
-    if (f && fclose(f) != 0)
-        ok = 0;
+    int kept = bundle_keep(src->reference, digest, tmp, bundle, config, config_len, err, errlen);
     free(config);
-    if (!ok) {
-        snprintf(err, errlen, "image %.300s: cannot keep its configuration: %s", src->reference,
-                 strerror(errno));
+    if (kept != 0)
         goto out;
-    }
-    if (rename(tmp, bundle) != 0) {
-        snprintf(err, errlen, "image %.300s: cannot put it in the cache: %s", src->reference,
-                 strerror(errno));
-        goto out;
-    }
-    snprintf(path, sizeof path, "%s/.ready", bundle);
-    f = fopen(path, "we");
-    if (f) {
-        fprintf(f, "%s\n%s\n", digest, src->reference);
-        fclose(f);
-    }
     fprintf(stderr, "cohort-shim: unpacked %s (%s) in %.1f s\n", src->reference, digest,
             (double)(util_mono_ms() - t1) / 1000.0);
     rc = 0;

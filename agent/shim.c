@@ -1059,22 +1059,36 @@ fail:
  * The container flavour of the shim: the image, the bundle, crun run in the
  * worker's cgroups (cg, NULL for none), the lease, and the status.
  */
-static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lockfd,
-                                                      const shim_spec *sp, cg_worker *cg)
+/* The container's volumes (its workspace, its datasets read-only) into b,
+ * and the GPU driver's files into drv with the variables env needs to find
+ * them (drv_env, the caller frees). */
+static void container_binds(const shim_spec *sp, const char *ws, char **env, struct binds *b,
+                            struct binds *drv, char *drv_env[2])
 {
-    char err[600], line[700], bundle[4200], config_path[4300], pidfile[4300], crun_log[4300],
-        prog[4200], ws[4200], id[64], host[256] = "localhost";
-    img_use use;
-    int progress_fd = dfd;
-    if (img_acquire(&sp->cache, &sp->image, on_progress, &progress_fd, &use, err, sizeof err) != 0)
-        give_up(dfd, "%s", err);
-    snprintf(line, sizeof line, "%s\n", use.digest);
-    put_file(dfd, "digest", line);
-    snprintf(line, sizeof line, "starting the container\n");
-    put_file(dfd, "phase", line);
+    char ds_dst[4200];
+    add_volume(b, sp->workspace, ws, 0);
+    for (int i = 0; i < sp->ndatasets; i++) {
+        snprintf(ds_dst, sizeof ds_dst, "%s/datasets/%s", sp->mount_root, sp->ds_name[i]);
+        add_volume(b, sp->ds_path[i], ds_dst, 1);
+    }
+    if (sp->devices && sp->devices[0] && sp->gpu_driver) {
+        char lib_dir[4200], bin_dir[4200];
+        snprintf(lib_dir, sizeof lib_dir, "%s/.nvidia/lib", sp->mount_root);
+        snprintf(bin_dir, sizeof bin_dir, "%s/.nvidia/bin", sp->mount_root);
+        driver_binds(drv, sp->gpu_driver, lib_dir, bin_dir);
+        if (drv->n > 0 && env && driver_env(env, lib_dir, bin_dir, drv_env) != 0)
+            drv->failed = 1;
+    }
+}
 
-    /* The image's conventions. */
-    snprintf(config_path, sizeof config_path, "%s/image.json", use.bundle);
+/* config.json of the worker's container over the image at use (its
+ * conventions: Env, Entrypoint), in the job's network: a string the
+ * caller frees.  Gives up, saying why, when it cannot be made. */
+static char *container_config(int dfd, const shim_spec *sp, const img_use *use)
+{
+    char err[600], config_path[4300], prog[4200], ws[4200], host[256] = "localhost";
+    char rootfs[4300], init_at[4200], netns[300], sys[300];
+    snprintf(config_path, sizeof config_path, "%s/image.json", use->bundle);
     char *img_text = read_text(config_path, 4 << 20);
     cJSON *img = img_text ? cJSON_Parse(img_text) : NULL;
     free(img_text);
@@ -1083,28 +1097,12 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
     path_join(prog, sizeof prog, ws, sp->program);
     char **env = container_env(sp, cJSON_GetObjectItemCaseSensitive(icfg, "Env"));
     char **argv = container_argv(sp, cJSON_GetObjectItemCaseSensitive(icfg, "Entrypoint"), prog);
-
-    struct binds b = {0};
-    char ds_dst[4200];
-    add_volume(&b, sp->workspace, ws, 0);
-    for (int i = 0; i < sp->ndatasets; i++) {
-        snprintf(ds_dst, sizeof ds_dst, "%s/datasets/%s", sp->mount_root, sp->ds_name[i]);
-        add_volume(&b, sp->ds_path[i], ds_dst, 1);
-    }
-    struct binds drv = {0};
+    struct binds b = {0}, drv = {0};
     char *drv_env[2] = {NULL, NULL};
-    if (sp->devices && sp->devices[0] && sp->gpu_driver) {
-        char lib_dir[4200], bin_dir[4200];
-        snprintf(lib_dir, sizeof lib_dir, "%s/.nvidia/lib", sp->mount_root);
-        snprintf(bin_dir, sizeof bin_dir, "%s/.nvidia/bin", sp->mount_root);
-        driver_binds(&drv, sp->gpu_driver, lib_dir, bin_dir);
-        if (drv.n > 0 && env && driver_env(env, lib_dir, bin_dir, drv_env) != 0)
-            drv.failed = 1;
-    }
+    container_binds(sp, ws, env, &b, &drv, drv_env);
     if (b.failed || drv.failed)
         give_up(dfd, "out of memory listing the container's mounts");
-    char rootfs[4300], init_at[4200], netns[300], sys[300];
-    snprintf(rootfs, sizeof rootfs, "%s/rootfs", use.bundle);
+    snprintf(rootfs, sizeof rootfs, "%s/rootfs", use->bundle);
     /* before seal_rootfs: /run/netns must be made in the node's mounts */
     if (sp->netns && (netns_ensure(sp->ip, sp->bridge, sp->netns, sp->overlay, sp->egress,
                                    netns, sizeof netns, err, sizeof err) != 0 ||
@@ -1129,13 +1127,31 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
     free(drv_env[1]);
     binds_free(&b);
     binds_free(&drv);
+    if (!config)
+        give_up(dfd, "%s", env && argv ? err : "out of memory");
+    return config;
+}
+
+static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lockfd,
+                                                      const shim_spec *sp, cg_worker *cg)
+{
+    char err[600], line[700], bundle[4200], config_path[4300], pidfile[4300], crun_log[4300],
+        id[64];
+    img_use use;
+    int progress_fd = dfd;
+    if (img_acquire(&sp->cache, &sp->image, on_progress, &progress_fd, &use, err, sizeof err) != 0)
+        give_up(dfd, "%s", err);
+    snprintf(line, sizeof line, "%s\n", use.digest);
+    put_file(dfd, "digest", line);
+    snprintf(line, sizeof line, "starting the container\n");
+    put_file(dfd, "phase", line);
+
+    char *config = container_config(dfd, sp, &use);
     path_join(bundle, sizeof bundle, state_dir, "bundle");
     path_join(config_path, sizeof config_path, bundle, "config.json");
     path_join(pidfile, sizeof pidfile, bundle, "init.pid");
     path_join(crun_log, sizeof crun_log, bundle, "crun.log");
     snprintf(id, sizeof id, "w%lld", (long long)sp->id);
-    if (!config)
-        give_up(dfd, "%s", env && argv ? err : "out of memory");
     if ((mkdir(bundle, 0700) != 0 && errno != EEXIST) || write_whole(config_path, config) != 0)
         give_up(dfd, "cannot write the container's configuration: %s", strerror(errno));
     free(config);

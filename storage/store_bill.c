@@ -229,6 +229,51 @@ static int live_cost(store_conn *c, int64_t job_id, int64_t attempt, int64_t pri
     return rc == STORE_DONE ? STORE_OK : rc;
 }
 
+/* A job's hold on its tenant's money, and what it has cost so far. */
+struct hold {
+    int64_t job, attempt, amount, price, cap, charged;
+    int bounded, active;
+};
+
+/* Every hold of the tenant, read whole into *holds (n of them; the caller
+ * frees): the live costs use statements of their own, and the caller's
+ * callback may write.  STORE_OK or the error. */
+static int holds_read(store_conn *c, int64_t tenant_id, struct hold **holds, size_t *n)
+{
+    static const char holds_sql[] =
+        "SELECT h.job_id, h.attempt, h.amount, h.bounded, j.price_per_hour,"
+        " coalesce(j.max_runtime_seconds, 0), j.state IN ('STARTING', 'RUNNING')"
+        "  AND j.attempt = h.attempt,"
+        " (SELECT coalesce(sum(l.amount), 0) FROM ledger l WHERE l.job_id = h.job_id"
+        "  AND l.attempt = h.attempt AND l.kind = 'charge')"
+        " FROM job_holds h JOIN jobs j ON j.id = h.job_id WHERE h.tenant_id = ?1"
+        " ORDER BY h.job_id, h.attempt";
+    size_t cap = 0;
+    int oom = 0, rc;
+    *holds = NULL;
+    *n = 0;
+    store_st *st = store_prep(c, holds_sql, STORE_ARGS(STORE_I(tenant_id)));
+    if (!st)
+        return STORE_EIO;
+    while (!oom && (rc = store_step(st)) == STORE_ROW) {
+        struct hold h = {
+            .job = store_col_int64(st, 0),
+            .attempt = store_col_int64(st, 1),
+            .amount = store_col_int64(st, 2),
+            .bounded = store_col_int(st, 3),
+            .price = store_col_int64(st, 4),
+            .cap = store_col_int64(st, 5),
+            .active = store_col_int(st, 6),
+            .charged = store_col_int64(st, 7),
+        };
+        UTIL_PUSH(*holds, *n, cap, h, &oom);
+    }
+    store_reset(st);
+    if (oom)
+        return STORE_NOMEM;
+    return rc == STORE_DONE ? STORE_OK : rc;
+}
+
 int store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money *out,
                    void (*unbounded)(void *arg, int64_t job_id), void *arg)
 {
@@ -239,20 +284,8 @@ int store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money 
      * scheduler pass. */
     static const char month_sql[] =
         "SELECT coalesce(sum(amount), 0) FROM usage_days WHERE tenant_id = ?1 AND day >= ?2";
-    static const char holds_sql[] =
-        "SELECT h.job_id, h.attempt, h.amount, h.bounded, j.price_per_hour,"
-        " coalesce(j.max_runtime_seconds, 0), j.state IN ('STARTING', 'RUNNING')"
-        "  AND j.attempt = h.attempt,"
-        " (SELECT coalesce(sum(l.amount), 0) FROM ledger l WHERE l.job_id = h.job_id"
-        "  AND l.attempt = h.attempt AND l.kind = 'charge')"
-        " FROM job_holds h JOIN jobs j ON j.id = h.job_id WHERE h.tenant_id = ?1"
-        " ORDER BY h.job_id, h.attempt";
-    struct hold {
-        int64_t job, attempt, amount, price, cap, charged;
-        int bounded, active;
-    };
     struct hold *holds = NULL;
-    size_t n = 0, cap = 0;
+    size_t n = 0;
     memset(out, 0, sizeof *out);
     store_conn *c = store_tx_conn(tx);
     int64_t one, month, next;
@@ -265,32 +298,8 @@ int store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money 
     util_month_bounds(now_ms, &month, &next);
     rc = store_int64(c, &out->spent_month, month_sql,
                      STORE_ARGS(STORE_I(tenant_id), STORE_I(month / 86400000)));
-    if (rc != STORE_OK)
-        return rc;
-    /* Every hold is read first (the live costs below use statements of
-     * their own, and unbounded() may write); as many as the tenant has. */
-    store_st *st = store_prep(c, holds_sql, STORE_ARGS(STORE_I(tenant_id)));
-    if (!st)
-        return STORE_EIO;
-    int oom = 0;
-    while (!oom && (rc = store_step(st)) == STORE_ROW) {
-        struct hold h = {
-            .job = store_col_int64(st, 0),
-            .attempt = store_col_int64(st, 1),
-            .amount = store_col_int64(st, 2),
-            .bounded = store_col_int(st, 3),
-            .price = store_col_int64(st, 4),
-            .cap = store_col_int64(st, 5),
-            .active = store_col_int(st, 6),
-            .charged = store_col_int64(st, 7),
-        };
-        UTIL_PUSH(holds, n, cap, h, &oom);
-    }
-    store_reset(st);
-    if (oom)
-        rc = STORE_NOMEM;
-    else
-        rc = rc == STORE_DONE ? STORE_OK : rc;
+    if (rc == STORE_OK)
+        rc = holds_read(c, tenant_id, &holds, &n);
     for (size_t i = 0; rc == STORE_OK && i < n; i++) {
         struct hold *h = &holds[i];
         int64_t live, running;
