@@ -24,4 +24,13 @@
 #undef gets
 #define gets(buf) COHORT_BANNED(gets)
 
+/* Where the code has moved to lib/fmt.h, a bare snprintf, whose cut goes
+ * unseen, does not compile either: fmt_whole or fmt_path where the text
+ * must be whole, fmt_cut where a cut is meant (COHORT_FMT_STRICT, set per
+ * target in CMakeLists.txt as each part moves). */
+#ifdef COHORT_FMT_STRICT
+#undef snprintf
+#define snprintf(...) sorry_snprintf_is_banned_here_use_fmt_whole_or_fmt_cut
+#endif
+
 #endif

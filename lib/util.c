@@ -3,6 +3,7 @@
  * layer.  Owns nothing beyond the buffers callers pass in.
  */
 #include "lib/util.h"
+#include "lib/fmt.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -132,12 +133,12 @@ void util_rfc3339(int64_t ms, char out[32])
     unsigned mo, d;
     civil(days, &y, &mo, &d);
     char b[96];
-    int n = snprintf(b, sizeof b, "%04d-%02u-%02uT%02u:%02u:%02u.%03uZ", y, mo, d,
-                     (unsigned)(sod / 3600), (unsigned)(sod / 60 % 60), (unsigned)(sod % 60),
-                     (unsigned)(ms - secs * 1000));
-    if (n < 0 || n > 31) /* only for years past 9999 */
-        n = 31;
-    memcpy(out, b, (size_t)n);
+    /* cut at 31 only for years past 9999 */
+    fmt_cut(b, sizeof b, "%04d-%02u-%02uT%02u:%02u:%02u.%03uZ", y, mo, d,
+            (unsigned)(sod / 3600), (unsigned)(sod / 60 % 60), (unsigned)(sod % 60),
+            (unsigned)(ms - secs * 1000));
+    size_t n = strlen(b) > 31 ? 31 : strlen(b);
+    memcpy(out, b, n);
     out[n] = '\0';
 }
 

@@ -2,6 +2,7 @@
  * sched_life: job state changes driven by its workers.
  */
 #include "scheduler/sched_life.h"
+#include "lib/fmt.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -37,17 +38,17 @@ static void describe(store_tx *tx, const store_worker *w, char *out, size_t n)
     store_node nd;
     const char *node = store_node_get_tx(tx, w->node_id, &nd) == STORE_OK ? nd.name : "?";
     if (!strcmp(w->state, "lost"))
-        snprintf(out, n, "rank %lld on node %s was lost (%.150s)", (long long)w->rank, node,
+        fmt_cut(out, n, "rank %lld on node %s was lost (%.150s)", (long long)w->rank, node,
                  w->message[0] ? w->message : "node down");
     else if (!strcmp(w->state, "failed"))
-        snprintf(out, n, "rank %lld on node %s failed to start: %.150s", (long long)w->rank, node,
+        fmt_cut(out, n, "rank %lld on node %s failed to start: %.150s", (long long)w->rank, node,
                  w->message);
     else if (w->signal)
-        snprintf(out, n, "rank %lld on node %s was killed by signal %lld%s%.150s%s",
+        fmt_cut(out, n, "rank %lld on node %s was killed by signal %lld%s%.150s%s",
                  (long long)w->rank, node, (long long)w->signal, w->message[0] ? " (" : "",
                  w->message, w->message[0] ? ")" : "");
     else
-        snprintf(out, n, "rank %lld on node %s exited with status %lld%s%.150s%s",
+        fmt_cut(out, n, "rank %lld on node %s exited with status %lld%s%.150s%s",
                  (long long)w->rank, node, (long long)w->exit_code, w->message[0] ? " (" : "",
                  w->message, w->message[0] ? ")" : "");
 }
@@ -78,7 +79,7 @@ store_rc sched_job_eval(store_tx *tx, int64_t job_id)
         if (rc != STORE_OK)
             goto out;
         if (j.attempt <= j.max_retries) {
-            snprintf(why, sizeof why, "attempt %lld failed: %s; retrying (%lld of %lld)",
+            fmt_cut(why, sizeof why, "attempt %lld failed: %s; retrying (%lld of %lld)",
                      (long long)j.attempt, what, (long long)j.attempt, (long long)j.max_retries);
             rc = store_job_transition(tx, j.id, j.state, JOB_PENDING, why);
             if (rc == STORE_OK)
@@ -89,7 +90,7 @@ store_rc sched_job_eval(store_tx *tx, int64_t job_id)
     } else {
         /* A rank that exited has started: RUNNING comes first even then. */
         if (j.state == JOB_STARTING && t.running + t.ok == t.total) {
-            snprintf(why, sizeof why, "all %lld ranks started", (long long)t.total);
+            fmt_cut(why, sizeof why, "all %lld ranks started", (long long)t.total);
             rc = store_job_transition(tx, j.id, JOB_STARTING, JOB_RUNNING, why);
             j.state = JOB_RUNNING;
         }

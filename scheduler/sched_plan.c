@@ -5,6 +5,7 @@
  * of the same pass sees the cluster and the tenant as they will be.
  */
 #include "scheduler/sched_plan.h"
+#include "lib/fmt.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,13 +193,13 @@ static const char *over_quota(const struct plan *p, const sched_job *j, const st
         if (q->tenant_id != j->tenant_id)
             continue;
         if (q->max_running_jobs >= 0 && u->jobs + 1 > q->max_running_jobs)
-            snprintf(buf, n, "quota: max_running_jobs %lld reached", (long long)q->max_running_jobs);
+            fmt_cut(buf, n, "quota: max_running_jobs %lld reached", (long long)q->max_running_jobs);
         else if (q->max_workers >= 0 && u->workers + j->workers > q->max_workers)
-            snprintf(buf, n, "quota: max_workers %lld", (long long)q->max_workers);
+            fmt_cut(buf, n, "quota: max_workers %lld", (long long)q->max_workers);
         else if (q->max_cpus >= 0 && u->cpus + j->workers * j->cpus > q->max_cpus)
-            snprintf(buf, n, "quota: max_cpus %lld", (long long)q->max_cpus);
+            fmt_cut(buf, n, "quota: max_cpus %lld", (long long)q->max_cpus);
         else if (q->max_gpus >= 0 && u->gpus + j->workers * j->gpus > q->max_gpus)
-            snprintf(buf, n, "quota: max_gpus %lld", (long long)q->max_gpus);
+            fmt_cut(buf, n, "quota: max_gpus %lld", (long long)q->max_gpus);
         else
             return NULL;
         return buf;
@@ -211,12 +212,12 @@ static const char *over_budget(const sched_budget *b, const sched_pending *t, ch
     if (!b)
         return NULL;
     if (strcmp(b->currency, t->currency) != 0)
-        snprintf(buf, n, "budget: the job is priced in %s, the tenant's account is in %s",
+        fmt_cut(buf, n, "budget: the job is priced in %s, the tenant's account is in %s",
                  t->currency, b->currency);
     else if (t->hold < 0 || t->need < 0)
-        snprintf(buf, n, "budget: the job's price over its run is past what an account can hold");
+        fmt_cut(buf, n, "budget: the job's price over its run is past what an account can hold");
     else if (t->need > b->left)
-        snprintf(buf, n,
+        fmt_cut(buf, n,
                  "budget: admitting it holds %lld %s, %lld %s is left to hold (balance %lld, "
                  "set aside for running jobs %lld)",
                  (long long)t->need, b->currency, (long long)(b->left > 0 ? b->left : 0),
@@ -309,7 +310,7 @@ static void place(struct plan *p, const sched_job *j, const sched_pending *t, in
 static void leave_waiting(struct plan *p, const sched_job *j, int64_t pos, const char *why)
 {
     sched_wait w = {j->id, pos, ""};
-    snprintf(w.reason, sizeof w.reason, "%.159s", why ? why : "resources");
+    fmt_cut(w.reason, sizeof w.reason, "%.159s", why ? why : "resources");
     UTIL_PUSH(p->out->waits, p->out->nwaits, p->capwaits, w, &p->oom);
 }
 
@@ -353,7 +354,7 @@ int sched_plan(const sched_snapshot *s, sched_decisions *out)
                                 sched_cluster_place(cl, j, shape, idx) == 0)) {
             /* Behind a blocked head only a job that ends before the head's
              * reservation may start (backfill); the others wait. */
-            snprintf(why, sizeof why,
+            fmt_cut(why, sizeof why,
                      shadow == INT64_MAX
                          ? "resources: waiting behind job %lld"
                          : "resources: waiting behind job %lld (backfill only for jobs whose "

@@ -4,6 +4,7 @@
  * commits the placements, each checked again against the state of now.
  */
 #include "scheduler/sched_service.h"
+#include "lib/fmt.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -165,7 +166,7 @@ static void add_pending(void *arg, const store_job_brief *b)
     if (b->max_runtime_seconds > 0)
         t.estimated_max =
             store_bill_estimate(b->price_per_hour, b->worker_count, b->max_runtime_seconds);
-    snprintf(t.currency, sizeof t.currency, "%s", b->currency);
+    fmt_cut(t.currency, sizeof t.currency, "%s", b->currency);
     UTIL_PUSH(p->pend, p->npend, p->cappend, t, &p->oom);
 }
 
@@ -213,7 +214,7 @@ static int read_budgets(store_tx *tx, struct pass *p)
         if (rc != STORE_OK)
             break;
         sched_budget b = {ids.v[i], money_left(&m), m.acct.balance, m.reserved, ""};
-        snprintf(b.currency, sizeof b.currency, "%s", m.acct.currency);
+        fmt_cut(b.currency, sizeof b.currency, "%s", m.acct.currency);
         UTIL_PUSH(p->bud, p->nbud, p->capbud, b, &p->oom);
     }
     free(ids.v);
@@ -318,7 +319,7 @@ static int commit_placement(store_tx *tx, const sched_placement *pl)
         rc = store_hold_put(tx, pl->job_id, pl->attempt, pl->tenant_id,
                             pl->hold < 0 ? STORE_MONEY_MAX : pl->hold, pl->bounded, util_now_ms());
     char why[128];
-    snprintf(why, sizeof why, "placed: %lld x %lld workers, rank 0 on %s", (long long)m,
+    fmt_cut(why, sizeof why, "placed: %lld x %lld workers, rank 0 on %s", (long long)m,
              (long long)pl->per_node, master.name);
     if (rc == STORE_OK)
         rc = store_job_transition(tx, pl->job_id, JOB_PENDING, JOB_STARTING, why);
@@ -437,7 +438,7 @@ static int stop_exhausted(struct tick *t)
             continue;
         }
         char why[256];
-        snprintf(why, sizeof why,
+        fmt_cut(why, sizeof why,
                  "budget_exhausted: %lld %s left to spend (balance %lld) would not pay for "
                  "%lld s more of the tenant's jobs without max_runtime_seconds",
                  (long long)(left > 0 ? left : 0), m.acct.currency, (long long)m.acct.balance,
@@ -471,7 +472,7 @@ static store_rc tick(store_tx *tx, void *arg)
         rc = STORE_NOMEM;
     for (size_t i = 0; rc == STORE_OK && i < s.ids.n; i++) {
         char why[128];
-        snprintf(why, sizeof why, "timeout: ran longer than max_runtime_seconds (%lld)",
+        fmt_cut(why, sizeof why, "timeout: ran longer than max_runtime_seconds (%lld)",
                  (long long)s.limits.v[i]);
         int r = sched_job_end(tx, 0, s.ids.v[i], JOB_FAILED, why);
         if (r != STORE_OK && r != STORE_JOB_FINAL)
@@ -611,7 +612,7 @@ sched_service *sched_start(store *st, const sched_config *cfg, char *err, size_t
 {
     sched_service *s = calloc(1, sizeof *s);
     if (!s) {
-        snprintf(err, errlen, "out of memory");
+        fmt_cut(err, errlen, "out of memory");
         return NULL;
     }
     s->st = st;
@@ -629,7 +630,7 @@ sched_service *sched_start(store *st, const sched_config *cfg, char *err, size_t
     s->woken = 1; /* a first pass at once */
     s->counter = s->epoch = (uint64_t)util_now_ms(); /* never below a previous run's */
     if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
-        snprintf(err, errlen, "cannot start the scheduler thread");
+        fmt_cut(err, errlen, "cannot start the scheduler thread");
         pthread_mutex_destroy(&s->lock);
         pthread_mutex_destroy(&s->fit_lock);
         pthread_mutex_destroy(&s->ver_lock);
@@ -768,9 +769,9 @@ int64_t sched_position(sched_service *s, int64_t job_id, char *reason, size_t n)
         s->npos && !s->no_nodes ? bsearch(&key, s->pos, s->npos, sizeof key, pos_cmp) : NULL;
     int64_t pos = hit ? hit->pos : 0;
     if (hit && reason && n)
-        snprintf(reason, n, "%s", hit->reason);
+        fmt_cut(reason, n, "%s", hit->reason);
     else if (s->no_nodes && reason && n)
-        snprintf(reason, n, "resources: no node is up and undrained");
+        fmt_cut(reason, n, "resources: no node is up and undrained");
     pthread_mutex_unlock(&s->lock);
     return pos;
 }
@@ -825,13 +826,13 @@ static int fit_verdict(const sched_service *s, const sched_job *j, char *why, si
                 most = k;
         }
         if (j->per_node > 0)
-            snprintf(why, n,
+            fmt_cut(why, n,
                      "can never fit: %lld nodes with room for %lld workers each are needed; "
                      "the cluster's %zu nodes hold at most %lld each",
                      (long long)(j->workers / j->per_node), (long long)j->per_node, f.n,
                      (long long)most);
         else
-            snprintf(why, n,
+            fmt_cut(why, n,
                      "can never fit: %lld workers of this spec; the cluster's %zu nodes hold "
                      "%lld in all (at most %lld on one)",
                      (long long)j->workers, f.n, (long long)total, (long long)most);

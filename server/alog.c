@@ -3,6 +3,7 @@
  * buffers: request threads fill one while the writer writes the other.
  */
 #include "server/alog.h"
+#include "lib/fmt.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -63,7 +64,7 @@ alog *alog_open(FILE *f, size_t cap, char *err, size_t errlen)
         a->spare = malloc(cap);
     }
     if (!a || !a->fill || !a->spare) {
-        snprintf(err, errlen, "out of memory for the access log");
+        fmt_cut(err, errlen, "out of memory for the access log");
         goto fail;
     }
     a->f = f;
@@ -72,7 +73,7 @@ alog *alog_open(FILE *f, size_t cap, char *err, size_t errlen)
     pthread_cond_init(&a->wake, NULL);
     pthread_cond_init(&a->room, NULL);
     if (pthread_create(&a->thread, NULL, writer_main, a) != 0) {
-        snprintf(err, errlen, "cannot start the access log's writer");
+        fmt_cut(err, errlen, "cannot start the access log's writer");
         pthread_mutex_destroy(&a->lock);
         pthread_cond_destroy(&a->wake);
         pthread_cond_destroy(&a->room);

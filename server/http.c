@@ -8,6 +8,7 @@
  * durable write is committed.
  */
 #include "server/http.h"
+#include "lib/fmt.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -148,10 +149,10 @@ static void log_line(struct req_state *st, const char *url)
     path[n] = '\0';
     util_rfc3339(util_now_ms(), ts);
     /* Formatted outside the log's lock; one put keeps lines whole. */
-    int len = snprintf(line, sizeof line, "%s %s %s %d %zu %lld %s\n", ts, st->method, path,
-                       st->status, st->bytes, (long long)(util_mono_us() - st->t0),
-                       st->rs.tenant[0] ? st->rs.tenant : "-");
-    alog_put(log, line, len < (int)sizeof line ? (size_t)len : sizeof line - 1);
+    fmt_cut(line, sizeof line, "%s %s %s %d %zu %lld %s\n", ts, st->method, path, st->status,
+            st->bytes, (long long)(util_mono_us() - st->t0),
+            st->rs.tenant[0] ? st->rs.tenant : "-");
+    alog_put(log, line, strlen(line));
 }
 
 #define STREAM_POLL_MS 250
@@ -462,7 +463,7 @@ static void route(struct req_state *st, const char *url, const char *method)
 {
     http_server *srv = st->srv;
     enum api_method m = api_method_parse(method);
-    snprintf(st->method, sizeof st->method, "%s", method);
+    fmt_cut(st->method, sizeof st->method, "%s", method); /* a label for the access log */
     st->rq.method = m;
     st->rq.path = url;
     st->rq.query = get_query;
@@ -593,7 +594,7 @@ static int too_fast_unauth(struct req_state *st, api_resp *rs)
               "more than %.0f requests a second from this address: retry in %lld s",
               st->srv->rate_per_s, (long long)secs);
     rs->xname = "Retry-After";
-    snprintf(rs->xvalue, sizeof rs->xvalue, "%lld", (long long)secs);
+    fmt_cut(rs->xvalue, sizeof rs->xvalue, "%lld", (long long)secs);
     return 1;
 }
 
@@ -645,7 +646,7 @@ static int admit_caller(struct req_state *st)
                       "an export counts as several): retry in %lld s",
                       srv->rate_per_s, (long long)secs);
             rs->xname = "Retry-After";
-            snprintf(rs->xvalue, sizeof rs->xvalue, "%lld", (long long)secs);
+            fmt_cut(rs->xvalue, sizeof rs->xvalue, "%lld", (long long)secs);
             return -1;
         }
     } else if (st->route->auth == API_AUTH_NONE && srv->rate && too_fast_unauth(st, rs)) {
@@ -800,7 +801,7 @@ static void take(struct req_state *st, const char *data, size_t n)
         api_error(rs, 503, "busy", NULL,
                   "the server is reading too many request bodies at once: retry in 1 s");
         rs->xname = "Retry-After";
-        snprintf(rs->xvalue, sizeof rs->xvalue, "1");
+        fmt_cut(rs->xvalue, sizeof rs->xvalue, "1");
         st->ready = 1;
         return;
     }
@@ -993,10 +994,10 @@ static int resolve(const char *host, int port, struct sockaddr_storage *ss, char
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE;
-    snprintf(ps, sizeof ps, "%d", port);
+    fmt_cut(ps, sizeof ps, "%d", port); /* an int fits 16 */
     int rc = getaddrinfo(host, ps, &hints, &ai);
     if (rc != 0) {
-        snprintf(err, errlen, "cannot resolve listen address %s: %s", host, gai_strerror(rc));
+        fmt_cut(err, errlen, "cannot resolve listen address %s: %s", host, gai_strerror(rc));
         return -1;
     }
     memcpy(ss, ai->ai_addr, ai->ai_addrlen);
@@ -1017,7 +1018,7 @@ int http_bind(const char *host, int port, int *bound, char *err, size_t errlen)
              ss.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in)) !=
             0 ||
         listen(fd, 1024) != 0 || getsockname(fd, (struct sockaddr *)&ss, &sl) != 0) {
-        snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port, strerror(errno));
+        fmt_cut(err, errlen, "cannot listen on %s:%d: %s", host, port, strerror(errno));
         if (fd >= 0)
             close(fd);
         return -1;
@@ -1076,7 +1077,7 @@ http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t 
     http_server *s = calloc(1, sizeof *s);
     struct sockaddr_storage ss;
     if (!s) {
-        snprintf(err, errlen, "out of memory");
+        fmt_cut(err, errlen, "out of memory");
         return NULL;
     }
     s->ctx = ctx;
@@ -1086,7 +1087,7 @@ http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t 
     pthread_mutex_init(&s->cwlock, NULL);
     s->rate_per_s = cfg->rate_per_s;
     if (cfg->rate_per_s > 0 && !(s->rate = ratelimit_new(cfg->rate_per_s, cfg->rate_burst))) {
-        snprintf(err, errlen, "out of memory");
+        fmt_cut(err, errlen, "out of memory");
         goto fail;
     }
     metrics_routes(s);
@@ -1099,7 +1100,7 @@ http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t 
                      MHD_USE_TURBO | MHD_USE_ERROR_LOG;
     socklen_t sl = sizeof ss;
     if (getsockname(lfd, (struct sockaddr *)&ss, &sl) != 0) {
-        snprintf(err, errlen, "the listening socket: %s", strerror(errno));
+        fmt_cut(err, errlen, "the listening socket: %s", strerror(errno));
         if (cfg->listen_fd < 0)
             close(lfd);
         goto fail;
@@ -1112,7 +1113,7 @@ http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t 
         s->bodies_max = ctx->body_limit;
     s->d = start_mhd(s, cfg, flags, lfd);
     if (!s->d) {
-        snprintf(err, errlen, "cannot listen on %s:%d: %s", cfg->host, cfg->port,
+        fmt_cut(err, errlen, "cannot listen on %s:%d: %s", cfg->host, cfg->port,
                  errno ? strerror(errno) : "libmicrohttpd refused to start");
         if (cfg->listen_fd < 0)
             close(lfd);
@@ -1123,7 +1124,7 @@ http_server *http_start(const http_config *cfg, api_ctx *ctx, char *err, size_t 
     pthread_mutex_init(&s->wlock, NULL);
     pthread_cond_init(&s->wcond, NULL);
     if (pthread_create(&s->wthread, NULL, waiter_main, s) != 0) {
-        snprintf(err, errlen, "cannot start the long-poll thread");
+        fmt_cut(err, errlen, "cannot start the long-poll thread");
         MHD_stop_daemon(s->d);
         goto fail;
     }

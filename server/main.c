@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "lib/fmt.h"
 #include "api/fsquota.h"
 #include "api/stuse.h"
 #include "api/regtoken.h"
@@ -340,7 +341,7 @@ static int keep_private(const char *dir)
 static int mkdir_p(const char *dir)
 {
     char p[PATH_MAX];
-    if (snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p)
+    if (fmt_whole(p, sizeof p, "%s", dir) != 0)
         return -1;
     for (char *s = p + 1; *s; s++) {
         if (*s == '/') {
@@ -362,8 +363,9 @@ static int mkdir_p(const char *dir)
 static int lock_data_dir(const char *dir, int shared)
 {
     char p[PATH_MAX];
-    snprintf(p, sizeof p, "%s/cohortd.lock", dir);
-    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    int fd = fmt_path(p, sizeof p, dir, "cohortd.lock") == 0
+                 ? open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600)
+                 : (errno = ENAMETOOLONG, -1);
     if (fd < 0) {
         fprintf(stderr, "cohortd: cannot open %s: %s\n", p, strerror(errno));
         return -1;
@@ -381,8 +383,9 @@ static int lock_data_dir(const char *dir, int shared)
 static int write_file(const char *dir, const char *name, const char *text, mode_t mode)
 {
     char tmp[PATH_MAX], dst[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", dir, name);
-    snprintf(dst, sizeof dst, "%s/%s", dir, name);
+    if (fmt_whole(tmp, sizeof tmp, "%s/.%s.tmp", dir, name) != 0 ||
+        fmt_path(dst, sizeof dst, dir, name) != 0)
+        return -1;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
     if (fd < 0)
         return -1;
@@ -446,10 +449,11 @@ static alog *open_access_log(const struct config *cfg, int *failed)
 static int open_keys(api_ctx *ctx, char *err, size_t errlen)
 {
     char path[4200];
-    snprintf(path, sizeof path, "%s/keys.lock", ctx->data_dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    int fd = fmt_path(path, sizeof path, ctx->data_dir, "keys.lock") == 0
+                 ? open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600)
+                 : (errno = ENAMETOOLONG, -1);
     if (fd < 0 || flock(fd, LOCK_EX) != 0) {
-        snprintf(err, errlen, "%.300s: %s", path, strerror(errno));
+        fmt_cut(err, errlen, "%.300s: %s", path, strerror(errno));
         if (fd >= 0)
             close(fd);
         return -1;
@@ -499,7 +503,7 @@ static int bootstrap_admin(api_ctx *ctx, const struct config *cfg)
     }
     if (created && !(env_token && *env_token)) {
         char line[UTIL_TOKEN_LEN + 2];
-        snprintf(line, sizeof line, "%s\n", token);
+        fmt_cut(line, sizeof line, "%s\n", token); /* sized for a token */
         if (write_file(cfg->data_dir, "admin-token", line, 0600) != 0)
             fprintf(stderr, "cohortd: warning: cannot write %s/admin-token\n", cfg->data_dir);
         printf("cohortd: platform admin token (shown once): %s\n", token);
@@ -522,8 +526,8 @@ static void reserve_keep(const char *dir)
 {
     char path[PATH_MAX];
     struct stat sb;
-    snprintf(path, sizeof path, "%s/%s", dir, RESERVE_NAME);
-    if (stat(path, &sb) == 0 && sb.st_size >= RESERVE_BYTES)
+    if (fmt_path(path, sizeof path, dir, RESERVE_NAME) != 0 ||
+        (stat(path, &sb) == 0 && sb.st_size >= RESERVE_BYTES))
         return;
     int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
@@ -552,8 +556,7 @@ static int disk_full(const char *dir)
 static int reserve_spend(const char *dir)
 {
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", dir, RESERVE_NAME);
-    return unlink(path) == 0 ? 0 : -1;
+    return fmt_path(path, sizeof path, dir, RESERVE_NAME) == 0 && unlink(path) == 0 ? 0 : -1;
 }
 
 /* Everything the API serves from: the data dir's store, logs, console,
@@ -565,8 +568,8 @@ static int reserve_spend(const char *dir)
 static int open_volumes(api_ctx *ctx, const struct config *cfg)
 {
     char vols[sizeof ctx->data_dir + 16], err[512];
-    snprintf(vols, sizeof vols, "%s/volumes", ctx->data_dir);
-    if (mkdir(vols, 0750) != 0 && errno != EEXIST) {
+    if (fmt_path(vols, sizeof vols, ctx->data_dir, "volumes") != 0 ||
+        (mkdir(vols, 0750) != 0 && errno != EEXIST)) {
         fprintf(stderr, "cohortd: %s: %s\n", vols, strerror(errno));
         return -1;
     }
@@ -611,10 +614,11 @@ static api_ctx *ctx_open(const struct config *cfg)
     }
     if (open_console(ctx, cfg->web_dir) != 0)
         goto fail;
-    if (cfg->store)
-        snprintf(path, sizeof path, "%s", cfg->store);
-    else
-        snprintf(path, sizeof path, "sqlite:%s/cohort.db", cfg->data_dir);
+    if (cfg->store ? fmt_whole(path, sizeof path, "%s", cfg->store)
+                   : fmt_whole(path, sizeof path, "sqlite:%s/cohort.db", cfg->data_dir)) {
+        fprintf(stderr, "cohortd: the store's address is too long\n");
+        goto fail;
+    }
     if (disk_full(cfg->data_dir) && reserve_spend(cfg->data_dir) == 0)
         fprintf(stderr, "cohortd: the data dir's disk is full: starting on the room of %s/%s; "
                         "writes answer 507 no_space until space is freed\n",
@@ -645,7 +649,10 @@ static api_ctx *ctx_open(const struct config *cfg)
         goto fail;
     /* The registry's token signer and the key of secrets at rest, made at
      * the first start; several cohortd on one data dir make them once. */
-    snprintf(ctx->registry, sizeof ctx->registry, "%s", cfg->registry);
+    if (fmt_whole(ctx->registry, sizeof ctx->registry, "%s", cfg->registry) != 0) {
+        fprintf(stderr, "cohortd: --registry is too long\n");
+        goto fail;
+    }
     if (open_keys(ctx, err, sizeof err) != 0 || api_images_reseal(ctx, err, sizeof err) != 0) {
         fprintf(stderr, "cohortd: %s\n", err);
         goto fail;
@@ -685,8 +692,8 @@ static http_server *serve(const struct config *cfg, api_ctx *ctx, alog *access)
         fprintf(stderr, "cohortd: %s\n", err);
         return NULL;
     }
-    snprintf(addr, sizeof addr, "%s:%d\n", cfg->host, bound);
-    if (write_file(cfg->data_dir, "cohortd.addr", addr, 0644) != 0)
+    if (fmt_whole(addr, sizeof addr, "%s:%d\n", cfg->host, bound) != 0 ||
+        write_file(cfg->data_dir, "cohortd.addr", addr, 0644) != 0)
         fprintf(stderr, "cohortd: warning: cannot write %s/cohortd.addr\n", cfg->data_dir);
     reserve_keep(cfg->data_dir); /* spent at this start: taken again where there is room */
     http_config hc = {cfg->host,      bound,             cfg->threads,
@@ -750,8 +757,8 @@ int main(int argc, char **argv)
     fflush(stdout);
     http_stop(srv, SHUTDOWN_GRACE_MS);
     srv = NULL;
-    snprintf(path, sizeof path, "%s/cohortd.addr", cfg.data_dir);
-    unlink(path);
+    if (fmt_path(path, sizeof path, cfg.data_dir, "cohortd.addr") == 0)
+        unlink(path);
     rc = 0;
 out:
     if (srv)

@@ -5,6 +5,7 @@
  * store_sqlite.c by default, store_pg.c for a postgresql:// target.
  */
 #include "storage/store_int.h"
+#include "lib/fmt.h"
 
 #include <pthread.h>
 #include <sys/resource.h>
@@ -223,7 +224,7 @@ char *store_col_strdup(store_st *st, int i)
 void store_col_copy(store_st *st, int i, char *out, size_t n)
 {
     const char *t = store_col_text(st, i);
-    snprintf(out, n, "%s", t ? t : "");
+    fmt_cut(out, n, "%s", t ? t : ""); /* the API bounded it before it was stored */
 }
 
 static int run_cached(store_conn *c, const char *sql);
@@ -376,15 +377,15 @@ static int migrate(store_conn *c, int *version, char *err, size_t errlen)
     char msg[400] = "";
     int64_t cur = -1;
     if (be->exec(c, sql_create, msg, sizeof msg) != STORE_OK) {
-        snprintf(err, errlen, "cannot create schema_migrations: %s", msg);
+        fmt_cut(err, errlen, "cannot create schema_migrations: %s", msg);
         return -1;
     }
     if (store_int64(c, &cur, sql_current, NULL) != STORE_OK) {
-        snprintf(err, errlen, "cannot read the schema version");
+        fmt_cut(err, errlen, "cannot read the schema version");
         return -1;
     }
     if (cur > be_schema_known(be)) {
-        snprintf(err, errlen,
+        fmt_cut(err, errlen,
                  "database schema version %lld is newer than this cohortd knows (%d); "
                  "run a newer cohortd",
                  (long long)cur, be_schema_known(be));
@@ -399,7 +400,7 @@ static int migrate(store_conn *c, int *version, char *err, size_t errlen)
         int64_t now_cur = cur;
         if (be->exec(c, be->begin_write, msg, sizeof msg) != STORE_OK ||
             store_int64(c, &now_cur, sql_current, NULL) != STORE_OK) {
-            snprintf(err, errlen, "migration %s: %s", m->name, msg[0] ? msg : "cannot begin");
+            fmt_cut(err, errlen, "migration %s: %s", m->name, msg[0] ? msg : "cannot begin");
             be->exec(c, "ROLLBACK", NULL, 0);
             return -1;
         }
@@ -409,7 +410,7 @@ static int migrate(store_conn *c, int *version, char *err, size_t errlen)
             continue;
         }
         if (be->exec(c, m->sql, msg, sizeof msg) != STORE_OK) {
-            snprintf(err, errlen, "migration %s failed: %s", m->name, msg);
+            fmt_cut(err, errlen, "migration %s failed: %s", m->name, msg);
             be->exec(c, "ROLLBACK", NULL, 0);
             return -1;
         }
@@ -417,7 +418,7 @@ static int migrate(store_conn *c, int *version, char *err, size_t errlen)
                        STORE_ARGS(STORE_I(m->version), STORE_T(m->name),
                                   STORE_I(util_now_ms()))) != STORE_OK ||
             be->exec(c, "COMMIT", msg, sizeof msg) != STORE_OK) {
-            snprintf(err, errlen, "migration %s could not be recorded: %s", m->name, msg);
+            fmt_cut(err, errlen, "migration %s could not be recorded: %s", m->name, msg);
             be->exec(c, "ROLLBACK", NULL, 0);
             return -1;
         }
@@ -453,10 +454,12 @@ static void notify_nodes(store *s, const struct store_tx *tx)
     char payload[SIGNAL_MAX];
     size_t i = 0;
     do {
-        int len = snprintf(payload, sizeof payload, "%s nodes", s->id);
+        fmt_cut(payload, sizeof payload, "%s nodes", s->id); /* the id is 16 hex digits */
+        int len = (int)strlen(payload);
         for (; !tx->touched_all && i < tx->touched.n; i++) {
             char one[24];
-            int k = snprintf(one, sizeof one, " %lld", (long long)tx->touched.v[i]);
+            fmt_cut(one, sizeof one, " %lld", (long long)tx->touched.v[i]); /* 21 at most */
+            int k = (int)strlen(one);
             if ((size_t)(len + k) >= sizeof payload)
                 break;
             memcpy(payload + len, one, (size_t)k + 1);
@@ -527,8 +530,10 @@ static void run_batch(store *s, struct op *batch)
     int n = 0;
     char msg[400] = "", begin[200];
     int64_t t0 = util_mono_us();
-    snprintf(begin, sizeof begin, "%s; SAVEPOINT w", be->begin_write);
-    int begun = be->exec(c, begin, msg, sizeof msg), ok = begun == STORE_OK, crc;
+    int begun = fmt_whole(begin, sizeof begin, "%s; SAVEPOINT w", be->begin_write) != 0
+                    ? STORE_EIO
+                    : be->exec(c, begin, msg, sizeof msg),
+        ok = begun == STORE_OK, crc;
     int rcs[BATCH_MAX];
     if (!ok) {
         fprintf(stderr, "store: cannot begin a write: %s\n", msg);
@@ -704,12 +709,12 @@ store *store_open(const char *target, char *err, size_t errlen)
     store *s = calloc(1, sizeof *s);
     const char *rest;
     if (!s) {
-        snprintf(err, errlen, "out of memory");
+        fmt_cut(err, errlen, "out of memory");
         return NULL;
     }
     s->be = pick_backend(target, &rest);
-    if (!*rest || snprintf(s->target, sizeof s->target, "%s", rest) >= (int)sizeof s->target) {
-        snprintf(err, errlen, *rest ? "store target too long" : "store target is empty");
+    if (!*rest || fmt_whole(s->target, sizeof s->target, "%s", rest) != 0) {
+        fmt_cut(err, errlen, *rest ? "store target too long" : "store target is empty");
         free(s);
         return NULL;
     }
@@ -718,7 +723,7 @@ store *store_open(const char *target, char *err, size_t errlen)
     pthread_mutex_init(&s->nodes_lock, NULL);
     pthread_cond_init(&s->wake, NULL);
     s->gen = __atomic_fetch_add(&store_gen_next, 1, __ATOMIC_RELAXED);
-    snprintf(s->id, sizeof s->id, "%llx",
+    fmt_cut(s->id, sizeof s->id, "%llx", /* 16 hex digits at most */
              (unsigned long long)((uint64_t)util_now_ms() ^ (uint64_t)getpid() << 40 ^
                                   (uint64_t)(uintptr_t)s));
     s->writer = s->be->open(s->target, STORE_OPEN_WRITER, err, errlen);
@@ -730,7 +735,7 @@ store *store_open(const char *target, char *err, size_t errlen)
     if (s->be->ready && s->be->ready(s->writer, err, errlen) != STORE_OK)
         goto fail;
     if (pthread_create(&s->thread, NULL, writer_main, s) != 0) {
-        snprintf(err, errlen, "cannot start the writer thread");
+        fmt_cut(err, errlen, "cannot start the writer thread");
         goto fail;
     }
     return s;
@@ -790,8 +795,8 @@ void store_signal(store *s, const char *what)
     store_read_end(s); /* a NOTIFY inside a snapshot would wait for its end */
     store_conn *c = store_reader(s);
     char payload[64];
-    snprintf(payload, sizeof payload, "%s %s", s->id, what);
-    if (c && s->be->notify(c, payload) != STORE_OK)
+    if (fmt_whole(payload, sizeof payload, "%s %s", s->id, what) != 0 ||
+        (c && s->be->notify(c, payload) != STORE_OK))
         fprintf(stderr, "store: cannot signal the other cohortd (%s)\n", what);
 }
 

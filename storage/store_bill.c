@@ -2,6 +2,7 @@
  * store_bill: SQL for the ledger, accounts and holds, and the billing rules.
  */
 #include "storage/store_bill.h"
+#include "lib/fmt.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +45,7 @@ static int account_one(store_st *st, int64_t tenant_id, store_account *out)
 {
     memset(out, 0, sizeof *out);
     out->tenant_id = tenant_id;
-    snprintf(out->currency, sizeof out->currency, "USD");
+    fmt_cut(out->currency, sizeof out->currency, "USD");
     out->monthly_cap = -1;
     if (!st)
         return STORE_EIO;

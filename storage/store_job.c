@@ -2,6 +2,7 @@
  * store_job: SQL for jobs and job_events.
  */
 #include "storage/store_job.h"
+#include "lib/fmt.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -139,7 +140,7 @@ int store_job_note(store_tx *tx, int64_t job_id, int64_t attempt, const char *re
     store_bind_int64(st, 1, job_id);
     rc = store_step(st);
     if (rc == STORE_ROW)
-        snprintf(state, sizeof state, "%s", store_col_text(st, 0));
+        fmt_cut(state, sizeof state, "%s", store_col_text(st, 0)); /* a state's name */
     store_reset(st);
     if (rc != STORE_ROW)
         return rc == STORE_DONE ? STORE_NOTFOUND : rc;
@@ -175,12 +176,16 @@ static void insert_init(void)
 {
     for (int i = 0; i < INSERT_SIZES; i++) {
         char *o = insert_text[i], *end = o + INSERT_SQL_MAX;
-        o += snprintf(o, (size_t)(end - o), "%s", JOB_INSERT);
-        for (int r = 0; r < 1 << i; r++) {
+        int bad = fmt_whole(o, (size_t)(end - o), "%s", JOB_INSERT);
+        for (int r = 0; !bad && r < 1 << i; r++) {
             int b = r * JOB_INSERT_PARAMS;
-            o += snprintf(o, (size_t)(end - o), "%s" JOB_INSERT_ROW, r ? ", " : "", ROW_ARGS(b));
+            o += strlen(o);
+            bad = fmt_whole(o, (size_t)(end - o), "%s" JOB_INSERT_ROW, r ? ", " : "",
+                            ROW_ARGS(b));
         }
-        snprintf(o, (size_t)(end - o), " RETURNING id");
+        o += strlen(o);
+        if (bad || fmt_whole(o, (size_t)(end - o), " RETURNING id") != 0)
+            insert_text[i][0] = '\0'; /* never: sized above; the prepare then fails */
     }
 }
 

@@ -2,6 +2,7 @@
  * store_node: SQL for nodes, join tokens, workers, ports and quotas.
  */
 #include "storage/store_node.h"
+#include "lib/fmt.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,7 +167,7 @@ int store_node_insert(store_tx *tx, store_node *n, const uint8_t token_hash[UTIL
     if (n->join_token_id > 0)
         store_bind_int64(st, 12, n->join_token_id);
     n->registered_at = n->last_heartbeat = now;
-    snprintf(n->state, sizeof n->state, "up");
+    fmt_cut(n->state, sizeof n->state, "up");
     return store_step_change(c, st, &n->id);
 }
 

@@ -19,6 +19,7 @@
  * reports it.  While the server stays away, once a second at most.
  */
 #include "lib/clock.h"
+#include "lib/fmt.h"
 #include "storage/store_int.h"
 
 #include <errno.h>
@@ -161,7 +162,7 @@ static int session_setup(struct pg_conn *c, char *err, size_t errlen)
     int rc = PQresultStatus(res) == PGRES_COMMAND_OK ? STORE_OK : pg_rc(res);
     if (rc != STORE_OK && err) {
         const char *msg = res ? PQresultErrorMessage(res) : PQerrorMessage(c->pg);
-        snprintf(err, errlen, "%.*s", (int)strcspn(msg, "\n"), msg);
+        fmt_cut(err, errlen, "%.*s", (int)strcspn(msg, "\n"), msg);
     }
     PQclear(res);
     return rc;
@@ -227,13 +228,15 @@ static int pg_exec(store_conn *sc, const char *sql, char *err, size_t errlen)
             n += strlen(c->later[i]) + 2;
         if (!(all = malloc(n))) {
             if (err)
-                snprintf(err, errlen, "out of memory");
+                fmt_cut(err, errlen, "out of memory");
             return STORE_NOMEM;
         }
         size_t off = 0;
-        for (int i = 0; i < c->nlater; i++)
-            off += (size_t)snprintf(all + off, n - off, "%s; ", c->later[i]);
-        snprintf(all + off, n - off, "%s", sql);
+        for (int i = 0; i < c->nlater; i++) { /* n was counted for them all */
+            fmt_cut(all + off, n - off, "%s; ", c->later[i]);
+            off += strlen(all + off);
+        }
+        fmt_cut(all + off, n - off, "%s", sql);
     }
     for (int tries = 0; tries < 2; tries++) {
         if (!revive(c))
@@ -254,7 +257,7 @@ static int pg_exec(store_conn *sc, const char *sql, char *err, size_t errlen)
         const char *msg = res ? PQresultErrorMessage(res) : "";
         if (!*msg)
             msg = PQerrorMessage(c->pg);
-        snprintf(err, errlen, "%.*s", (int)strcspn(msg, "\n"), msg);
+        fmt_cut(err, errlen, "%.*s", (int)strcspn(msg, "\n"), msg);
     }
     PQclear(res);
     free(all);
@@ -265,7 +268,7 @@ static store_conn *pg_open(const char *target, int mode, char *err, size_t errle
 {
     struct pg_conn *c = calloc(1, sizeof *c);
     if (!c) {
-        snprintf(err, errlen, "out of memory");
+        fmt_cut(err, errlen, "out of memory");
         return NULL;
     }
     c->base.be = &store_be_pg;
@@ -278,7 +281,7 @@ static store_conn *pg_open(const char *target, int mode, char *err, size_t errle
     }
     if (PQstatus(c->pg) != CONNECTION_OK) {
         const char *msg = PQerrorMessage(c->pg);
-        snprintf(err, errlen, "cannot connect to PostgreSQL: %.*s", (int)strcspn(msg, "\n"),
+        fmt_cut(err, errlen, "cannot connect to PostgreSQL: %.*s", (int)strcspn(msg, "\n"),
                  msg);
         goto fail;
     }
@@ -372,7 +375,8 @@ static char *rewrite(const char *sql, int *nparams, uint64_t *used)
         next = (int)k + 1;
         max = k > max ? (int)k : max;
         used[(k - 1) / 64] |= 1ULL << ((k - 1) % 64);
-        o += snprintf(o, cap - (size_t)(o - out), "$%ld", k);
+        fmt_cut(o, cap - (size_t)(o - out), "$%ld", k); /* cap holds "$512" for each "?" */
+        o += strlen(o);
     }
     *o = '\0';
     *nparams = max;
@@ -408,7 +412,7 @@ static store_st *pg_stmt(store_conn *sc, const char *sql)
     st->sql = text;
     st->nparams = nparams;
     memcpy(st->used, used, sizeof used);
-    snprintf(st->name, sizeof st->name, "c%u", c->next_name++);
+    fmt_cut(st->name, sizeof st->name, "c%u", c->next_name++); /* 11 at most */
     st->tx = tx_word(sql);
     if (c->nstmt == STMT_CACHE) {
         /* Not expected: evict the oldest; the server keeps its plan until
@@ -432,12 +436,14 @@ static void pg_bind(store_st *s, int i, const store_arg *a)
     param_clear(p);
     switch (a->kind) {
     case 'i':
-        p->len = snprintf(p->num, sizeof p->num, "%lld", (long long)a->i);
+        fmt_cut(p->num, sizeof p->num, "%lld", (long long)a->i);
+        p->len = (int)strlen(p->num);
         p->val = p->num;
         p->type = OID_INT8;
         break;
     case 'd':
-        p->len = snprintf(p->num, sizeof p->num, "%.17g", a->d);
+        fmt_cut(p->num, sizeof p->num, "%.17g", a->d);
+        p->len = (int)strlen(p->num);
         p->val = p->num;
         p->type = OID_FLOAT8;
         break;
@@ -711,7 +717,7 @@ static int pg_wait_note(store_conn *sc, int timeout_ms, char *buf, size_t n)
             return STORE_EIO;
         PGnotify *note = PQnotifies(c->pg);
         if (note) {
-            snprintf(buf, n, "%s", note->extra ? note->extra : "");
+            fmt_cut(buf, n, "%s", note->extra ? note->extra : ""); /* SIGNAL_MAX, sent so */
             PQfreemem(note);
             return 1;
         }

@@ -6,6 +6,7 @@
  * from a connection of its own so commits never pay for it.
  */
 #include "storage/store_int.h"
+#include "lib/fmt.h"
 
 #include <errno.h>
 #include <sqlite3.h>
@@ -70,12 +71,12 @@ static int keep_private(const char *path, char *err, size_t errlen)
     char p[4200];
     for (size_t i = 0; i < sizeof tails / sizeof *tails; i++) {
         struct stat sb;
-        if (snprintf(p, sizeof p, "%s%s", path, tails[i]) >= (int)sizeof p)
+        if (fmt_whole(p, sizeof p, "%s%s", path, tails[i]) != 0)
             continue;
         if (stat(p, &sb) != 0 || (sb.st_mode & 077) == 0)
             continue;
         if (chmod(p, sb.st_mode & 07700) != 0) {
-            snprintf(err, errlen, "cannot make %s private: %s", p, strerror(errno));
+            fmt_cut(err, errlen, "cannot make %s private: %s", p, strerror(errno));
             return -1;
         }
     }
@@ -108,7 +109,7 @@ static int lite_exec_db(sqlite3 *db, const char *sql, char *err, size_t errlen)
     char *msg = NULL;
     int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
     if (rc != SQLITE_OK && err)
-        snprintf(err, errlen, "%s", msg ? msg : sqlite3_errstr(rc));
+        fmt_cut(err, errlen, "%s", msg ? msg : sqlite3_errstr(rc));
     sqlite3_free(msg);
     return lite_rc(rc);
 }
@@ -124,14 +125,14 @@ static store_conn *lite_open(const char *path, int mode, char *err, size_t errle
     pthread_once(&lite_once, lite_setup);
     struct lite_conn *c = calloc(1, sizeof *c);
     if (!c) {
-        snprintf(err, errlen, "out of memory");
+        fmt_cut(err, errlen, "out of memory");
         return NULL;
     }
     c->base.be = &store_be_sqlite;
     int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | (writer ? SQLITE_OPEN_CREATE : 0);
     int rc = sqlite3_open_v2(path, &c->db, flags, NULL);
     if (rc != SQLITE_OK) {
-        snprintf(err, errlen, "cannot open database %s: %s", path,
+        fmt_cut(err, errlen, "cannot open database %s: %s", path,
                  c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(rc));
         goto fail;
     }
@@ -148,9 +149,8 @@ static store_conn *lite_open(const char *path, int mode, char *err, size_t errle
         goto fail;
     if (writer) {
         c->ckpt = calloc(1, sizeof *c->ckpt);
-        if (!c->ckpt || snprintf(c->ckpt->path, sizeof c->ckpt->path, "%s", path) >=
-                            (int)sizeof c->ckpt->path) {
-            snprintf(err, errlen, c->ckpt ? "database path too long" : "out of memory");
+        if (!c->ckpt || fmt_whole(c->ckpt->path, sizeof c->ckpt->path, "%s", path) != 0) {
+            fmt_cut(err, errlen, c->ckpt ? "database path too long" : "out of memory");
             goto fail;
         }
         pthread_mutex_init(&c->ckpt->lock, NULL);
@@ -221,7 +221,7 @@ static int lite_ready(store_conn *sc, char *err, size_t errlen)
     sqlite3_wal_autocheckpoint(c->db, 0);
     sqlite3_wal_hook(c->db, wal_hook, c->ckpt);
     if (pthread_create(&c->ckpt->thread, NULL, checkpointer_main, c->ckpt) != 0) {
-        snprintf(err, errlen, "cannot start the checkpoint thread");
+        fmt_cut(err, errlen, "cannot start the checkpoint thread");
         sqlite3_wal_hook(c->db, NULL, NULL);
         return STORE_EIO;
     }

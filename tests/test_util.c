@@ -602,6 +602,29 @@ Test(seal, a_sealed_value_opens_with_its_key_only_and_not_once_changed)
     cr_expect_eq(system(cmd), 0);
 }
 
+/* ---- fmt: whole or cut, by name ---- */
+
+#include "lib/fmt.h"
+
+/* What does not fit is refused whole (and leaves ""), never cut, for a
+ * path; a message is cut to fit. */
+Test(fmt, a_path_fits_whole_or_not_at_all_and_a_message_is_cut)
+{
+    char b[8];
+    cr_expect_eq(fmt_whole(b, sizeof b, "%s-%d", "ab", 42), 0);
+    cr_expect_str_eq(b, "ab-42");
+    cr_expect_eq(fmt_whole(b, sizeof b, "%s", "1234567"), 0, "seven and the NUL fit");
+    cr_expect_eq(fmt_whole(b, sizeof b, "%s", "12345678"), -1, "eight do not");
+    cr_expect_str_eq(b, "", "a cut text was left behind: '%s'", b);
+    cr_expect_eq(fmt_path(b, sizeof b, "/a", "b"), 0);
+    cr_expect_str_eq(b, "/a/b");
+    cr_expect_eq(fmt_path(b, sizeof b, "/tmp", "abc"), -1, "/tmp/abc is nine bytes");
+    cr_expect_str_eq(b, "");
+    cr_expect_eq(fmt_whole(b, 0, "x"), -1, "no room at all");
+    fmt_cut(b, sizeof b, "error: %s", "long");
+    cr_expect_str_eq(b, "error: ", "a message is cut to fit: '%s'", b);
+}
+
 /* ---- ratelimit: buckets per key in a fixed table ---- */
 
 #include "server/ratelimit.h"
