@@ -15,6 +15,7 @@
 #include <strings.h>
 
 #include "api/api_cache.h"
+#include "lib/fmt.h"
 #include "api/api_int.h"
 
 #define TOKEN_MIN 16
@@ -38,7 +39,7 @@ void api_auth_revoked(api_ctx *ctx, int64_t token_id)
 {
     char what[40];
     api_auth_forget(token_id);
-    snprintf(what, sizeof what, "forget %lld", (long long)token_id);
+    fmt_cut(what, sizeof what, "forget %lld", (long long)token_id);
     store_signal(ctx->st, what);
 }
 
@@ -87,7 +88,7 @@ int api_authenticate(api_ctx *ctx, const char *authorization, store_principal *w
             until = who->token_expires_at;
         api_cache_put(&tokens, h, until, who);
     }
-    snprintf(rs->tenant, sizeof rs->tenant, "%s", who->user.tenant);
+    fmt_cut(rs->tenant, sizeof rs->tenant, "%s", who->user.tenant);
     return 0;
 }
 
@@ -143,7 +144,7 @@ int api_bootstrap_admin(api_ctx *ctx, const char *token, char out[UTIL_TOKEN_LEN
     int64_t n = 0;
     *created = 0;
     if (store_platform_admin_count(ctx->st, &n) != STORE_OK) {
-        snprintf(err, errlen, "cannot read users");
+        fmt_cut(err, errlen, "cannot read users");
         return -1;
     }
     if (n > 0)
@@ -151,19 +152,19 @@ int api_bootstrap_admin(api_ctx *ctx, const char *token, char out[UTIL_TOKEN_LEN
     if (token && *token) {
         size_t len = strlen(token);
         if (len < TOKEN_MIN || len > TOKEN_MAX || len >= UTIL_TOKEN_LEN + 1) {
-            snprintf(err, errlen, "COHORT_ADMIN_TOKEN must be %d to %d characters", TOKEN_MIN,
+            fmt_cut(err, errlen, "COHORT_ADMIN_TOKEN must be %d to %d characters", TOKEN_MIN,
                      UTIL_TOKEN_LEN);
             return -1;
         }
-        snprintf(out, UTIL_TOKEN_LEN + 1, "%s", token);
+        fmt_cut(out, UTIL_TOKEN_LEN + 1, "%s", token);
     } else if (util_token_new(out) != 0) {
-        snprintf(err, errlen, "cannot read random bytes from the kernel");
+        fmt_cut(err, errlen, "cannot read random bytes from the kernel");
         return -1;
     }
     struct boot b = {out, 0};
     int rc = store_write(ctx->st, boot_write, &b);
     if (rc != STORE_OK) {
-        snprintf(err, errlen, "cannot create the platform admin (%s)", store_rc_name(rc));
+        fmt_cut(err, errlen, "cannot create the platform admin (%s)", store_rc_name(rc));
         return -1;
     }
     *created = 1;

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "api/api_int.h"
+#include "lib/fmt.h"
 #include "storage/store_node.h"
 #include "lib/util.h"
 
@@ -90,14 +91,14 @@ int api_beats_open(api_ctx *ctx, char *err, size_t errlen)
 {
     struct api_beats *b = calloc(1, sizeof *b);
     if (!b) {
-        snprintf(err, errlen, "out of memory");
+        fmt_cut(err, errlen, "out of memory");
         return -1;
     }
     pthread_mutex_init(&b->lock, NULL);
     pthread_cond_init(&b->wake, NULL);
     ctx->beats = b;
     if (pthread_create(&b->thread, NULL, beats_main, ctx) != 0) {
-        snprintf(err, errlen, "cannot start the heartbeat writer");
+        fmt_cut(err, errlen, "cannot start the heartbeat writer");
         pthread_mutex_destroy(&b->lock);
         pthread_cond_destroy(&b->wake);
         free(b);

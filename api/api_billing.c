@@ -74,7 +74,7 @@ int api_billing_tenant(api_ctx *ctx, const api_req *rq, int64_t *id, char *name,
     const char *want = rq->query(rq->h, "tenant");
     if (!want || !want[0] || !strcmp(want, rq->who->user.tenant)) {
         *id = api_tenant_of(rq->who);
-        snprintf(name, UTIL_NAME_MAX + 1, "%s", rq->who->user.tenant);
+        fmt_cut(name, UTIL_NAME_MAX + 1, "%s", rq->who->user.tenant);
         return 0;
     }
     store_tenant t;
@@ -84,7 +84,7 @@ int api_billing_tenant(api_ctx *ctx, const api_req *rq, int64_t *id, char *name,
     if (rc != STORE_OK)
         return api_store_error(rs, rc, "tenant");
     *id = t.id;
-    snprintf(name, UTIL_NAME_MAX + 1, "%s", t.name);
+    fmt_cut(name, UTIL_NAME_MAX + 1, "%s", t.name);
     return 0;
 }
 
@@ -287,7 +287,7 @@ static void day_name(int64_t day, char out[16])
 {
     char t[32];
     util_rfc3339(day * 86400000, t);
-    snprintf(out, 16, "%.10s", t);
+    fmt_cut(out, 16, "%.10s", t);
 }
 
 static void usage_row(void *arg, const store_usage *u)
@@ -618,7 +618,7 @@ void api_credit_add(api_ctx *ctx, const api_req *rq, api_resp *rs)
         goto out;
     c.tenant_id = t.id;
     c.user_id = rq->who->user.id;
-    snprintf(c.note, sizeof c.note, "%s", note ? note : "");
+    fmt_cut(c.note, sizeof c.note, "%s", note ? note : "");
     int rc = store_write(ctx->st, credit_write, &c);
     if (rc == STORE_INVALID) {
         api_error(rs, 422, "invalid_value", "amount",
@@ -703,7 +703,7 @@ void api_budget_put(api_ctx *ctx, const api_req *rq, api_resp *rs)
                       "currency must be an ISO 4217 code such as USD");
             goto out;
         }
-        snprintf(a.currency, sizeof a.currency, "%s", cur);
+        fmt_cut(a.currency, sizeof a.currency, "%s", cur);
     }
     rc = store_write(ctx->st, budget_write, &a);
     if (rc == STORE_CONFLICT) {

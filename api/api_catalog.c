@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api/api_int.h"
+#include "lib/fmt.h"
 #include "api/seal.h"
 #include "storage/store_catalog.h"
 
@@ -61,7 +62,7 @@ static int spec_fields(const cJSON *in, int required, store_spec *sp, api_resp *
         api_str(in, "currency", required, 3, &cur, rs) < 0)
         return -1;
     if (g == 1)
-        snprintf(sp->gpu_type, sizeof sp->gpu_type, "%s", gpu_type);
+        fmt_cut(sp->gpu_type, sizeof sp->gpu_type, "%s", gpu_type);
     if (cur) {
         if (strlen(cur) != 3 || !isupper((unsigned char)cur[0]) ||
             !isupper((unsigned char)cur[1]) || !isupper((unsigned char)cur[2])) {
@@ -72,7 +73,7 @@ static int spec_fields(const cJSON *in, int required, store_spec *sp, api_resp *
         memcpy(sp->currency, cur, 4);
     }
     if (sp->gpus > 0 && !sp->gpu_type[0])
-        snprintf(sp->gpu_type, sizeof sp->gpu_type, "nvidia");
+        fmt_cut(sp->gpu_type, sizeof sp->gpu_type, "nvidia");
     return 0;
 }
 
@@ -102,7 +103,7 @@ void api_spec_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_name(in, "name", 1, &name, rs) < 0 || spec_fields(in, 1, &sp, rs) < 0)
         goto out;
     sp.updated_at = util_now_ms();
-    snprintf(sp.name, sizeof sp.name, "%s", name);
+    fmt_cut(sp.name, sizeof sp.name, "%s", name);
     if (api_write(ctx, rs, spec_insert_write, &sp, "worker spec"))
         goto out;
     api_created(rs, spec_json(&sp), "/v1/worker-specs/%s", sp.name);
@@ -245,7 +246,7 @@ int api_images_reseal(api_ctx *ctx, char *err, size_t errlen)
     if (rc == STORE_OK && !r.failed && r.n > 0)
         rc = store_write(ctx->st, reseal_write, &r);
     if (rc != STORE_OK || r.failed)
-        snprintf(err, errlen, "cannot seal the registry passwords kept before: %s",
+        fmt_cut(err, errlen, "cannot seal the registry passwords kept before: %s",
                  r.failed ? "out of memory" : store_rc_name(rc));
     else if (r.n > 0)
         fprintf(stderr, "cohortd: sealed %zu registry password(s) kept in the clear before\n",
@@ -263,8 +264,8 @@ static int reference_valid(const char *ref)
     char full[UTIL_IMAGE_REF_MAX + 16];
     if (util_image_ref_valid(ref) && strchr(ref, '/'))
         return 1;
-    snprintf(full, sizeof full, "registry/%s", ref);
-    return strlen(ref) <= UTIL_IMAGE_REF_MAX - 9 && util_image_ref_valid(full);
+    return strlen(ref) <= UTIL_IMAGE_REF_MAX - 9 &&
+           fmt_whole(full, sizeof full, "registry/%s", ref) == 0 && util_image_ref_valid(full);
 }
 
 /*
@@ -318,11 +319,11 @@ void api_image_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
         goto out;
     }
     im.tenant_id = platform ? 0 : api_tenant_of(rq->who);
-    snprintf(im.name, sizeof im.name, "%s", name);
-    snprintf(im.reference, sizeof im.reference, "%s", ref);
-    snprintf(im.framework, sizeof im.framework, "%s", fw);
+    fmt_cut(im.name, sizeof im.name, "%s", name);
+    fmt_cut(im.reference, sizeof im.reference, "%s", ref);
+    fmt_cut(im.framework, sizeof im.framework, "%s", fw);
     if (user) {
-        snprintf(im.username, sizeof im.username, "%s", user);
+        fmt_cut(im.username, sizeof im.username, "%s", user);
         /* kept sealed: the database alone holds no registry password */
         if (!ctx->seal || seal_encrypt(ctx->seal, pass, im.password, sizeof im.password) != 0) {
             api_error(rs, 500, "internal", NULL, "cannot seal the password");

@@ -216,7 +216,7 @@ static void upload_finish(api_ctx *ctx, const api_req *rq, api_resp *rs, api_upl
     cJSON_AddStringToObject(o, "path", u->path);
     cJSON_AddNumberToObject(o, "size", (double)up->written);
     char mode[8];
-    snprintf(mode, sizeof mode, "%o", (unsigned)u->mode);
+    fmt_cut(mode, sizeof mode, "%o", (unsigned)u->mode); /* 644 or 755 */
     cJSON_AddStringToObject(o, "mode", mode);
     api_json(rs, 201, o);
 out:
@@ -322,8 +322,13 @@ static void file_put(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_ki
                                .stuse = ctx->stuse, .mode = mode};
     if (upload_entry(ctx, rs, u, leaf) != 0)
         goto fail;
-    snprintf(u->leaf, sizeof u->leaf, "%s", leaf);
-    snprintf(u->path, sizeof u->path, "%s", path);
+    if (fmt_whole(u->leaf, sizeof u->leaf, "%s", leaf) != 0 ||
+        fmt_whole(u->path, sizeof u->path, "%s", path) != 0) {
+        api_error(rs, 422, "invalid_path", "path", "the path is too long");
+        if (u->new_file)
+            stuse_add_files(ctx->stuse, v.tenant_id, -1);
+        goto fail;
+    }
     uint8_t rnd[8];
     util_random(rnd, sizeof rnd);
     memcpy(u->tmp, TMP_PREFIX, strlen(TMP_PREFIX));
@@ -443,9 +448,9 @@ static void scan_dir(int fd, const char *prefix, struct scan *sc, int depth)
         if (fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
             continue;
         char path[UTIL_PATH_MAX + 2];
-        int n = snprintf(path, sizeof path, "%s%s", prefix, de->d_name);
-        if (n < 0 || n > UTIL_PATH_MAX)
-            continue;
+        if (fmt_whole(path, sizeof path - 1, "%s%s", prefix, de->d_name) != 0)
+            continue; /* past UTIL_PATH_MAX: the API could not name it */
+        int n = (int)strlen(path);
         if (S_ISDIR(sb.st_mode) && depth < 64) {
             int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
             if (sub >= 0) {
@@ -552,7 +557,7 @@ static void file_list(api_ctx *ctx, const api_req *rq, api_resp *rs, store_vol_k
         cJSON_AddStringToObject(it, "path", e->path);
         cJSON_AddNumberToObject(it, "size", (double)e->size);
         char mode[8];
-        snprintf(mode, sizeof mode, "%o", e->mode);
+        fmt_cut(mode, sizeof mode, "%o", e->mode); /* 4 octal digits */
         cJSON_AddStringToObject(it, "mode", mode);
         api_add_time(it, "modified_at", e->mtime_ms);
         if (want_sums)
@@ -621,7 +626,7 @@ int api_uploads_sweep(const char *data_dir)
     char *root = malloc(n);
     if (!root)
         return -1;
-    snprintf(root, n, "%s/volumes", data_dir);
+    fmt_cut(root, n, "%s/volumes", data_dir); /* n counted for it */
     sweep_before = time(NULL);
     pthread_attr_init(&at);
     pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);

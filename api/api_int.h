@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 
 #include "api/api.h"
+#include "lib/fmt.h"
 #include "lib/launch.h"
 
 /* ---- JSON in and out (api_json.c) ---- */
@@ -255,8 +256,10 @@ int api_volume_find(api_ctx *ctx, const store_principal *who, store_vol_kind k,
 int api_volume_writable(const store_principal *who, const store_volume *v, api_resp *rs);
 /* Opens the volume's root directory (O_DIRECTORY|O_PATH); -1 on error. */
 int api_volume_root(api_ctx *ctx, store_vol_kind k, const store_volume *v, int create);
-/* The volume's directory on the host, into out[n]. */
-void api_volume_path(api_ctx *ctx, store_vol_kind k, const store_volume *v, char *out, size_t n);
+/* The volume's directory on the host, into out[n]: 0, or -1 when it does
+ * not fit (out is "" then). */
+int api_volume_path(api_ctx *ctx, store_vol_kind k, const store_volume *v, char *out, size_t n)
+    __attribute__((warn_unused_result));
 /* Opens path (already validated) beneath root without following any
  * symlink; returns an fd for a regular file opened O_RDONLY, or -errno. */
 int api_open_beneath(int root, const char *path);

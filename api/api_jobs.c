@@ -167,7 +167,7 @@ static void job_insert_done(api_ctx *ctx, api_resp *rs, void *arg, int rc)
         api_json(rs, 201, job_json(&n->j, 0, NULL));
         rs->replayed = (char)n->replayed;
         sched_wake(ctx->sched);
-        snprintf(rs->location, sizeof rs->location, "/v1/jobs/%lld", (long long)n->j.id);
+        fmt_cut(rs->location, sizeof rs->location, "/v1/jobs/%lld", (long long)n->j.id);
     }
     store_job_clear(&n->j);
     free(n);
@@ -439,14 +439,14 @@ static int job_refs(api_ctx *ctx, const api_req *rq, const struct job_names *nm,
                       asked[i]);
             return -1;
         }
-    snprintf(j->image, sizeof j->image, "%s", im.name);
-    snprintf(j->framework, sizeof j->framework, "%s", im.framework);
-    snprintf(j->workspace, sizeof j->workspace, "%s", ws->name);
-    snprintf(j->worker_spec, sizeof j->worker_spec, "%s", sp.name);
+    fmt_cut(j->image, sizeof j->image, "%s", im.name);
+    fmt_cut(j->framework, sizeof j->framework, "%s", im.framework);
+    fmt_cut(j->workspace, sizeof j->workspace, "%s", ws->name);
+    fmt_cut(j->worker_spec, sizeof j->worker_spec, "%s", sp.name);
     j->cpus = sp.cpus;
     j->memory_mb = sp.memory_mb;
     j->gpus = sp.gpus;
-    snprintf(j->currency, sizeof j->currency, "%s", sp.currency);
+    fmt_cut(j->currency, sizeof j->currency, "%s", sp.currency);
     j->price_per_hour = sp.price_per_hour;
     return 0;
 }
@@ -487,16 +487,16 @@ void api_job_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
     }
     j->tenant_id = api_tenant_of(rq->who);
     j->user_id = rq->who->user.id;
-    snprintf(j->tenant, sizeof j->tenant, "%s", rq->who->user.tenant);
-    snprintf(j->user, sizeof j->user, "%s", rq->who->user.name);
-    snprintf(j->name, sizeof j->name, "%s", nm.name);
-    snprintf(j->code_path, sizeof j->code_path, "%s", nm.code_path);
+    fmt_cut(j->tenant, sizeof j->tenant, "%s", rq->who->user.tenant);
+    fmt_cut(j->user, sizeof j->user, "%s", rq->who->user.name);
+    fmt_cut(j->name, sizeof j->name, "%s", nm.name);
+    fmt_cut(j->code_path, sizeof j->code_path, "%s", nm.code_path);
     if (api_job_estimate(j->price_per_hour, j->worker_count, j->max_runtime_seconds,
                          &j->estimated_max, rs) ||
         api_job_could_fit(ctx, j, rs) || tenant_may_add_a_job(ctx, j->tenant_id, rs))
         goto fail;
     if (key) {
-        snprintf(j->idem_key, sizeof j->idem_key, "%s", key);
+        fmt_cut(j->idem_key, sizeof j->idem_key, "%s", key);
         util_sha256(rq->body, rq->body_len, j->request_hash);
     }
     cJSON_Delete(in);
@@ -695,7 +695,7 @@ static void job_change(api_ctx *ctx, const api_req *rq, api_resp *rs, store_writ
     }
     c->tenant_id = api_is_platform_admin(rq->who) ? 0 : api_tenant_of(rq->who);
     c->id = id;
-    snprintf(c->reason, sizeof c->reason, "%s by %s/%s",
+    fmt_cut(c->reason, sizeof c->reason, "%s by %s/%s",
              fn == job_retry_write ? "retried" : "cancelled", rq->who->user.tenant,
              rq->who->user.name);
     api_defer(rs, fn, c, job_change_done);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "api/api_int.h"
+#include "lib/fmt.h"
 
 void api_json(api_resp *rs, int status, cJSON *obj)
 {
@@ -62,7 +63,7 @@ void api_error(api_resp *rs, int status, const char *code, const char *field, co
     cJSON_AddStringToObject(e, "code", code);
     cJSON_AddStringToObject(e, "message", msg);
     if (field) {
-        snprintf(fld, sizeof fld, "%s", field);
+        fmt_cut(fld, sizeof fld, "%s", field);
         utf8_mend(fld);
         cJSON_AddStringToObject(e, "field", fld);
     }
@@ -99,12 +100,12 @@ static const cJSON *first_bad_utf8(const cJSON *item, char *path, size_t n)
     int idx = 0;
     for (const cJSON *c = item->child; c; c = c->next, idx++) {
         if (cJSON_IsArray(item)) {
-            snprintf(path + used, n - used, "[%d]", idx);
+            fmt_cut(path + used, n - used, "[%d]", idx);
         } else if (!c->string || !utf8_ok(c->string)) {
-            snprintf(path + used, n - used, "%s(a member's name)", used ? "." : "");
+            fmt_cut(path + used, n - used, "%s(a member's name)", used ? "." : "");
             return c;
         } else {
-            snprintf(path + used, n - used, "%s%.64s", used ? "." : "", c->string);
+            fmt_cut(path + used, n - used, "%s%.64s", used ? "." : "", c->string);
         }
         if ((cJSON_IsString(c) && !utf8_ok(c->valuestring)) ||
             ((cJSON_IsArray(c) || cJSON_IsObject(c)) && first_bad_utf8(c, path, n)))
@@ -170,7 +171,7 @@ cJSON *api_parse_object(const api_req *rq, api_resp *rs)
     char path[200] = "";
     if (first_bad_utf8(o, path, sizeof path)) {
         char field[80];
-        snprintf(field, sizeof field, "%.*s", (int)strcspn(path, ".["), path);
+        fmt_cut(field, sizeof field, "%.*s", (int)strcspn(path, ".["), path);
         cJSON_Delete(o);
         api_error(rs, 400, "invalid_utf8", field[0] && field[0] != '(' ? field : NULL,
                   "'%s' is not valid UTF-8 (overlong, surrogate, truncated or stray bytes)",
@@ -441,7 +442,7 @@ int api_store_error(api_resp *rs, int rc, const char *what)
         api_error(rs, 503, "database_unavailable", NULL,
                   "the database cannot be reached (while handling %s): try again shortly", what);
         rs->xname = "Retry-After";
-        snprintf(rs->xvalue, sizeof rs->xvalue, "1");
+        fmt_cut(rs->xvalue, sizeof rs->xvalue, "1");
         break;
     default:
         api_error(rs, 500, "internal", NULL, "storage error while handling %s", what);
@@ -492,7 +493,7 @@ void api_list_next(cJSON *o, const api_list *pg, int limit)
 {
     if (limit > 0 && pg->n == limit) {
         char c[24];
-        snprintf(c, sizeof c, "%lld", (long long)pg->last);
+        fmt_cut(c, sizeof c, "%lld", (long long)pg->last);
         cJSON_AddStringToObject(o, "next_cursor", c);
     } else {
         cJSON_AddNullToObject(o, "next_cursor");

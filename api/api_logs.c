@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "api/api_int.h"
+#include "lib/fmt.h"
 #include "storage/store_job.h"
 #include "storage/store_node.h"
 
@@ -39,8 +40,9 @@ static int log_path(api_ctx *ctx, int64_t job, int64_t attempt, int64_t rank, in
                     char *out, size_t n)
 {
     char dir[4400];
-    snprintf(dir, sizeof dir, "%s/logs/%lld/%lld", ctx->data_dir, (long long)job,
-             (long long)attempt);
+    if (fmt_whole(dir, sizeof dir, "%s/logs/%lld/%lld", ctx->data_dir, (long long)job,
+                  (long long)attempt) != 0)
+        return -1;
     if (create) {
         char *slash = dir + strlen(ctx->data_dir);
         for (char *p = slash + 1; *p; p++) {
@@ -54,7 +56,7 @@ static int log_path(api_ctx *ctx, int64_t job, int64_t attempt, int64_t rank, in
         if (mkdir(dir, 0750) != 0 && errno != EEXIST)
             return -1;
     }
-    return snprintf(out, n, "%s/%lld.log", dir, (long long)rank) >= (int)n ? -1 : 0;
+    return fmt_whole(out, n, "%s/%lld.log", dir, (long long)rank);
 }
 
 #define LOG_BUDGET_SLOTS 4096
@@ -74,7 +76,7 @@ int api_logs_open(api_ctx *ctx, int64_t limit, char *err, size_t errlen)
 {
     struct api_log_budget *b = calloc(1, sizeof *b);
     if (!b) {
-        snprintf(err, errlen, "out of memory");
+        fmt_cut(err, errlen, "out of memory");
         return -1;
     }
     pthread_mutex_init(&b->lock, NULL);
@@ -97,8 +99,9 @@ static int64_t job_log_bytes(api_ctx *ctx, int64_t job)
 {
     char dir[4200];
     int64_t sum = 0;
-    snprintf(dir, sizeof dir, "%s/logs/%lld", ctx->data_dir, (long long)job);
-    DIR *jd = opendir(dir);
+    DIR *jd = fmt_whole(dir, sizeof dir, "%s/logs/%lld", ctx->data_dir, (long long)job) == 0
+                  ? opendir(dir)
+                  : NULL;
     struct dirent *a, *r;
     while (jd && (a = readdir(jd)) != NULL) {
         if (a->d_name[0] == '.')
@@ -190,13 +193,15 @@ static void mark_cut(api_ctx *ctx, int fd, const store_worker *w)
         return;
     if (write(fd, LOG_LIMIT_MARK, ml) != (ssize_t)ml)
         return; /* a full disk: the cut shows in the job's event */
-    snprintf(flag, sizeof flag, "%s/logs/%lld/.log-limit", ctx->data_dir, (long long)w->job_id);
-    int ffd = open(flag, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
+    int ffd = fmt_whole(flag, sizeof flag, "%s/logs/%lld/.log-limit", ctx->data_dir,
+                        (long long)w->job_id) == 0
+                  ? open(flag, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640)
+                  : -1;
     if (ffd < 0)
         return; /* another rank said it already */
     close(ffd);
     struct log_note n = {w->job_id, w->attempt, ""};
-    snprintf(n.reason, sizeof n.reason,
+    fmt_cut(n.reason, sizeof n.reason,
              "output past %lld bytes was not stored (cohortd --log-limit), from rank %lld on",
              (long long)ctx->logs->limit, (long long)w->rank);
     if (store_write(ctx->st, note_write, &n) != STORE_OK)
@@ -222,7 +227,7 @@ static store_rc metrics_write(store_tx *tx, void *arg)
     /* The first write to be cut says so, once, in the job's events. */
     if (rc == STORE_OK && m->dropped > 0 && granted > 0) {
         char why[160];
-        snprintf(why, sizeof why, "metrics: the job stored %d metric rows, its most; later "
+        fmt_cut(why, sizeof why, "metrics: the job stored %d metric rows, its most; later "
                                   "COHORT_METRIC lines stay in its log only",
                  API_METRIC_ROWS_MAX);
         rc = store_job_note(tx, m->job, m->attempt, why);
@@ -326,7 +331,7 @@ void api_agent_log(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_error(rs, 409, "gap", "offset", "the log holds %lld bytes; send from there",
                   (long long)size);
         rs->xname = "X-Log-Size";
-        snprintf(rs->xvalue, sizeof rs->xvalue, "%lld", (long long)size);
+        fmt_cut(rs->xvalue, sizeof rs->xvalue, "%lld", (long long)size);
         goto out;
     }
     /* Only what lies past the end is new: a resent chunk adds nothing. */
@@ -529,7 +534,7 @@ void api_job_logs(api_ctx *ctx, const api_req *rq, api_resp *rs)
     rs->status = 200;
     rs->ctype = "text/plain; charset=utf-8";
     rs->xname = "X-Next-Offset";
-    snprintf(rs->xvalue, sizeof rs->xvalue, "%lld", (long long)(off + n));
+    fmt_cut(rs->xvalue, sizeof rs->xvalue, "%lld", (long long)(off + n));
     if (fd >= 0 && n > 0) {
         rs->fd = fd;
         rs->foffset = off;

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "api/api_cache.h"
+#include "lib/fmt.h"
 #include "api/api_int.h"
 #include "api/fsquota.h"
 #include "api/jobnet.h"
@@ -459,7 +460,7 @@ void api_agent_register(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_error(rs, 422, "invalid_value", "network", "network must be \"job\" or \"host\"");
         goto out;
     }
-    snprintf(nn.n.network, sizeof nn.n.network, "%s", network ? network : "host");
+    fmt_cut(nn.n.network, sizeof nn.n.network, "%s", network ? network : "host");
     struct in_addr v4;
     if (!strcmp(nn.n.network, "job") && inet_pton(AF_INET, addr, &v4) != 1) {
         api_error(rs, 422, "invalid_value", "address",
@@ -475,10 +476,10 @@ void api_agent_register(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_error(rs, 422, "invalid_value", "address", "address must be a host name or IP address");
         goto out;
     }
-    snprintf(nn.n.name, sizeof nn.n.name, "%s", name);
-    snprintf(nn.n.address, sizeof nn.n.address, "%s", addr);
+    fmt_cut(nn.n.name, sizeof nn.n.name, "%s", name);
+    fmt_cut(nn.n.address, sizeof nn.n.address, "%s", addr);
     if (gpu_type)
-        snprintf(nn.n.gpu_type, sizeof nn.n.gpu_type, "%s", gpu_type);
+        fmt_cut(nn.n.gpu_type, sizeof nn.n.gpu_type, "%s", gpu_type);
     if (util_token_new(secret) != 0) {
         api_error(rs, 500, "internal", NULL, "cannot read random bytes");
         goto out;
@@ -539,7 +540,7 @@ static int digest_differs(store_tx *tx, const int64_t *id, const char *digest, c
     if (store_job_get_tx(tx, 0, w.job_id, &j) != STORE_OK)
         return 0;
     if (j.image_digest[0] && strcmp(j.image_digest, digest)) {
-        snprintf(msg, n, "its image resolved to %.19s..., not the job's %.19s...: the tag "
+        fmt_cut(msg, n, "its image resolved to %.19s..., not the job's %.19s...: the tag "
                          "moved while the job started",
                  digest, j.image_digest);
         differs = 1;
@@ -564,7 +565,7 @@ static store_rc heartbeat_write(store_tx *tx, void *arg)
                 return d;
             if (d == STORE_OK && digest_differs(tx, &r->w[i].id, r->w[i].digest,
                                                 r->w[i].message, sizeof r->w[i].message))
-                snprintf(r->w[i].state, sizeof r->w[i].state, "failed");
+                fmt_cut(r->w[i].state, sizeof r->w[i].state, "failed");
         }
         if (!strcmp(r->w[i].state, "starting")) { /* pulling its image: no transition */
             int p = store_worker_phase(tx, r->w[i].id, r->node_id, r->w[i].message);
@@ -626,14 +627,14 @@ static int report_worker(const cJSON *w, struct report *r, api_resp *rs)
         api_error(rs, 422, "invalid_value", "image_digest", "image_digest must be sha256:HEX");
         return -1;
     }
-    snprintf(r->w[r->n].digest, sizeof r->w[r->n].digest, "%s", digest ? digest : "");
+    fmt_cut(r->w[r->n].digest, sizeof r->w[r->n].digest, "%s", digest ? digest : "");
     r->w[r->n].id = id;
     r->w[r->n].exit_code = code;
     r->w[r->n].signal = sig;
     r->w[r->n].cpu_us = cpu_us;
     r->w[r->n].memory_peak = mem_peak;
-    snprintf(r->w[r->n].state, sizeof r->w[r->n].state, "%s", state);
-    snprintf(r->w[r->n].message, sizeof r->w[r->n].message, "%s", msg ? msg : "");
+    fmt_cut(r->w[r->n].state, sizeof r->w[r->n].state, "%s", state);
+    fmt_cut(r->w[r->n].message, sizeof r->w[r->n].message, "%s", msg ? msg : "");
     r->n++;
     return 0;
 }
@@ -662,7 +663,7 @@ static int report_read(const api_req *rq, struct report *r, cJSON **in, api_resp
     }
     if (net && strcmp(net, rq->node->network) &&
         (strcmp(net, "job") || inet_pton(AF_INET, rq->node->address, &v4) == 1))
-        snprintf(r->network, sizeof r->network, "%s", net);
+        fmt_cut(r->network, sizeof r->network, "%s", net);
     for (const cJSON *w = ws ? ws->child : NULL; w; w = w->next)
         if (report_worker(w, r, rs) != 0)
             return -1;
@@ -707,9 +708,9 @@ out:
 /* Shortest decimal that reads back as v. */
 static void fmt_double(double v, char *out, size_t n)
 {
-    snprintf(out, n, "%.15g", v);
+    fmt_cut(out, n, "%.15g", v);
     if (strtod(out, NULL) != v)
-        snprintf(out, n, "%.17g", v);
+        fmt_cut(out, n, "%.17g", v);
 }
 
 static void env_add(cJSON *env, const char *k, const char *v)
@@ -720,7 +721,7 @@ static void env_add(cJSON *env, const char *k, const char *v)
 static void env_addi(cJSON *env, const char *k, int64_t v)
 {
     char b[24];
-    snprintf(b, sizeof b, "%lld", (long long)v);
+    fmt_cut(b, sizeof b, "%lld", (long long)v);
     env_add(env, k, b);
 }
 
@@ -735,7 +736,7 @@ static void tf_port_row(void *arg, int64_t rank, const char *address, int64_t po
     struct tf_ports *t = arg;
     if (rank < 0 || rank >= t->n || !address)
         return;
-    snprintf(t->addr[rank], sizeof t->addr[rank], "%s", address);
+    fmt_cut(t->addr[rank], sizeof t->addr[rank], "%s", address);
     t->port[rank] = port;
 }
 
@@ -779,10 +780,8 @@ struct desired {
  * refused, and the job's reason says so). */
 static int open_password(api_ctx *ctx, const store_image *im, char *out, size_t n)
 {
-    if (!seal_is_sealed(im->password)) {
-        snprintf(out, n, "%s", im->password);
-        return 0;
-    }
+    if (!seal_is_sealed(im->password))
+        return fmt_whole(out, n, "%s", im->password);
     if (ctx->seal && seal_decrypt(ctx->seal, im->password, out, n) == 0)
         return 0;
     fprintf(stderr, "cohortd: the password of image %s cannot be opened with this cohortd's "
@@ -799,7 +798,7 @@ static void add_pull_token(api_ctx *ctx, const store_job *j, const char *ref, cJ
     if (!api_registry_repo(ctx, ref, repo, sizeof repo) ||
         !api_registry_tenant_may_pull(j->tenant, repo))
         return;
-    snprintf(subject, sizeof subject, "job/%lld", (long long)j->id);
+    fmt_cut(subject, sizeof subject, "job/%lld", (long long)j->id);
     char *t = api_registry_pull_token(ctx, subject, repo);
     if (t)
         cJSON_AddStringToObject(o, "registry_token", t);
@@ -815,8 +814,10 @@ static void launch_volumes(api_ctx *ctx, const store_job *j, cJSON *o, util_buf 
     store_volume ws;
     /* Volumes, by their host paths; the agent binds them under mount_root. */
     if (store_volume_get(ctx->st, STORE_WORKSPACE, j->tenant_id, j->workspace, 0, &ws) == STORE_OK) {
-        api_volume_path(ctx, STORE_WORKSPACE, &ws, path, sizeof path);
-        cJSON_AddStringToObject(o, "workspace", path);
+        if (api_volume_path(ctx, STORE_WORKSPACE, &ws, path, sizeof path) == 0)
+            cJSON_AddStringToObject(o, "workspace", path);
+        else
+            cJSON_AddNullToObject(o, "workspace"); /* the shim refuses it, saying so */
     } else {
         cJSON_AddNullToObject(o, "workspace");
     }
@@ -831,8 +832,8 @@ static void launch_volumes(api_ctx *ctx, const store_job *j, cJSON *o, util_buf 
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "name", d->valuestring);
         if (store_volume_get(ctx->st, STORE_DATASET, j->tenant_id, d->valuestring, 1, &v) ==
-            STORE_OK) {
-            api_volume_path(ctx, STORE_DATASET, &v, path, sizeof path);
+                STORE_OK &&
+            api_volume_path(ctx, STORE_DATASET, &v, path, sizeof path) == 0) {
             cJSON_AddStringToObject(e, "path", path);
         } else {
             cJSON_AddNullToObject(e, "path");
@@ -843,8 +844,8 @@ static void launch_volumes(api_ctx *ctx, const store_job *j, cJSON *o, util_buf 
     cJSON_Delete(names);
     /* Storage the worker must not see: every tenant's volumes. */
     cJSON *hide = cJSON_AddArrayToObject(o, "hide");
-    snprintf(path, sizeof path, "%s/volumes", ctx->data_dir);
-    cJSON_AddItemToArray(hide, cJSON_CreateString(path));
+    if (fmt_path(path, sizeof path, ctx->data_dir, "volumes") == 0)
+        cJSON_AddItemToArray(hide, cJSON_CreateString(path));
 
 }
 
@@ -901,7 +902,7 @@ static void launch_args(const store_worker *w, const store_job *j, cJSON *o)
     /* Arguments after the program: --local_rank=N as torch.distributed.launch does. */
     cJSON *args = cJSON_AddArrayToObject(o, "args");
     if (strcmp(j->framework, "tensorflow")) {
-        snprintf(buf, sizeof buf, "--local_rank=%lld", (long long)w->local_rank);
+        fmt_cut(buf, sizeof buf, "--local_rank=%lld", (long long)w->local_rank);
         cJSON_AddItemToArray(args, cJSON_CreateString(buf));
     }
     cJSON *user_args = cJSON_Parse(j->args_json);
@@ -1026,7 +1027,7 @@ void api_agent_desired(api_ctx *ctx, const api_req *rq, api_resp *rs)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "node_id", (double)rq->node->id);
     char vb[24];
-    snprintf(vb, sizeof vb, "%llu", (unsigned long long)version);
+    fmt_cut(vb, sizeof vb, "%llu", (unsigned long long)version);
     cJSON_AddStringToObject(o, "version", vb);
     cJSON_AddBoolToObject(o, "drained", now.drained);
     cJSON_AddItemToObject(o, "workers", d.items);

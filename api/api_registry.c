@@ -75,14 +75,14 @@ static int caller(api_ctx *ctx, const api_req *rq, struct asker *a, api_resp *rs
     int plen = (int)(len - (colon + 1 - (char *)plain));
     if (memchr(colon + 1, '.', (size_t)plen)) {
         char jwt[CRED_MAX];
-        snprintf(jwt, sizeof jwt, "%.*s", plen, colon + 1);
+        fmt_cut(jwt, sizeof jwt, "%.*s", plen, colon + 1);
         a->pull = regtoken_verify(ctx->regtoken, jwt, util_now_ms() / 1000);
         if (a->pull)
             return 0;
         api_error(rs, 401, "unauthorized", NULL, "the pull token is not valid");
         return -1;
     }
-    snprintf(bearer, sizeof bearer, "Bearer %.*s", plen, colon + 1);
+    fmt_cut(bearer, sizeof bearer, "Bearer %.*s", plen, colon + 1);
     a->known = api_authenticate(ctx, bearer, &a->who, rs) == 0;
     return a->known ? 0 : -1;
 }
@@ -232,7 +232,7 @@ static int scopes_granted(const api_req *rq, const struct asker *a, char *buf,
         api_error(rs, 400, "too_large", "scope", "a scope of at most %d bytes", SCOPE_MAX);
         return -1;
     }
-    snprintf(buf, SCOPE_MAX + 1, "%s", scope ? scope : "");
+    fmt_cut(buf, SCOPE_MAX + 1, "%s", scope ? scope : "");
     for (char *save = NULL, *s = strtok_r(buf, " ", &save); s; s = strtok_r(NULL, " ", &save)) {
         if (n == MAX_SCOPES || grant(s, a, &g[n]) != 0) {
             api_error(rs, 400, "invalid_value", "scope",
@@ -263,9 +263,9 @@ void api_registry_token(api_ctx *ctx, const api_req *rq, api_resp *rs)
     if (caller(ctx, rq, &a, rs) != 0 || (n = scopes_granted(rq, &a, scopes, g, rs)) < 0)
         goto out;
     if (a.known)
-        snprintf(subject, sizeof subject, "%s/%s", a.who.user.tenant, a.who.user.name);
+        fmt_cut(subject, sizeof subject, "%s/%s", a.who.user.tenant, a.who.user.name);
     else if (a.pull)
-        snprintf(subject, sizeof subject, "%s", regtoken_grant_subject(a.pull));
+        fmt_cut(subject, sizeof subject, "%s", regtoken_grant_subject(a.pull));
     int64_t now = util_now_ms();
     /* A pull token buys what it holds until it ends: never a longer life. */
     int64_t exp = a.pull ? regtoken_grant_exp(a.pull) : 0;

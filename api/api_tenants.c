@@ -84,7 +84,7 @@ void api_tenant_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
     if (api_write(ctx, rs, tenant_write, &t, "tenant"))
         goto out;
     store_tenant row = {.id = t.id, .created_at = util_now_ms()};
-    snprintf(row.name, sizeof row.name, "%s", t.name);
+    fmt_cut(row.name, sizeof row.name, "%s", t.name);
     api_created(rs, tenant_json(&row), "/v1/tenants/%s", t.name);
 out:
     cJSON_Delete(in);
@@ -161,9 +161,9 @@ void api_user_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
     if (api_write(ctx, rs, user_write, &u, "user"))
         goto out;
     store_user row = {.id = u.id, .tenant_id = t.id, .created_at = util_now_ms()};
-    snprintf(row.tenant, sizeof row.tenant, "%s", t.name);
-    snprintf(row.name, sizeof row.name, "%s", u.name);
-    snprintf(row.role, sizeof row.role, "%s", u.role);
+    fmt_cut(row.tenant, sizeof row.tenant, "%s", t.name);
+    fmt_cut(row.name, sizeof row.name, "%s", u.name);
+    fmt_cut(row.role, sizeof row.role, "%s", u.role);
     api_created(rs, user_json(&row), "/v1/users/%lld", (long long)u.id);
 out:
     cJSON_Delete(in);
@@ -258,7 +258,7 @@ void api_token_create(api_ctx *ctx, const api_req *rq, api_resp *rs)
         goto out;
     store_token row = {.id = t.id, .user_id = u.id, .created_at = util_now_ms(),
                        .expires_at = t.expires_at};
-    snprintf(row.name, sizeof row.name, "%s", t.name);
+    fmt_cut(row.name, sizeof row.name, "%s", t.name);
     cJSON *o = token_json(&row);
     cJSON_AddStringToObject(o, "token", secret);
     api_json(rs, 201, o);

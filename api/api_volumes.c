@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "api/api_int.h"
+#include "lib/fmt.h"
 #include "api/fsquota.h"
 #include "api/stuse.h"
 
@@ -35,16 +36,19 @@ static int mkdirs(char *path)
     return mkdir(path, 0750) == 0 || errno == EEXIST ? 0 : -1;
 }
 
-void api_volume_path(api_ctx *ctx, store_vol_kind k, const store_volume *v, char *out, size_t n)
+int api_volume_path(api_ctx *ctx, store_vol_kind k, const store_volume *v, char *out, size_t n)
 {
-    snprintf(out, n, "%s/volumes/%lld/%s/%lld", ctx->data_dir, (long long)v->tenant_id,
-             kind_dir[k], (long long)v->id);
+    return fmt_whole(out, n, "%s/volumes/%lld/%s/%lld", ctx->data_dir, (long long)v->tenant_id,
+                     kind_dir[k], (long long)v->id);
 }
 
 int api_volume_root(api_ctx *ctx, store_vol_kind k, const store_volume *v, int create)
 {
     char path[4400], err[512];
-    api_volume_path(ctx, k, v, path, sizeof path);
+    if (api_volume_path(ctx, k, v, path, sizeof path) != 0) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
     if (create && ctx->fsq) {
         /* A subvolume in its tenant's qgroup: the file system stops a write
          * at the tenant's quota (fsquota.h). */
@@ -259,10 +263,11 @@ static void volume_delete(api_ctx *ctx, const api_req *rq, api_resp *rs, store_v
     if (volume_change(ctx, rq, rs, k, vol_delete_write, &v))
         return;
     char parent[4400], name[24];
-    snprintf(parent, sizeof parent, "%s/volumes/%lld/%s", ctx->data_dir, (long long)v.tenant_id,
-             kind_dir[k]);
-    snprintf(name, sizeof name, "%lld", (long long)v.id);
-    int pfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int pfd = fmt_whole(parent, sizeof parent, "%s/volumes/%lld/%s", ctx->data_dir,
+                        (long long)v.tenant_id, kind_dir[k]) == 0 &&
+                      fmt_whole(name, sizeof name, "%lld", (long long)v.id) == 0
+                  ? open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+                  : -1;
     if (pfd >= 0) {
         rm_tree(pfd, name);
         close(pfd);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "api/api_int.h"
+#include "lib/fmt.h"
 
 struct ctype {
     const char *ext;
@@ -52,12 +53,12 @@ int api_web_open(api_ctx *ctx, const char *dir, char *err, size_t errlen)
 {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) {
-        snprintf(err, errlen, "web root %s: %s", dir, strerror(errno));
+        fmt_cut(err, errlen, "web root %s: %s", dir, strerror(errno));
         return -1;
     }
     int idx = api_open_beneath(fd, "index.html");
     if (idx < 0) {
-        snprintf(err, errlen, "web root %s has no index.html: %s", dir, strerror(-idx));
+        fmt_cut(err, errlen, "web root %s has no index.html: %s", dir, strerror(-idx));
         close(fd);
         return -1;
     }

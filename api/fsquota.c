@@ -2,6 +2,7 @@
  * fsquota: btrfs subvolumes and qgroups for tenants' volumes (fsquota.h).
  */
 #include "api/fsquota.h"
+#include "lib/fmt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -61,7 +62,7 @@ static int run_btrfs(const fsquota *q, const char *const *args, char *out, size_
     close(pfd[0]);
     buf[have] = '\0';
     if (out && n)
-        snprintf(out, n, "%.*s", (int)strcspn(buf, "\n"), buf);
+        fmt_cut(out, n, "%.*s", (int)strcspn(buf, "\n"), buf);
     while (waitpid(p, &st, 0) < 0)
         if (errno != EINTR)
             return -1;
@@ -72,8 +73,7 @@ static int find_btrfs(char *out, size_t n)
 {
     static const char *const dirs[] = {"/usr/bin", "/usr/sbin", "/bin", "/sbin"};
     for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
-        snprintf(out, n, "%s/btrfs", dirs[i]);
-        if (access(out, X_OK) == 0)
+        if (fmt_path(out, n, dirs[i], "btrfs") == 0 && access(out, X_OK) == 0)
             return 0;
     }
     return -1;
@@ -84,18 +84,21 @@ fsquota *fsquota_open(const char *dir, char *err, size_t errlen)
     struct statfs sf;
     fsquota *q = NULL;
     if (statfs(dir, &sf) != 0 || (uint32_t)sf.f_type != BTRFS_MAGIC) {
-        snprintf(err, errlen, "%s is not on btrfs", dir);
+        fmt_cut(err, errlen, "%s is not on btrfs", dir);
         return NULL;
     }
     if (!(q = calloc(1, sizeof *q)) || find_btrfs(q->btrfs, sizeof q->btrfs) != 0) {
-        snprintf(err, errlen, "%s is on btrfs, but btrfs-progs' btrfs is not installed", dir);
+        fmt_cut(err, errlen, "%s is on btrfs, but btrfs-progs' btrfs is not installed", dir);
         goto fail;
     }
-    snprintf(q->dir, sizeof q->dir, "%s", dir);
     char why[256] = "";
+    if (fmt_whole(q->dir, sizeof q->dir, "%s", dir) != 0) {
+        fmt_cut(err, errlen, "%.200s: the path is too long", dir);
+        goto fail;
+    }
     const char *enable[] = {"quota", "enable", q->dir, NULL};
     if (run_btrfs(q, enable, why, sizeof why) != 0) {
-        snprintf(err, errlen, "cannot enable btrfs quotas on %s: %s", dir, why);
+        fmt_cut(err, errlen, "cannot enable btrfs quotas on %s: %s", dir, why);
         goto fail;
     }
     return q;
@@ -112,11 +115,11 @@ void fsquota_close(fsquota *q)
 int fsquota_limit(fsquota *q, int64_t tenant, int64_t limit)
 {
     char group[32], bytes[32];
-    snprintf(group, sizeof group, "1/%" PRId64, tenant);
+    fmt_cut(group, sizeof group, "1/%" PRId64, tenant);
     if (limit >= 0)
-        snprintf(bytes, sizeof bytes, "%" PRId64, limit);
+        fmt_cut(bytes, sizeof bytes, "%" PRId64, limit);
     else
-        snprintf(bytes, sizeof bytes, "none");
+        fmt_cut(bytes, sizeof bytes, "none");
     const char *args[] = {"qgroup", "limit", bytes, group, q->dir, NULL};
     return q && run_btrfs(q, args, NULL, 0) == 0 ? 0 : -1;
 }
@@ -130,21 +133,21 @@ int fsquota_make(fsquota *q, const char *path, int64_t tenant, int64_t limit, ch
         return 0; /* made before */
     const char *create[] = {"subvolume", "create", path, NULL};
     if (run_btrfs(q, create, why, sizeof why) != 0) {
-        snprintf(err, errlen, "cannot make the subvolume %s: %s", path, why);
+        fmt_cut(err, errlen, "cannot make the subvolume %s: %s", path, why);
         return -1;
     }
-    snprintf(group, sizeof group, "1/%" PRId64, tenant);
+    fmt_cut(group, sizeof group, "1/%" PRId64, tenant);
     const char *rootid[] = {"inspect-internal", "rootid", path, NULL};
     const char *make_group[] = {"qgroup", "create", group, q->dir, NULL};
     char *end;
     int ok = run_btrfs(q, rootid, id, sizeof id) == 0 && strtoull(id, &end, 10) > 0 && !*end;
-    snprintf(sub, sizeof sub, "0/%s", id);
+    fmt_cut(sub, sizeof sub, "0/%s", id);
     const char *assign[] = {"qgroup", "assign", sub, group, q->dir, NULL};
     run_btrfs(q, make_group, NULL, 0); /* there already for the tenant's second volume */
     if (!ok || run_btrfs(q, assign, why, sizeof why) != 0 || fsquota_limit(q, tenant, limit) != 0) {
         const char *del[] = {"subvolume", "delete", path, NULL};
         run_btrfs(q, del, NULL, 0);
-        snprintf(err, errlen, "cannot put %s in its tenant's qgroup %s: %s", path, group, why);
+        fmt_cut(err, errlen, "cannot put %s in its tenant's qgroup %s: %s", path, group, why);
         return -1;
     }
     chmod(path, 0750);

@@ -3,6 +3,7 @@
  * (see jobnet.h).
  */
 #include "api/jobnet.h"
+#include "lib/fmt.h"
 
 #include "lib/util.h"
 
@@ -69,7 +70,7 @@ static int overlay_fits(store *st, const struct ranks *r, jobnet *net)
         if (!r->node[i] || store_node_get(st, r->node[i], &nd) != STORE_OK ||
             strcmp(nd.network, "job") || inet_pton(AF_INET, nd.address, &a) != 1)
             return 0;
-        snprintf(net->addr[i], sizeof net->addr[i], "%s", nd.address);
+        fmt_cut(net->addr[i], sizeof net->addr[i], "%s", nd.address);
         net->port[i] = JOBNET_PORT;
         for (int64_t k = 0; k < i; k++)
             if (!strcmp(net->addr[k], nd.address) && net->port[k] >= net->port[i])
@@ -125,7 +126,7 @@ int jobnet_load(store *st, int64_t job_id, int64_t attempt, const char *secret, 
 void jobnet_address(int64_t node_rank, char *out, size_t n)
 {
     int64_t h = node_rank + 1;
-    snprintf(out, n, "10.77.%d.%d", (int)(h >> 8) & 255, (int)h & 255);
+    fmt_cut(out, n, "10.77.%d.%d", (int)(h >> 8) & 255, (int)h & 255);
 }
 
 const char *jobnet_map(const jobnet *net, const char *addr, char *buf, size_t n)

@@ -3,6 +3,7 @@
  * (see regtoken.h).
  */
 #include "api/regtoken.h"
+#include "lib/fmt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -137,8 +138,9 @@ fail:
 static int write_pem(const char *path, int mode, EVP_PKEY *key, X509 *cert)
 {
     char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    int fd = fmt_whole(tmp, sizeof tmp, "%s.tmp", path) == 0
+                 ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
+                 : (errno = ENAMETOOLONG, -1);
     FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) {
         if (fd >= 0)
@@ -163,11 +165,11 @@ static EVP_PKEY *make_key(const char *key_path, const char *cert_path, char *err
     EVP_PKEY *key = EVP_EC_gen("P-256");
     X509 *cert = key ? self_signed(key) : NULL;
     if (!cert) {
-        snprintf(err, errlen, "cannot make the registry's signing key");
+        fmt_cut(err, errlen, "cannot make the registry's signing key");
         goto fail;
     }
     if (write_pem(cert_path, 0644, NULL, cert) != 0 || write_pem(key_path, 0600, key, NULL) != 0) {
-        snprintf(err, errlen, "cannot write %s: %s", key_path, strerror(errno));
+        fmt_cut(err, errlen, "cannot write %s: %s", key_path, strerror(errno));
         goto fail;
     }
     X509_free(cert);
@@ -185,7 +187,7 @@ static EVP_PKEY *load_key(const char *key_path, char *err, size_t errlen)
     if (f)
         fclose(f);
     if (!key || EVP_PKEY_get_base_id(key) != EVP_PKEY_EC) {
-        snprintf(err, errlen, "%s is not an EC private key in PEM", key_path);
+        fmt_cut(err, errlen, "%s is not an EC private key in PEM", key_path);
         EVP_PKEY_free(key);
         return NULL;
     }
@@ -198,13 +200,12 @@ regtoken *regtoken_open(const char *dir, char *err, size_t errlen)
     struct stat sb;
     regtoken *t = calloc(1, sizeof *t);
     if (!t) {
-        snprintf(err, errlen, "out of memory");
+        fmt_cut(err, errlen, "out of memory");
         return NULL;
     }
-    if (snprintf(key_path, sizeof key_path, "%s/registry-key.pem", dir) >= (int)sizeof key_path ||
-        snprintf(t->cert_path, sizeof t->cert_path, "%s/registry-cert.pem", dir) >=
-            (int)sizeof t->cert_path) {
-        snprintf(err, errlen, "the data dir's path is too long");
+    if (fmt_path(key_path, sizeof key_path, dir, "registry-key.pem") != 0 ||
+        fmt_path(t->cert_path, sizeof t->cert_path, dir, "registry-cert.pem") != 0) {
+        fmt_cut(err, errlen, "the data dir's path is too long");
         goto fail;
     }
     if (stat(key_path, &sb) == 0 && stat(t->cert_path, &sb) == 0)
@@ -214,7 +215,7 @@ regtoken *regtoken_open(const char *dir, char *err, size_t errlen)
     if (!t->key)
         goto fail;
     if (key_id(t->key, t->kid) != 0) {
-        snprintf(err, errlen, "cannot compute the signing key's id");
+        fmt_cut(err, errlen, "cannot compute the signing key's id");
         goto fail;
     }
     return t;
@@ -252,7 +253,7 @@ static char *claims(const char *subject, const regtoken_access *grants, int n, i
     if (RAND_bytes(raw, sizeof raw) != 1)
         return NULL;
     for (size_t i = 0; i < sizeof raw; i++)
-        snprintf(jti + 2 * i, 3, "%02x", raw[i]);
+        fmt_cut(jti + 2 * i, 3, "%02x", raw[i]);
     cJSON *c = cJSON_CreateObject();
     cJSON_AddStringToObject(c, "iss", REGTOKEN_ISSUER);
     cJSON_AddStringToObject(c, "sub", subject);
@@ -306,7 +307,7 @@ char *regtoken_sign(const regtoken *t, const char *subject, const regtoken_acces
 {
     char header[160], *body = claims(subject, grants, n, now_s, exp_s), *out = NULL;
     unsigned char sig[64];
-    snprintf(header, sizeof header, "{\"typ\":\"JWT\",\"alg\":\"ES256\",\"kid\":\"%s\"}", t->kid);
+    fmt_cut(header, sizeof header, "{\"typ\":\"JWT\",\"alg\":\"ES256\",\"kid\":\"%s\"}", t->kid);
     if (!body)
         return NULL;
     size_t hl = strlen(header), bl = strlen(body);

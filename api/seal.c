@@ -2,6 +2,7 @@
  * seal: AES-256-GCM of the secrets cohortd keeps at rest (see seal.h).
  */
 #include "api/seal.h"
+#include "lib/fmt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,19 +34,19 @@ static int load_or_make(const char *path, unsigned char key[KEY_LEN], char *err,
         close(fd);
         if (got == KEY_LEN)
             return 0;
-        snprintf(err, errlen, "%s is not a key of %d bytes", path, KEY_LEN);
+        fmt_cut(err, errlen, "%s is not a key of %d bytes", path, KEY_LEN);
         return -1;
     }
     char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (errno != ENOENT || RAND_bytes(key, KEY_LEN) != 1 ||
+    if (errno != ENOENT || fmt_whole(tmp, sizeof tmp, "%s.tmp", path) != 0 ||
+        RAND_bytes(key, KEY_LEN) != 1 ||
         (fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0) {
-        snprintf(err, errlen, "cannot make %s: %s", path, strerror(errno ? errno : EIO));
+        fmt_cut(err, errlen, "cannot make %s: %s", path, strerror(errno ? errno : EIO));
         return -1;
     }
     int ok = write(fd, key, KEY_LEN) == KEY_LEN && fsync(fd) == 0;
     if (close(fd) != 0 || !ok || rename(tmp, path) != 0) {
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno ? errno : EIO));
+        fmt_cut(err, errlen, "cannot write %s: %s", path, strerror(errno ? errno : EIO));
         unlink(tmp);
         return -1;
     }
@@ -57,11 +58,11 @@ seal *seal_open(const char *dir, char *err, size_t errlen)
     char path[4200];
     seal *s = calloc(1, sizeof *s);
     if (!s) {
-        snprintf(err, errlen, "out of memory");
+        fmt_cut(err, errlen, "out of memory");
         return NULL;
     }
-    if (snprintf(path, sizeof path, "%s/secrets.key", dir) >= (int)sizeof path) {
-        snprintf(err, errlen, "the data dir's path is too long");
+    if (fmt_path(path, sizeof path, dir, "secrets.key") != 0) {
+        fmt_cut(err, errlen, "the data dir's path is too long");
         free(s);
         return NULL;
     }

@@ -3,6 +3,7 @@
  * (see stuse.h).
  */
 #include "api/stuse.h"
+#include "lib/fmt.h"
 
 #include <dirent.h>
 #include <ftw.h>
@@ -187,12 +188,12 @@ static store_rc stop_write(store_tx *tx, void *arg)
         const struct overdue *o = &c->o[c->tenants.v[i]];
         char why[256];
         if (o->quota >= 0 && o->used > o->quota)
-            snprintf(why, sizeof why,
+            fmt_cut(why, sizeof why,
                      "storage_quota_exceeded: the tenant's workspaces and datasets hold %" PRId64
                      " bytes, past its quota of %" PRId64 " (GET /v1/quota)",
                      o->used, o->quota);
         else
-            snprintf(why, sizeof why,
+            fmt_cut(why, sizeof why,
                      "storage_quota_exceeded: the tenant's workspaces and datasets hold %" PRId64
                      " files and directories, past the bound of %" PRId64 " (GET /v1/quota)",
                      o->files, o->max_files);
@@ -207,17 +208,15 @@ static store_rc stop_write(store_tx *tx, void *arg)
 static void walk_all(stuse *u)
 {
     char root[4200], dir[4500];
-    snprintf(root, sizeof root, "%s/volumes", u->ctx->data_dir);
-    DIR *d = opendir(root);
+    DIR *d = fmt_path(root, sizeof root, u->ctx->data_dir, "volumes") == 0 ? opendir(root) : NULL;
     struct dirent *e;
     struct overdue *over = NULL;
     size_t nover = 0, capover = 0;
     while (d && (e = readdir(d)) != NULL) {
         char *end;
         long long tenant = strtoll(e->d_name, &end, 10);
-        if (*end || tenant <= 0)
+        if (*end || tenant <= 0 || fmt_path(dir, sizeof dir, root, e->d_name) != 0)
             continue;
-        snprintf(dir, sizeof dir, "%s/%s", root, e->d_name);
         /* What uploads and removals counted before this walk began is in
          * it; what they count while it runs stays counted beside it (an
          * upload the walk saw too is counted twice until the next walk:
