@@ -4,6 +4,7 @@
  * directories, limits and usage.
  */
 #include "agent/cgroup.h"
+#include "lib/fmt.h"
 
 #include "agent/fileutil.h"
 
@@ -37,7 +38,7 @@ static const char *const std_devices[] = {
 static int write_file(const char *dir, const char *name, const char *text)
 {
     char path[CG_PATH_MAX + 96];
-    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
+    if (fmt_whole(path, sizeof path, "%s/%s", dir, name) != 0)
         return -ENAMETOOLONG;
     int fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fd < 0)
@@ -78,7 +79,7 @@ static void enable_controllers(const char *dir)
         return;
     for (size_t i = 0; i < sizeof ctl_names / sizeof *ctl_names; i++) {
         char op[16];
-        snprintf(op, sizeof op, "+%s", ctl_names[i]);
+        fmt_cut(op, sizeof op, "+%s", ctl_names[i]);
         if (has_word(have, ctl_names[i]))
             write_file(dir, "cgroup.subtree_control", op); /* busy or refused: left off */
     }
@@ -117,7 +118,7 @@ static int own_v1_cgroup(const char *controller, char *out, size_t n)
             continue;
         *b = '\0';
         b[1 + strcspn(b + 1, "\n")] = '\0';
-        if (has_word(a + 1, controller) && (size_t)snprintf(out, n, "%s", b + 1) < n)
+        if (has_word(a + 1, controller) && fmt_whole(out, n, "%s", b + 1) == 0)
             rc = 0;
     }
     if (f)
@@ -135,7 +136,7 @@ static int make_below(const char *base, const char *path)
 {
     char p[CG_PATH_MAX];
     size_t bl = strlen(base);
-    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p) {
+    if (fmt_whole(p, sizeof p, "%s", path) != 0) {
         errno = ENAMETOOLONG;
         return -1;
     }
@@ -157,25 +158,25 @@ static int open_v2(const char *want, const char *tag, cg_root *out, char *err, s
     if (!want) {
         if (find_mount("cgroup2", NULL, base, sizeof base) != 0)
             return 0; /* cgroup v1 only, or none */
-        snprintf(mid, sizeof mid, "%s/cohort", base);
-    } else if (snprintf(base, sizeof base, "%s", want) >= (int)sizeof base ||
-               snprintf(mid, sizeof mid, "%s", want) >= (int)sizeof mid) {
-        snprintf(err, errlen, "the cgroup path %.100s... is too long", want);
+        fmt_cut(mid, sizeof mid, "%s/cohort", base); /* sized for base and it */
+    } else if (fmt_whole(base, sizeof base, "%s", want) != 0 ||
+               fmt_whole(mid, sizeof mid, "%s", want) != 0) {
+        fmt_cut(err, errlen, "the cgroup path %.100s... is too long", want);
         return -1;
     }
     if (statfs(base, &sf) != 0 || sf.f_type != CGROUP2_MAGIC) {
-        snprintf(err, errlen, "%s is not a cgroup v2 directory", base);
+        fmt_cut(err, errlen, "%s is not a cgroup v2 directory", base);
         return -1;
     }
-    if (snprintf(out->path, sizeof out->path, "%s/%s", mid, tag) >= (int)sizeof out->path) {
-        snprintf(err, errlen, "the cgroup path under %s is too long", mid);
+    if (fmt_whole(out->path, sizeof out->path, "%s/%s", mid, tag) != 0) {
+        fmt_cut(err, errlen, "the cgroup path under %s is too long", mid);
         out->path[0] = '\0';
         return -1;
     }
     if (make_dir(mid) != 0 || make_dir(out->path) != 0) {
         int e = errno;
         int optional = !want && (e == EACCES || e == EROFS || e == EPERM);
-        snprintf(err, errlen, "cannot create the cgroup %s: %s", out->path, strerror(e));
+        fmt_cut(err, errlen, "cannot create the cgroup %s: %s", out->path, strerror(e));
         out->path[0] = '\0';
         return optional ? 0 : -1;
     }
@@ -201,10 +202,9 @@ static void open_v1(int c, const char *tag, cg_root *out, char *err, size_t errl
         sf.f_type != CGROUP1_MAGIC || own_v1_cgroup(v1_names[c], own, sizeof own) != 0)
         return;
     const char *rel = strcmp(own, "/") ? own : "";
-    if (snprintf(out->v1[c], sizeof out->v1[c], "%s%s/cohort/%s", mnt, rel, tag) >=
-            (int)sizeof out->v1[c] ||
+    if (fmt_whole(out->v1[c], sizeof out->v1[c], "%s%s/cohort/%s", mnt, rel, tag) != 0 ||
         make_below(mnt, out->v1[c]) != 0) {
-        snprintf(err, errlen, "cannot create the cgroup %.200s: %s", out->v1[c],
+        fmt_cut(err, errlen, "cannot create the cgroup %.200s: %s", out->v1[c],
                  errno ? strerror(errno) : "path too long");
         out->v1[c][0] = '\0';
     }
@@ -254,11 +254,12 @@ const char *cg_controllers(const cg_root *r, char *buf, size_t n)
     size_t len = 0;
     buf[0] = '\0';
     for (int i = 0; i < 4 && len < n; i++)
-        if (on[i])
-            len += (size_t)snprintf(buf + len, n - len, "%s%s%s", len ? " " : "", name[i],
-                                    v1[i] ? "(v1)" : "");
+        if (on[i]) { /* a label: cut to fit */
+            fmt_cut(buf + len, n - len, "%s%s%s", len ? " " : "", name[i], v1[i] ? "(v1)" : "");
+            len += strlen(buf + len);
+        }
     if (!buf[0])
-        snprintf(buf, n, "none");
+        fmt_cut(buf, n, "none");
     return buf;
 }
 
@@ -276,7 +277,7 @@ static int allow_devices(const char *dir, const cg_limits *lim, const char **wha
             return -errno;
         if (!S_ISCHR(sb.st_mode) && !S_ISBLK(sb.st_mode))
             return -ENODEV;
-        snprintf(rule, sizeof rule, "%c %u:%u rwm", S_ISCHR(sb.st_mode) ? 'c' : 'b',
+        fmt_cut(rule, sizeof rule, "%c %u:%u rwm", S_ISCHR(sb.st_mode) ? 'c' : 'b',
                  major(sb.st_rdev), minor(sb.st_rdev));
         rc = write_file(dir, "devices.allow", rule);
     }
@@ -403,12 +404,12 @@ static int limit_v2(const cg_root *root, const cg_worker *w, const cg_limits *li
     int rc = 0;
     if (root->cpu && !root->v1[CG_V1_CPU][0] && lim->cpu_milli > 0) {
         /* quota per 100 ms period: 1000 milli-CPUs is 100 ms of every 100 ms */
-        snprintf(v, sizeof v, "%lld 100000", (long long)(lim->cpu_milli * 100));
+        fmt_cut(v, sizeof v, "%lld 100000", (long long)(lim->cpu_milli * 100));
         *what = "cpu.max";
         rc = write_file(w->path, "cpu.max", v);
     }
     if (rc == 0 && root->memory && !root->v1[CG_V1_MEMORY][0] && lim->memory_mb > 0) {
-        snprintf(v, sizeof v, "%lld", (long long)lim->memory_mb * 1024 * 1024);
+        fmt_cut(v, sizeof v, "%lld", (long long)lim->memory_mb * 1024 * 1024);
         *what = "memory.max";
         rc = write_file(w->path, "memory.max", v);
         /* The limit is the memory the spec sold: no swapping past it. */
@@ -416,7 +417,7 @@ static int limit_v2(const cg_root *root, const cg_worker *w, const cg_limits *li
             write_file(w->path, "memory.swap.max", "0");
     }
     if (rc == 0 && root->pids && !root->v1[CG_V1_PIDS][0] && lim->pids_max > 0) {
-        snprintf(v, sizeof v, "%lld", (long long)lim->pids_max);
+        fmt_cut(v, sizeof v, "%lld", (long long)lim->pids_max);
         *what = "pids.max";
         rc = write_file(w->path, "pids.max", v);
     }
@@ -436,14 +437,14 @@ static int limit_v1(const cg_worker *w, const cg_limits *lim, const char **what)
     char v[64];
     int rc = 0;
     if (w->v1[CG_V1_CPU][0] && lim->cpu_milli > 0) {
-        snprintf(v, sizeof v, "%lld", (long long)(lim->cpu_milli * 100));
+        fmt_cut(v, sizeof v, "%lld", (long long)(lim->cpu_milli * 100));
         *what = "cpu.cfs_quota_us";
         rc = write_file(w->v1[CG_V1_CPU], "cpu.cfs_period_us", "100000");
         if (rc == 0)
             rc = write_file(w->v1[CG_V1_CPU], "cpu.cfs_quota_us", v);
     }
     if (rc == 0 && w->v1[CG_V1_MEMORY][0] && lim->memory_mb > 0) {
-        snprintf(v, sizeof v, "%lld", (long long)lim->memory_mb * 1024 * 1024);
+        fmt_cut(v, sizeof v, "%lld", (long long)lim->memory_mb * 1024 * 1024);
         *what = "memory.limit_in_bytes";
         rc = write_file(w->v1[CG_V1_MEMORY], "memory.limit_in_bytes", v);
         /* memory and swap together held to the same: no swapping past it
@@ -455,7 +456,7 @@ static int limit_v1(const cg_worker *w, const cg_limits *lim, const char **what)
         }
     }
     if (rc == 0 && w->v1[CG_V1_PIDS][0] && lim->pids_max > 0) {
-        snprintf(v, sizeof v, "%lld", (long long)lim->pids_max);
+        fmt_cut(v, sizeof v, "%lld", (long long)lim->pids_max);
         *what = "pids.max";
         rc = write_file(w->v1[CG_V1_PIDS], "pids.max", v);
     }
@@ -496,15 +497,15 @@ static int worker_dirs(const cg_root *root, int64_t id, cg_worker *w, char *err,
         if (!src[i][0])
             continue;
         /* sizes: CG_PATH_MAX + 32 holds "/w" and any int64 */
-        snprintf(dst[i], CG_PATH_MAX + 32, "%s/w%lld", src[i], (long long)id);
+        fmt_cut(dst[i], CG_PATH_MAX + 32, "%s/w%lld", src[i], (long long)id);
         if (make_dir(dst[i]) != 0) {
-            snprintf(err, errlen, "cannot create the cgroup %s: %s", dst[i], strerror(errno));
+            fmt_cut(err, errlen, "cannot create the cgroup %s: %s", dst[i], strerror(errno));
             return -1;
         }
         char procs[CG_PATH_MAX + 64];
-        snprintf(procs, sizeof procs, "%s/cgroup.procs", dst[i]);
-        if ((w->fd[i] = open(procs, O_WRONLY | O_CLOEXEC)) < 0) {
-            snprintf(err, errlen, "cannot open %s: %s", procs, strerror(errno));
+        if (fmt_path(procs, sizeof procs, dst[i], "cgroup.procs") != 0 ||
+            (w->fd[i] = open(procs, O_WRONLY | O_CLOEXEC)) < 0) {
+            fmt_cut(err, errlen, "cannot open %s: %s", procs, strerror(errno));
             return -1;
         }
     }
@@ -524,7 +525,7 @@ int cg_worker_make(const cg_root *root, int64_t id, const cg_limits *lim, cg_wor
     if (rc == 0)
         rc = limit_v1(w, lim, &what);
     if (rc != 0) {
-        snprintf(err, errlen, "cannot set %s of worker %lld's cgroup: %s", what, (long long)id,
+        fmt_cut(err, errlen, "cannot set %s of worker %lld's cgroup: %s", what, (long long)id,
                  strerror(-rc));
         goto fail;
     }
@@ -686,7 +687,7 @@ void cg_worker_forget(const cg_root *root, int64_t id)
     for (int i = -1; i < CG_V1_N; i++) {
         const char *base = i < 0 ? root->path : root->v1[i];
         if (base[0]) {
-            snprintf(path, sizeof path, "%s/w%lld", base, (long long)id);
+            fmt_cut(path, sizeof path, "%s/w%lld", base, (long long)id); /* as made */
             rmdir(path);
         }
     }

@@ -2,6 +2,7 @@
  * client: one libcurl easy handle, reused so connections are kept alive.
  */
 #include "agent/client.h"
+#include "lib/fmt.h"
 
 #include <curl/curl.h>
 #include <stdio.h>
@@ -42,7 +43,7 @@ client *client_new(const char *server, char *err, size_t errlen)
     }
     client *c = calloc(1, sizeof *c);
     if (!c || !(c->curl = curl_easy_init())) {
-        snprintf(err, errlen, "cannot set up the HTTP client");
+        fmt_cut(err, errlen, "cannot set up the HTTP client");
         free(c);
         return NULL;
     }
@@ -53,7 +54,7 @@ client *client_new(const char *server, char *err, size_t errlen)
                           : c->nserver == CLIENT_MAX_SERVERS ? "more servers than it takes"
                                                              : NULL;
         if (why) {
-            snprintf(err, errlen, "--server: %s", why);
+            fmt_cut(err, errlen, "--server: %s", why);
             client_free(c);
             return NULL;
         }
@@ -89,7 +90,8 @@ void client_free(client *c)
 
 void client_set_token(client *c, const char *token)
 {
-    snprintf(c->auth, sizeof c->auth, "Authorization: Bearer %s", token ? token : "");
+    /* a node token is 64 hex digits: the header always fits */
+    fmt_cut(c->auth, sizeof c->auth, "Authorization: Bearer %s", token ? token : "");
 }
 
 /* One request; body of n bytes with content type ctype, or none. */
@@ -105,14 +107,17 @@ static long request(client *c, const char *method, const char *path, const char 
     if (c->auth[0])
         h = curl_slist_append(h, c->auth);
     if (ctype) {
-        snprintf(ct, sizeof ct, "Content-Type: %s", ctype);
+        fmt_cut(ct, sizeof ct, "Content-Type: %s", ctype); /* the agent's own types */
         h = curl_slist_append(h, ct);
     }
     h = curl_slist_append(h, "Expect:");
     CURL *k = c->curl;
-    CURLcode rc;
+    CURLcode rc = CURLE_URL_MALFORMAT;
     for (int tries = 0;; tries++) {
-        snprintf(url, sizeof url, "%s%s", c->server[c->cur], path);
+        if (fmt_whole(url, sizeof url, "%s%s", c->server[c->cur], path) != 0) {
+            fmt_cut(url, sizeof url, "(a URL past %zu bytes)", sizeof url);
+            break; /* said below, as a malformed URL */
+        }
         curl_easy_reset(k);
         curl_easy_setopt(k, CURLOPT_URL, url);
         curl_easy_setopt(k, CURLOPT_CUSTOMREQUEST, method);
@@ -146,7 +151,7 @@ static long request(client *c, const char *method, const char *path, const char 
         if (s.b.buf)
             *out = cJSON_Parse(s.b.buf);
     } else {
-        snprintf(err, errlen, "%s %s: %s", method, url,
+        fmt_cut(err, errlen, "%s %s: %s", method, url,
                  s.too_big ? "answer too large" : curl_easy_strerror(rc));
     }
     curl_slist_free_all(h);

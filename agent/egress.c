@@ -3,6 +3,7 @@
  * (see egress.h).
  */
 #include "agent/egress.h"
+#include "lib/fmt.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -45,7 +46,7 @@ int egress_cidr(const char *text, int lo, int hi, uint32_t *addr, int *len)
 
 static void dotted(uint32_t a, char *out, size_t n)
 {
-    snprintf(out, n, "%u.%u.%u.%u", a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255);
+    fmt_cut(out, n, "%u.%u.%u.%u", a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255);
 }
 
 /* The table's text for nft -f: made afresh whatever was there. */
@@ -100,7 +101,7 @@ static int deny_hosts(egress *e, const char *hosts, char *err, size_t errlen)
     char item[300], host[256];
     for (const char *p = hosts; p && *p;) {
         size_t n = strcspn(p, ",");
-        snprintf(item, sizeof item, "%.*s", (int)(n < sizeof item ? n : sizeof item - 1), p);
+        fmt_cut(item, sizeof item, "%.*s", (int)(n < sizeof item ? n : sizeof item - 1), p);
         p += n + (p[n] == ',');
         const char *h = strstr(item, "://") ? strstr(item, "://") + 3 : item;
         size_t hl = h[0] == '[' ? 0 : strcspn(h, ":/");
@@ -110,13 +111,13 @@ static int deny_hosts(egress *e, const char *hosts, char *err, size_t errlen)
         host[hl] = '\0';
         struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *ai = NULL;
         if (getaddrinfo(host, NULL, &hints, &ai) != 0) {
-            snprintf(err, errlen, "cannot resolve %s to keep jobs from it", host);
+            fmt_cut(err, errlen, "cannot resolve %s to keep jobs from it", host);
             return -1;
         }
         for (struct addrinfo *a = ai; a; a = a->ai_next) {
             if (e->ndeny == EGRESS_DENY_MAX) {
                 freeaddrinfo(ai);
-                snprintf(err, errlen, "more than %d ranges to deny", EGRESS_DENY_MAX);
+                fmt_cut(err, errlen, "more than %d ranges to deny", EGRESS_DENY_MAX);
                 return -1;
             }
             e->deny[e->ndeny] = ntohl(((struct sockaddr_in *)a->ai_addr)->sin_addr.s_addr);
@@ -153,12 +154,12 @@ int egress_open(egress *e, uint32_t hash, const char *subnet, const char *deny,
     int rc = -1;
     memset(e, 0, sizeof *e);
     if (egress_cidr(subnet, 16, 28, &e->subnet, &e->prefix_len) != 0) {
-        snprintf(err, errlen, "--egress-subnet wants A.B.C.D/N, N from 16 to 28, the address "
+        fmt_cut(err, errlen, "--egress-subnet wants A.B.C.D/N, N from 16 to 28, the address "
                               "the first of its prefix (10.78.0.0/16)");
         return -1;
     }
     if (parse_deny(e, deny) != 0) {
-        snprintf(err, errlen, "--egress-deny wants up to %d CIDR ranges, comma-separated",
+        fmt_cut(err, errlen, "--egress-deny wants up to %d CIDR ranges, comma-separated",
                  EGRESS_DENY_MAX);
         return -1;
     }
@@ -166,16 +167,16 @@ int egress_open(egress *e, uint32_t hash, const char *subnet, const char *deny,
         return -1;
     if (fu_find_program("ip", e->ip, sizeof e->ip) != 0 ||
         fu_find_program("nft", e->nft, sizeof e->nft) != 0) {
-        snprintf(err, errlen, "--egress on needs iproute2's ip and nftables' nft (apt-get "
+        fmt_cut(err, errlen, "--egress on needs iproute2's ip and nftables' nft (apt-get "
                               "install iproute2 nftables)");
         return -1;
     }
-    snprintf(e->bridge, sizeof e->bridge, "cb%08x", hash);
-    snprintf(e->veth_prefix, sizeof e->veth_prefix, "cv%07x", hash & 0xfffffff);
-    snprintf(e->table, sizeof e->table, "cohort_%08x", hash);
+    fmt_cut(e->bridge, sizeof e->bridge, "cb%08x", hash);
+    fmt_cut(e->veth_prefix, sizeof e->veth_prefix, "cv%07x", hash & 0xfffffff);
+    fmt_cut(e->table, sizeof e->table, "cohort_%08x", hash);
     dotted(e->subnet + 1, gw, sizeof gw);
     dotted(e->subnet, sub, sizeof sub);
-    snprintf(cidr, sizeof cidr, "%s/%d", gw, e->prefix_len);
+    fmt_cut(cidr, sizeof cidr, "%s/%d", gw, e->prefix_len);
     const char *add[] = {"link", "add", e->bridge, "type", "bridge", NULL};
     const char *addr[] = {"addr", "replace", cidr, "dev", e->bridge, NULL};
     const char *up[] = {"link", "set", e->bridge, "up", NULL};
@@ -184,23 +185,23 @@ int egress_open(egress *e, uint32_t hash, const char *subnet, const char *deny,
     e->up = 1;
     if (netns_run(e->ip, addr, NULL, why, sizeof why) != 0 ||
         netns_run(e->ip, up, NULL, why, sizeof why) != 0) {
-        snprintf(err, errlen, "cannot make the egress bridge %s: %s", e->bridge, why);
+        fmt_cut(err, errlen, "cannot make the egress bridge %s: %s", e->bridge, why);
         goto out;
     }
     FILE *fwd = fopen("/proc/sys/net/ipv4/ip_forward", "w");
     if (!fwd || fputs("1\n", fwd) < 0 || fclose(fwd) != 0) {
-        snprintf(err, errlen, "cannot turn on IPv4 forwarding (/proc/sys/net/ipv4/ip_forward)");
+        fmt_cut(err, errlen, "cannot turn on IPv4 forwarding (/proc/sys/net/ipv4/ip_forward)");
         goto out;
     }
     if (!(rules = ruleset(e)) || netns_run(e->nft, nft, rules, why, sizeof why) != 0) {
-        snprintf(err, errlen, "cannot load the egress rules (nft): %s", rules ? why : "no memory");
+        fmt_cut(err, errlen, "cannot load the egress rules (nft): %s", rules ? why : "no memory");
         goto out;
     }
-    snprintf(e->leases, sizeof e->leases, "%s/egress-%08x", lease_root, hash);
     const char *leases = e->leases;
-    if ((mkdir(lease_root, 0755) != 0 && access(lease_root, W_OK) != 0) ||
+    if (fmt_whole(e->leases, sizeof e->leases, "%s/egress-%08x", lease_root, hash) != 0 ||
+        (mkdir(lease_root, 0755) != 0 && access(lease_root, W_OK) != 0) ||
         (mkdir(leases, 0700) != 0 && access(leases, W_OK) != 0)) {
-        snprintf(err, errlen, "cannot make %s", leases);
+        fmt_cut(err, errlen, "cannot make %s", leases);
         goto out;
     }
     cJSON *o = cJSON_AddObjectToObject(container, "egress");

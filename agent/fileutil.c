@@ -2,6 +2,7 @@
  * fileutil: small files read whole (see fileutil.h).
  */
 #include "agent/fileutil.h"
+#include "lib/fmt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,7 +37,7 @@ int fu_read(const char *path, char *buf, size_t n)
 int fu_read_in(const char *dir, const char *name, char *buf, size_t n)
 {
     char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path) {
+    if (fmt_whole(path, sizeof path, "%s/%s", dir, name) != 0) {
         errno = ENAMETOOLONG;
         return -1;
     }
@@ -50,8 +51,7 @@ int fu_find_program(const char *prog, char *out, size_t n)
         path = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin";
     while (*path) {
         size_t len = strcspn(path, ":");
-        snprintf(out, n, "%.*s/%s", (int)len, path, prog);
-        if (access(out, X_OK) == 0)
+        if (fmt_whole(out, n, "%.*s/%s", (int)len, path, prog) == 0 && access(out, X_OK) == 0)
             return 0;
         path += len + (path[len] == ':');
     }

@@ -7,6 +7,10 @@
 
 #include <stddef.h>
 
+/* The longest data dir (and image cache) path the agent takes: every path
+ * it makes under them, in buffers of 4,200 bytes or more, then fits. */
+#define AGENT_DIR_MAX 3800
+
 /* Up to n-1 bytes of path into buf, NUL-terminated: 0, or -1 with errno. */
 int fu_read(const char *path, char *buf, size_t n);
 

@@ -3,6 +3,7 @@
  * images.  See image.h for the layout of the cache.
  */
 #include "agent/image.h"
+#include "lib/fmt.h"
 
 #include "lib/util.h"
 
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -36,10 +38,26 @@ int img_reference_valid(const char *ref)
     return ref && strlen(ref) < IMG_REF_MAX && util_image_ref_valid(ref);
 }
 
+/* The n bytes at md (at most 32) in lower-case hex into out (65 bytes). */
+static void hex_of(const unsigned char *md, unsigned n, char *out)
+{
+    static const char digit[] = "0123456789abcdef";
+    for (unsigned i = 0; i < n && i < 32; i++) {
+        out[2 * i] = digit[md[i] >> 4];
+        out[2 * i + 1] = digit[md[i] & 15];
+    }
+    out[2 * (n < 32 ? n : 32)] = '\0';
+}
+
+/* Paths under the image cache fit their buffers: the agent takes a cache
+ * of at most AGENT_DIR_MAX (fileutil.h), and a bundle is named by its
+ * digest; references are at most IMG_REF_MAX.  So fmt_cut never cuts
+ * them. */
+
 void img_reference_host(const char *ref, char *out, size_t n)
 {
     size_t h = strcspn(ref, "/");
-    snprintf(out, n, "%.*s", (int)h, ref);
+    fmt_cut(out, n, "%.*s", (int)h, ref);
 }
 
 /* The reference without its tag or digest ("host/repo"). */
@@ -47,7 +65,7 @@ static void repository(const char *ref, char *out, size_t n)
 {
     size_t h = strcspn(ref, "/");
     size_t r = h + strcspn(ref + h, ":@");
-    snprintf(out, n, "%.*s", (int)r, ref);
+    fmt_cut(out, n, "%.*s", (int)r, ref);
 }
 
 int img_reference_pin(const char *ref, const char *digest, char *out, size_t n)
@@ -56,8 +74,7 @@ int img_reference_pin(const char *ref, const char *digest, char *out, size_t n)
     if (!util_digest_valid(digest))
         return -1;
     repository(ref, repo, sizeof repo);
-    int w = snprintf(out, n, "%s@%s", repo, digest);
-    return w > 0 && (size_t)w < n ? 0 : -1;
+    return fmt_whole(out, n, "%s@%s", repo, digest);
 }
 
 /* ---- running skopeo and umoci ---- */
@@ -139,12 +156,12 @@ static int run(char *const argv[], int want_out, int every_ms, void (*tick)(void
     int po[2] = {-1, -1}, pe[2] = {-1, -1};
     memset(r, 0, sizeof *r);
     if ((want_out && pipe2(po, O_CLOEXEC) != 0) || pipe2(pe, O_CLOEXEC) != 0) {
-        snprintf(r->err, sizeof r->err, "pipe: %s", strerror(errno));
+        fmt_cut(r->err, sizeof r->err, "pipe: %s", strerror(errno));
         goto fail;
     }
     pid_t pid = spawn(argv, want_out ? po : NULL, pe);
     if (pid < 0) {
-        snprintf(r->err, sizeof r->err, "fork: %s", strerror(errno));
+        fmt_cut(r->err, sizeof r->err, "fork: %s", strerror(errno));
         goto fail;
     }
     if (want_out)
@@ -217,7 +234,7 @@ static void last_line(const char *text, char *out, size_t n)
         if (end > start && end[-1] == '"')
             end--;
     }
-    snprintf(out, n, "%.*s", (int)(end - start), start);
+    fmt_cut(out, n, "%.*s", (int)(end - start), start);
 }
 
 /* A message for the job's reason from skopeo's failure. */
@@ -230,20 +247,20 @@ static void pull_error(const char *ref, const char *what, const struct run *r, c
     img_reference_host(ref, host, sizeof host);
     if (strstr(t, "manifest unknown") || strstr(t, "name unknown") ||
         strstr(t, "not found") || strstr(t, "NAME_UNKNOWN") || strstr(t, "MANIFEST_UNKNOWN"))
-        snprintf(err, errlen, "image %.300s: no such image or tag in the registry", ref);
+        fmt_cut(err, errlen, "image %.300s: no such image or tag in the registry", ref);
     /* not a bare "401": a registry on port 40165 is no refusal */
     else if (strstr(t, "unauthorized") || strstr(t, "authentication required") ||
              strstr(t, "401 Unauthorized") || strstr(t, "status code 401") ||
              strstr(t, "denied"))
-        snprintf(err, errlen, "image %.300s: the registry %.100s refused the credentials", ref,
+        fmt_cut(err, errlen, "image %.300s: the registry %.100s refused the credentials", ref,
                  host);
     else if (strstr(t, "connection refused") || strstr(t, "no such host") ||
              strstr(t, "dial tcp") || strstr(t, "i/o timeout") || strstr(t, "unreachable") ||
              strstr(t, "HTTP response to HTTPS client") || strstr(t, "connection reset"))
-        snprintf(err, errlen, "image %.300s: the registry %.100s is unreachable (%.200s)", ref,
+        fmt_cut(err, errlen, "image %.300s: the registry %.100s is unreachable (%.200s)", ref,
                  host, line);
     else
-        snprintf(err, errlen, "image %.300s: %s failed: %.300s", ref, what, line);
+        fmt_cut(err, errlen, "image %.300s: %s failed: %.300s", ref, what, line);
 }
 
 /* ---- credentials ---- */
@@ -267,14 +284,13 @@ static int write_authfile(const img_cache *c, const img_source *src, char *path,
     const char *user = src->username ? src->username : PULL_TOKEN_USER;
     const char *pass = src->username ? src->password : src->token;
     img_reference_host(src->reference, host, sizeof host);
-    int len = snprintf(plain, sizeof plain, "%s:%s", user, pass ? pass : "");
-    if (len < 0 || (size_t)len >= sizeof plain) {
-        snprintf(err, errlen, "image %.300s: the credentials are too long", src->reference);
+    if (fmt_whole(plain, sizeof plain, "%s:%s", user, pass ? pass : "") != 0) {
+        fmt_cut(err, errlen, "image %.300s: the credentials are too long", src->reference);
         return -1;
     }
-    EVP_EncodeBlock(b64, (const unsigned char *)plain, len);
+    EVP_EncodeBlock(b64, (const unsigned char *)plain, (int)strlen(plain));
     memset(plain, 0, sizeof plain);
-    snprintf(path, n, "%s/registry-auth.json", c->tmp_dir);
+    fmt_cut(path, n, "%s/registry-auth.json", c->tmp_dir);
     cJSON *o = cJSON_CreateObject(), *auths = cJSON_AddObjectToObject(o, "auths");
     cJSON *h = cJSON_AddObjectToObject(auths, host);
     cJSON_AddStringToObject(h, "auth", (const char *)b64);
@@ -290,7 +306,7 @@ static int write_authfile(const img_cache *c, const img_source *src, char *path,
         free(text);
     }
     if (!ok) {
-        snprintf(err, errlen, "cannot write the registry credentials: %s", strerror(errno));
+        fmt_cut(err, errlen, "cannot write the registry credentials: %s", strerror(errno));
         unlink(path);
         return -1;
     }
@@ -339,7 +355,7 @@ static int64_t du(const char *path)
 static int64_t image_bytes(const char *dir)
 {
     char path[4500], tmp[4600], text[32] = "";
-    snprintf(path, sizeof path, "%s/.bytes", dir);
+    fmt_cut(path, sizeof path, "%s/.bytes", dir);
     FILE *f = fopen(path, "re");
     if (f) {
         int ok = fgets(text, sizeof text, f) != NULL;
@@ -349,7 +365,7 @@ static int64_t image_bytes(const char *dir)
             return v;
     }
     int64_t bytes = du(dir);
-    snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+    fmt_cut(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
     f = fopen(tmp, "we");
     int ok = f && fprintf(f, "%lld\n", (long long)bytes) > 0;
     if (f && fclose(f) != 0)
@@ -376,10 +392,10 @@ static void pull_tick(void *arg)
     char line[700];
     int64_t got = du(w->layout);
     if (w->total > 0)
-        snprintf(line, sizeof line, "pulling image %.500s: %lld of %lld MB", w->src->reference,
+        fmt_cut(line, sizeof line, "pulling image %.500s: %lld of %lld MB", w->src->reference,
                  (long long)(got >> 20), (long long)((w->total + (1 << 20) - 1) >> 20));
     else
-        snprintf(line, sizeof line, "pulling image %.500s: %lld MB", w->src->reference,
+        fmt_cut(line, sizeof line, "pulling image %.500s: %lld MB", w->src->reference,
                  (long long)(got >> 20));
     if (w->progress)
         w->progress(w->arg, line);
@@ -403,13 +419,34 @@ static int64_t manifest_bytes(const char *text)
 
 /* Device nodes an image carries, removed from its unpacked root before
  * anything runs from it: a char or block node there would be live in the
- * container (/dev/kmsg, the host's disk).  nftw gives no context pointer,
- * hence the walk's state here. */
+ * container (/dev/kmsg, the host's disk).  And the privileges its files
+ * carry, taken off: set-user-ID and set-group-ID bits and file
+ * capabilities (security.capability) buy nothing in a container, whose
+ * root is mounted nosuid, but on the node's disk, under a path every uid
+ * may walk, they were a root shell for any local user.  nftw gives no
+ * context pointer, hence the walk's state here. */
 static struct {
-    long dropped;
+    long dropped, disarmed;
     int err;    /* errno of the first failure, 0 when none */
     char *path; /* where it failed (owned; NULL when none, or out of memory) */
 } dev_walk;
+
+/* A regular file at path (mode as lstat saw it) without its set-ID bits
+ * and file capabilities: 1 when it had any, 0 when none, -1 with errno. */
+static int disarm_file(const char *path, mode_t mode)
+{
+    int had = 0;
+    if (mode & (S_ISUID | S_ISGID)) {
+        if (fchmodat(AT_FDCWD, path, mode & 07777 & ~(mode_t)(S_ISUID | S_ISGID), 0) != 0)
+            return -1;
+        had = 1;
+    }
+    if (lremovexattr(path, "security.capability") == 0)
+        had = 1;
+    else if (errno != ENODATA && errno != ENOTSUP)
+        return -1;
+    return had;
+}
 
 static int dev_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
@@ -422,6 +459,13 @@ static int dev_entry(const char *path, const struct stat *sb, int flag, struct F
             return 0;
         }
         dev_walk.err = errno;
+    } else if (S_ISREG(sb->st_mode)) {
+        int had = disarm_file(path, sb->st_mode);
+        if (had >= 0) {
+            dev_walk.disarmed += had;
+            return 0;
+        }
+        dev_walk.err = errno;
     } else {
         return 0;
     }
@@ -429,21 +473,23 @@ static int dev_entry(const char *path, const struct stat *sb, int flag, struct F
     return 1; /* stops the walk */
 }
 
-/* Removes every device node under rootfs (symbolic links are not followed):
- * how many, or -1 with err set. */
-static long drop_devices(const char *rootfs, char *err, size_t errlen)
+/* Removes every device node under rootfs and the privileges of its files
+ * (symbolic links are not followed): how many nodes, with the files
+ * disarmed in *disarmed, or -1 with err set. */
+static long drop_devices(const char *rootfs, long *disarmed, char *err, size_t errlen)
 {
     memset(&dev_walk, 0, sizeof dev_walk);
     errno = 0;
     int rc = nftw(rootfs, dev_entry, 32, FTW_PHYS);
+    *disarmed = dev_walk.disarmed;
     if (rc == 0)
         return dev_walk.dropped;
     if (dev_walk.err)
-        snprintf(err, errlen, "cannot remove the device file %.300s: %s",
-                 dev_walk.path ? dev_walk.path : "(a path too long to copy)",
-                 strerror(dev_walk.err));
+        fmt_cut(err, errlen, "cannot remove the device file or privileges of %.300s: %s",
+                dev_walk.path ? dev_walk.path : "(a path too long to copy)",
+                strerror(dev_walk.err));
     else
-        snprintf(err, errlen, "cannot walk its root for device files: %s", strerror(errno));
+        fmt_cut(err, errlen, "cannot walk its root for device files: %s", strerror(errno));
     free(dev_walk.path);
     dev_walk.path = NULL;
     return -1;
@@ -468,9 +514,8 @@ static int make_in_root(int rootfd, const char *rel, int dir)
     const char *slash = strrchr(rel, '/');
     const char *base = slash ? slash + 1 : rel;
     char parent[256];
-    int n = snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - rel) : 1,
-                     slash ? rel : ".");
-    if (n < 0 || (size_t)n >= sizeof parent) {
+    if (fmt_whole(parent, sizeof parent, "%.*s", slash ? (int)(slash - rel) : 1,
+                  slash ? rel : ".") != 0) {
         errno = ENAMETOOLONG;
         return -1;
     }
@@ -505,12 +550,12 @@ static int add_mount_points(const char *rootfs, char *err, size_t errlen)
     int rc = -1;
     int rootfd = open(rootfs, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (rootfd < 0) {
-        snprintf(err, errlen, "cannot open its root: %s", strerror(errno));
+        fmt_cut(err, errlen, "cannot open its root: %s", strerror(errno));
         return -1;
     }
     for (size_t i = 0; i < sizeof points / sizeof *points; i++) {
         if (make_in_root(rootfd, points[i].path, points[i].dir) != 0) {
-            snprintf(err, errlen, "cannot make the mount point /%s inside its root: %s",
+            fmt_cut(err, errlen, "cannot make the mount point /%s inside its root: %s",
                      points[i].path, strerror(errno));
             goto out;
         }
@@ -521,18 +566,22 @@ out:
     return rc;
 }
 
-/* The unpacked root made safe to run from: no device nodes, and the mount
- * points the containers need.  0, or -1 with err. */
+/* The unpacked root made safe to run from: no device nodes, no set-ID bits
+ * or file capabilities, and the mount points the containers need.  0, or
+ * -1 with err. */
 static int prepare_root(const char *ref, const char *rootfs, char *err, size_t errlen)
 {
     char why[ERR_MAX];
-    long dropped = drop_devices(rootfs, why, sizeof why);
+    long disarmed = 0, dropped = drop_devices(rootfs, &disarmed, why, sizeof why);
     if (dropped < 0 || add_mount_points(rootfs, why, sizeof why) != 0) {
-        snprintf(err, errlen, "image %.300s: %s", ref, why);
+        fmt_cut(err, errlen, "image %.300s: %s", ref, why);
         return -1;
     }
     if (dropped > 0)
         fprintf(stderr, "cohort-shim: dropped %ld device files from %s\n", dropped, ref);
+    if (disarmed > 0)
+        fprintf(stderr, "cohort-shim: took the set-ID bits and file capabilities off %ld files "
+                        "of %s\n", disarmed, ref);
     return 0;
 }
 
@@ -572,27 +621,27 @@ static int bundle_keep(const char *ref, const char *digest, const char *tmp, con
                        const char *config, size_t config_len, char *err, size_t errlen)
 {
     char rootfs[4300], path[4400];
-    snprintf(rootfs, sizeof rootfs, "%s/rootfs", tmp);
+    fmt_cut(rootfs, sizeof rootfs, "%s/rootfs", tmp);
     if (prepare_root(ref, rootfs, err, errlen) != 0)
         return -1;
     chmod(tmp, 0711);
     chmod(rootfs, 0755);
-    snprintf(path, sizeof path, "%s/image.json", tmp);
+    fmt_cut(path, sizeof path, "%s/image.json", tmp);
     FILE *f = fopen(path, "we");
     int ok = f && fwrite(config, 1, config_len, f) == config_len;
     if (f && fclose(f) != 0)
         ok = 0;
     if (!ok) {
-        snprintf(err, errlen, "image %.300s: cannot keep its configuration: %s", ref,
+        fmt_cut(err, errlen, "image %.300s: cannot keep its configuration: %s", ref,
                  strerror(errno));
         return -1;
     }
     if (rename(tmp, bundle) != 0) {
-        snprintf(err, errlen, "image %.300s: cannot put it in the cache: %s", ref,
+        fmt_cut(err, errlen, "image %.300s: cannot put it in the cache: %s", ref,
                  strerror(errno));
         return -1;
     }
-    snprintf(path, sizeof path, "%s/.ready", bundle);
+    fmt_cut(path, sizeof path, "%s/.ready", bundle);
     f = fopen(path, "we");
     if (f) {
         fprintf(f, "%s\n%s\n", digest, ref);
@@ -611,10 +660,10 @@ static int pull_unpack(const img_cache *c, const img_source *src, const char *di
     struct run r = {0};
     int rc = -1;
     repository(src->reference, repo, sizeof repo);
-    snprintf(from, sizeof from, "docker://%s@%s", repo, digest);
-    snprintf(layout, sizeof layout, "%s.pull", bundle);
-    snprintf(dest, sizeof dest, "oci:%s:img", layout);
-    snprintf(tmp, sizeof tmp, "%s.tmp", bundle);
+    fmt_cut(from, sizeof from, "docker://%s@%s", repo, digest);
+    fmt_cut(layout, sizeof layout, "%s.pull", bundle);
+    fmt_cut(dest, sizeof dest, "oci:%s:img", layout);
+    fmt_cut(tmp, sizeof tmp, "%s.tmp", bundle);
     rm_tree(layout);
     rm_tree(tmp);
     int64_t t0 = util_mono_ms();
@@ -630,7 +679,7 @@ static int pull_unpack(const img_cache *c, const img_source *src, const char *di
     fprintf(stderr, "cohort-shim: pulled %s (%s, %lld MB) in %.1f s\n", src->reference, digest,
             (long long)(pulled_bytes >> 20), (double)(util_mono_ms() - t0) / 1000.0);
     if (progress) {
-        snprintf(path, sizeof path, "unpacking image %.500s", src->reference);
+        fmt_cut(path, sizeof path, "unpacking image %.500s", src->reference);
         progress(arg, path);
     }
     /* The image's configuration (Env, Entrypoint, WorkingDir), kept beside it. */
@@ -642,7 +691,7 @@ static int pull_unpack(const img_cache *c, const img_source *src, const char *di
     }
     int64_t t1 = util_mono_ms();
     char image_ref[4300];
-    snprintf(image_ref, sizeof image_ref, "%s:img", layout);
+    fmt_cut(image_ref, sizeof image_ref, "%s:img", layout);
     char *unpack[] = {(char *)c->umoci, "unpack", "--image", image_ref, tmp, NULL};
     char *config = r.out;
     size_t config_len = r.out_len;
@@ -650,7 +699,7 @@ static int pull_unpack(const img_cache *c, const img_source *src, const char *di
     if (run(unpack, 0, 0, NULL, NULL, &r) != 0 || !run_ok(&r)) {
         char line[600];
         last_line(r.err, line, sizeof line);
-        snprintf(err, errlen, "image %.300s: cannot unpack it: %.300s", src->reference, line);
+        fmt_cut(err, errlen, "image %.300s: cannot unpack it: %.300s", src->reference, line);
         free(config);
         goto out;
     }
@@ -677,7 +726,7 @@ static int resolve(const img_cache *c, const img_source *src, const char *authfi
     char from[IMG_REF_MAX + 16];
     struct run r;
     char *argv[16];
-    snprintf(from, sizeof from, "docker://%s", src->reference);
+    fmt_cut(from, sizeof from, "docker://%s", src->reference);
     skopeo_argv(argv, c, src, authfile, from, NULL);
     if (run(argv, 1, 0, NULL, NULL, &r) != 0 || !run_ok(&r) || !r.out || r.out_len == 0) {
         pull_error(src->reference, "resolving it", &r, err, errlen);
@@ -686,14 +735,14 @@ static int resolve(const img_cache *c, const img_source *src, const char *authfi
     }
     const char *at = strstr(src->reference, "@sha256:");
     if (at) {
-        snprintf(digest, dn, "%s", at + 1);
+        fmt_cut(digest, dn, "%s", at + 1); /* the reference was checked: 71 bytes */
     } else {
         unsigned char md[32];
         unsigned mdlen = 0;
+        char hex[65];
         EVP_Digest(r.out, r.out_len, md, &mdlen, EVP_sha256(), NULL);
-        size_t k = (size_t)snprintf(digest, dn, "sha256:");
-        for (unsigned i = 0; i < mdlen && k + 2 < dn; i++)
-            k += (size_t)snprintf(digest + k, dn - k, "%02x", md[i]);
+        hex_of(md, mdlen, hex);
+        fmt_cut(digest, dn, "sha256:%s", hex); /* dn holds 72 (img_use.digest) */
     }
     *manifest = r.out;
     return 0;
@@ -713,9 +762,9 @@ static void ref_memo_path(const img_cache *c, const img_source *src, char *path,
         EVP_DigestUpdate(ctx, parts[i], strlen(parts[i]) + 1); /* with the NUL: unambiguous */
     EVP_DigestFinal_ex(ctx, md, &mdlen);
     EVP_MD_CTX_free(ctx);
-    size_t k = (size_t)snprintf(path, n, "%s/refs/", c->dir);
-    for (unsigned i = 0; i < mdlen && k + 3 < n; i++)
-        k += (size_t)snprintf(path + k, n - k, "%02x", md[i]);
+    char hex[65];
+    hex_of(md, mdlen, hex);
+    fmt_cut(path, n, "%s/refs/%s", c->dir, hex); /* under the cache: AGENT_DIR_MAX */
 }
 
 /* The remembered digest of src, if younger than the TTL: 1 and digest set. */
@@ -745,10 +794,10 @@ static void ref_memo_put(const img_cache *c, const img_source *src, const char *
     char path[4400], tmp[4500], dir[4300];
     if (c->resolve_ttl_s <= 0)
         return;
-    snprintf(dir, sizeof dir, "%s/refs", c->dir);
+    fmt_cut(dir, sizeof dir, "%s/refs", c->dir);
     mkdir(dir, 0700);
     ref_memo_path(c, src, path, sizeof path);
-    snprintf(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
+    fmt_cut(tmp, sizeof tmp, "%s.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "we");
     if (!f)
         return;
@@ -767,9 +816,9 @@ static int acquire_known(const img_cache *c, const img_source *src, img_use *out
     struct stat sb;
     if (!ref_memo_get(c, src, out->digest, sizeof out->digest))
         return 0;
-    snprintf(out->bundle, sizeof out->bundle, "%s/%s", c->dir, out->digest + 7);
-    snprintf(lockp, sizeof lockp, "%s.lock", out->bundle);
-    snprintf(ready, sizeof ready, "%s/.ready", out->bundle);
+    fmt_cut(out->bundle, sizeof out->bundle, "%s/%s", c->dir, out->digest + 7);
+    fmt_cut(lockp, sizeof lockp, "%s.lock", out->bundle);
+    fmt_cut(ready, sizeof ready, "%s/.ready", out->bundle);
     out->lock_fd = open(lockp, O_RDWR | O_CLOEXEC);
     if (out->lock_fd < 0)
         return 0;
@@ -798,11 +847,11 @@ static int pull_once(const img_cache *c, const img_source *src, const char *auth
     char pullp[4300], ready[4300];
     struct stat sb;
     int rc = -1;
-    snprintf(pullp, sizeof pullp, "%s.pull.lock", out->bundle);
-    snprintf(ready, sizeof ready, "%s/.ready", out->bundle);
+    fmt_cut(pullp, sizeof pullp, "%s.pull.lock", out->bundle);
+    fmt_cut(ready, sizeof ready, "%s/.ready", out->bundle);
     int fd = open(pullp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) {
-        snprintf(err, errlen, "cannot lock the image cache: %s", strerror(errno));
+        fmt_cut(err, errlen, "cannot lock the image cache: %s", strerror(errno));
         return -1;
     }
     while (flock(fd, LOCK_EX) != 0 && errno == EINTR)
@@ -832,7 +881,7 @@ int img_acquire(const img_cache *c, const img_source *src, img_progress_fn progr
     memset(out, 0, sizeof *out);
     out->lock_fd = -1;
     if (!img_reference_valid(src->reference)) {
-        snprintf(err, errlen, "image reference %.300s is not valid", src->reference);
+        fmt_cut(err, errlen, "image reference %.300s is not valid", src->reference);
         return -1;
     }
     if (acquire_known(c, src, out))
@@ -841,19 +890,19 @@ int img_acquire(const img_cache *c, const img_source *src, img_progress_fn progr
         write_authfile(c, src, authfile, sizeof authfile, err, errlen) != 0)
         return -1;
     if (progress) {
-        snprintf(lockp, sizeof lockp, "resolving image %.500s", src->reference);
+        fmt_cut(lockp, sizeof lockp, "resolving image %.500s", src->reference);
         progress(arg, lockp);
     }
     if (resolve(c, src, authfile[0] ? authfile : NULL, out->digest, sizeof out->digest,
                 &manifest, err, errlen) != 0)
         goto out;
     const char *hex = out->digest + 7;
-    snprintf(out->bundle, sizeof out->bundle, "%s/%s", c->dir, hex);
-    snprintf(lockp, sizeof lockp, "%s.lock", out->bundle);
-    snprintf(ready, sizeof ready, "%s/.ready", out->bundle);
+    fmt_cut(out->bundle, sizeof out->bundle, "%s/%s", c->dir, hex);
+    fmt_cut(lockp, sizeof lockp, "%s.lock", out->bundle);
+    fmt_cut(ready, sizeof ready, "%s/.ready", out->bundle);
     out->lock_fd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (out->lock_fd < 0) {
-        snprintf(err, errlen, "cannot lock the image cache: %s", strerror(errno));
+        fmt_cut(err, errlen, "cannot lock the image cache: %s", strerror(errno));
         goto out;
     }
     /* Shared from here on: eviction waits for nobody, and never for us. */
@@ -911,12 +960,12 @@ int img_evict(const img_cache *c)
         struct stat sb;
         if (strlen(e->d_name) != 64 || strchr(e->d_name, '.'))
             continue;
-        snprintf(p, sizeof p, "%s/%s/.ready", c->dir, e->d_name);
+        fmt_cut(p, sizeof p, "%s/%s/.ready", c->dir, e->d_name);
         if (stat(p, &sb) != 0)
             continue;
         struct cached one = {.used = sb.st_mtime};
         memcpy(one.hex, e->d_name, 65); /* 64 hex digits and the NUL, checked above */
-        snprintf(p, sizeof p, "%s/%s", c->dir, e->d_name);
+        fmt_cut(p, sizeof p, "%s/%s", c->dir, e->d_name);
         one.bytes = image_bytes(p);
         total += one.bytes;
         UTIL_PUSH(all, n, cap, one, &oom);
@@ -928,14 +977,14 @@ int img_evict(const img_cache *c)
     qsort(all, n, sizeof *all, by_use);
     for (size_t i = 0; i < n && total > c->max_bytes; i++) {
         char p[4400], lp[4400];
-        snprintf(lp, sizeof lp, "%s/%s.lock", c->dir, all[i].hex);
+        fmt_cut(lp, sizeof lp, "%s/%s.lock", c->dir, all[i].hex);
         int fd = open(lp, O_RDWR | O_CLOEXEC);
         if (fd < 0)
             continue;
         if (flock(fd, LOCK_EX | LOCK_NB) == 0) { /* nobody runs it */
-            snprintf(p, sizeof p, "%s/%s/.ready", c->dir, all[i].hex);
+            fmt_cut(p, sizeof p, "%s/%s/.ready", c->dir, all[i].hex);
             unlink(p); /* first: a half-removed image is never taken for whole */
-            snprintf(p, sizeof p, "%s/%s", c->dir, all[i].hex);
+            fmt_cut(p, sizeof p, "%s/%s", c->dir, all[i].hex);
             rm_tree(p);
             total -= all[i].bytes;
             gone++;

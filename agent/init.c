@@ -20,6 +20,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "lib/fmt.h"
+
 #define RESULT_FD 3
 
 static void forward(int sig)
@@ -43,7 +45,7 @@ int main(int argc, char **argv)
         return 1;
     }
     if (pipe2(ep, O_CLOEXEC) != 0) {
-        snprintf(line, sizeof line, "error cohort-init: pipe: %s\n", strerror(errno));
+        fmt_cut(line, sizeof line, "error cohort-init: pipe: %s\n", strerror(errno));
         report(line);
         return 1;
     }
@@ -54,7 +56,7 @@ int main(int argc, char **argv)
     sigaction(SIGHUP, &sa, NULL);
     pid_t child = fork();
     if (child < 0) {
-        snprintf(line, sizeof line, "error cohort-init: fork: %s\n", strerror(errno));
+        fmt_cut(line, sizeof line, "error cohort-init: fork: %s\n", strerror(errno));
         report(line);
         return 1;
     }
@@ -79,7 +81,7 @@ int main(int argc, char **argv)
         ;
     close(ep[0]);
     if (got == (ssize_t)sizeof e) {
-        snprintf(line, sizeof line, "error cannot start %.400s: %s\n", argv[1], strerror(e));
+        fmt_cut(line, sizeof line, "error cannot start %.400s: %s\n", argv[1], strerror(e));
         report(line);
         waitpid(child, NULL, 0);
         return 1;
@@ -95,9 +97,9 @@ int main(int argc, char **argv)
         }
     }
     if (WIFSIGNALED(st))
-        snprintf(line, sizeof line, "signal %d\n", WTERMSIG(st));
+        fmt_cut(line, sizeof line, "signal %d\n", WTERMSIG(st));
     else
-        snprintf(line, sizeof line, "exit %d\n", WEXITSTATUS(st));
+        fmt_cut(line, sizeof line, "exit %d\n", WEXITSTATUS(st));
     report(line);
     kill(-1, SIGKILL); /* whatever the program left behind */
     return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);

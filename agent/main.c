@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "agent/cgroup.h"
+#include "lib/fmt.h"
 #include "agent/client.h"
 #include "agent/egress.h"
 #include "agent/fileutil.h"
@@ -189,14 +190,17 @@ static int job_network(const struct config *cfg, cJSON *container, egress *eg)
                         "install iproute2), or --network host on a trusted node\n");
         return -1;
     }
-    snprintf(prefix, sizeof prefix, "cohort-%.40s-%08x", cfg->name, hash32(cfg->data_dir));
+    fmt_cut(prefix, sizeof prefix, "cohort-%.40s-%08x", cfg->name, hash32(cfg->data_dir));
     cJSON_AddStringToObject(container, "network", "job");
     cJSON_AddStringToObject(container, "netns_prefix", prefix);
     cJSON_AddStringToObject(container, "ip", ip);
     cJSON_AddStringToObject(container, "bridge", bridge);
     if (!strcmp(cfg->egress, "on")) {
         char err[512], services[4096];
-        snprintf(services, sizeof services, "%s,%s", cfg->server, cfg->registry);
+        if (fmt_whole(services, sizeof services, "%s,%s", cfg->server, cfg->registry) != 0) {
+            fprintf(stderr, "cohort-agent: --server and --registry are too long\n");
+            return -1;
+        }
         if (egress_open(eg, hash32(cfg->data_dir), cfg->egress_subnet, cfg->egress_deny,
                         services, "/run/cohort", container, err, sizeof err) != 0) {
             fprintf(stderr, "cohort-agent: %s\n", err);
@@ -324,7 +328,7 @@ static int set_special(int o, const char *arg, struct config *c)
         c->port_lo >= 1024 && c->port_hi <= 65535 && c->port_hi >= c->port_lo)
         return 0;
     if (o == 'T' && util_name_valid(arg)) {
-        snprintf(c->gpu_type, sizeof c->gpu_type, "%s", arg);
+        fmt_cut(c->gpu_type, sizeof c->gpu_type, "%s", arg);
         return 0;
     }
     const char *eq = o == 'l' ? strchr(arg, '=') : NULL;
@@ -332,7 +336,7 @@ static int set_special(int o, const char *arg, struct config *c)
         strlen(eq + 1) < PATH_MAX) {
         memcpy(c->launcher[c->nlaunchers][0], arg, (size_t)(eq - arg));
         c->launcher[c->nlaunchers][0][eq - arg] = '\0';
-        snprintf(c->launcher[c->nlaunchers][1], PATH_MAX, "%s", eq + 1);
+        fmt_cut(c->launcher[c->nlaunchers][1], PATH_MAX, "%s", eq + 1);
         c->nlaunchers++;
         return 0;
     }
@@ -419,7 +423,7 @@ static int identity_load(const char *path, char *token, size_t tn, long long *no
     int ok = cJSON_IsNumber(id) && cJSON_IsString(t);
     if (ok) {
         *node_id = (long long)id->valuedouble;
-        snprintf(token, tn, "%s", t->valuestring);
+        ok = fmt_whole(token, tn, "%s", t->valuestring) == 0;
     }
     cJSON_Delete(o);
     if (!ok)
@@ -432,8 +436,8 @@ static int identity_load(const char *path, char *token, size_t tn, long long *no
 static int identity_save(const char *path, long long node_id, const char *token)
 {
     char tmp[PATH_MAX + 8], text[512];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    snprintf(text, sizeof text, "{\"node_id\":%lld,\"node_token\":\"%s\"}\n", node_id, token);
+    fmt_cut(tmp, sizeof tmp, "%s.tmp", path);
+    fmt_cut(text, sizeof text, "{\"node_id\":%lld,\"node_token\":\"%s\"}\n", node_id, token);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     int ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text) && fsync(fd) == 0;
     if (fd >= 0)
@@ -469,7 +473,7 @@ static int identity(struct config *c, client *cl, char *token, size_t tn, long l
 {
     static char addr[256]; /* c->address points here from now on */
     char path[PATH_MAX], err[512];
-    snprintf(path, sizeof path, "%s/node.json", c->data_dir);
+    fmt_cut(path, sizeof path, "%s/node.json", c->data_dir);
     if (identity_load(path, token, tn, node_id) == 0)
         return 0;
     if (!c->join_token) {
@@ -478,7 +482,7 @@ static int identity(struct config *c, client *cl, char *token, size_t tn, long l
     }
     if (!c->address) {
         if (route_address(c->server, addr, sizeof addr) != 0)
-            snprintf(addr, sizeof addr, "127.0.0.1");
+            fmt_cut(addr, sizeof addr, "127.0.0.1");
         c->address = addr;
     }
     cJSON *body = register_body(c), *out = NULL;
@@ -506,8 +510,12 @@ static int identity(struct config *c, client *cl, char *token, size_t tn, long l
         return -1;
     }
     *node_id = (long long)id->valuedouble;
-    snprintf(token, tn, "%s", t->valuestring);
+    int whole = fmt_whole(token, tn, "%s", t->valuestring) == 0;
     cJSON_Delete(out);
+    if (!whole) {
+        fprintf(stderr, "cohort-agent: registration failed: the node token is too long\n");
+        return -1;
+    }
     if (identity_save(path, *node_id, token) != 0)
         return -1;
     printf("cohort-agent: registered as node %lld (%s, %lld CPUs, %lld MiB, %lld GPUs%s%s)\n",
@@ -531,7 +539,7 @@ static int64_t ship_log(void *arg, int64_t id, int64_t offset, const char *buf, 
     if (ln->down)
         return -1;
     cJSON *out = NULL;
-    snprintf(path, sizeof path, "/v1/agent/logs/%lld?offset=%lld", (long long)id, (long long)offset);
+    fmt_cut(path, sizeof path, "/v1/agent/logs/%lld?offset=%lld", (long long)id, (long long)offset);
     long st = client_put_raw(cl, path, buf, n, &out, CALL_TIMEOUT_MS, err, sizeof err);
     int64_t size = -1;
     if (st == 0)
@@ -574,14 +582,14 @@ static void *poller_main(void *arg)
         /* Versions are one cohortd's own: at another, start again from none. */
         if (client_moves(p->cl) != moves) {
             moves = client_moves(p->cl);
-            snprintf(version, sizeof version, "0");
+            fmt_cut(version, sizeof version, "0");
         }
-        snprintf(path, sizeof path, "/v1/agent/desired?version=%s&wait=%d", version, LONG_POLL_S);
+        fmt_cut(path, sizeof path, "/v1/agent/desired?version=%s&wait=%d", version, LONG_POLL_S);
         long st = client_call(p->cl, "GET", path, NULL, &out, (LONG_POLL_S + 5) * 1000L, err,
                               sizeof err);
         const cJSON *v = cJSON_GetObjectItem(out, "version");
         if (st == 200 && cJSON_IsString(v) && strlen(v->valuestring) < sizeof version) {
-            snprintf(version, sizeof version, "%s", v->valuestring);
+            fmt_cut(version, sizeof version, "%s", v->valuestring);
             pthread_mutex_lock(&p->lock);
             cJSON_Delete(p->latest);
             p->latest = out;
@@ -636,7 +644,10 @@ static void sleep_ms(long ms)
 static int open_workers_cgroup(const struct config *cfg, cg_root *cg)
 {
     char tag[128], ctl[128], err[512] = "", path[PATH_MAX + 64];
-    snprintf(tag, sizeof tag, "%s-%08x", cfg->name, hash32(cfg->data_dir));
+    if (fmt_whole(tag, sizeof tag, "%s-%08x", cfg->name, hash32(cfg->data_dir)) != 0) {
+        fprintf(stderr, "cohort-agent: --name is too long\n");
+        return -1;
+    }
     /* Under `ip netns exec` nothing is at /sys/fs/cgroup until it is mounted. */
     if (!cfg->cgroup && rt_mount_cgroup2(err, sizeof err) != 0) {
         fprintf(stderr, "cohort-agent: warning: %s\n", err);
@@ -657,7 +668,7 @@ static int open_workers_cgroup(const struct config *cfg, cg_root *cg)
            cg->path[0] ? cg->path : cg->v1[CG_V1_PIDS], cg_controllers(cg, ctl, sizeof ctl));
     /* For whoever cleans up after an agent that could not (kill -9): each
      * subtree on a line of its own, v2 first. */
-    snprintf(path, sizeof path, "%s/cgroup", cfg->data_dir);
+    fmt_cut(path, sizeof path, "%s/cgroup", cfg->data_dir);
     FILE *f = fopen(path, "w");
     int ok = f != NULL;
     for (int i = -1; ok && i < CG_V1_N; i++) {
@@ -684,12 +695,15 @@ static sup *open_sup(const struct config *cfg, cg_root *cg, struct sup_paths *sp
     char err[512];
     sup_config sc = {0};
     if (cfg->shim) {
-        snprintf(sp->shim, sizeof sp->shim, "%s", cfg->shim);
+        if (fmt_whole(sp->shim, sizeof sp->shim, "%s", cfg->shim) != 0) {
+            fprintf(stderr, "cohort-agent: --shim is too long\n");
+            return NULL;
+        }
     } else {
         ssize_t n = readlink("/proc/self/exe", sp->shim, PATH_MAX);
         sp->shim[n > 0 ? n : 0] = '\0';
         char *slash = strrchr(sp->shim, '/');
-        snprintf(slash ? slash + 1 : sp->shim, 16, "cohort-shim");
+        fmt_cut(slash ? slash + 1 : sp->shim, 16, "cohort-shim");
     }
     if (access(sp->shim, X_OK) != 0) {
         fprintf(stderr, "cohort-agent: cannot run the shim %s: %s\n", sp->shim, strerror(errno));
@@ -698,7 +712,7 @@ static sup *open_sup(const struct config *cfg, cg_root *cg, struct sup_paths *sp
     sc.shim = sp->shim;
     if (!strcmp(cfg->runtime, "crun")) {
         char self_dir[PATH_MAX + 16];
-        snprintf(self_dir, sizeof self_dir, "%s", sp->shim);
+        fmt_cut(self_dir, sizeof self_dir, "%s", sp->shim);
         char *slash = strrchr(self_dir, '/');
         if (slash)
             *slash = '\0';
@@ -730,10 +744,10 @@ static sup *open_sup(const struct config *cfg, cg_root *cg, struct sup_paths *sp
                         "it only on a trusted single-tenant node.\n");
     }
     sc.container = *container;
-    snprintf(sp->lock, sizeof sp->lock, "%s/agent.lock", cfg->data_dir);
+    fmt_cut(sp->lock, sizeof sp->lock, "%s/agent.lock", cfg->data_dir);
     sc.agent_lock = sp->lock;
     sc.lease_ms = 30000;
-    snprintf(sp->dir, sizeof sp->dir, "%s/workers", cfg->data_dir);
+    fmt_cut(sp->dir, sizeof sp->dir, "%s/workers", cfg->data_dir);
     sc.dir = sp->dir;
     sc.agent_dir = cfg->data_dir;
     sc.grace_ms = cfg->grace_s * 1000;
@@ -922,7 +936,14 @@ int main(int argc, char **argv)
         return 1;
     }
     cfg.data_dir = data_dir;
-    snprintf(path, sizeof path, "%s/agent.lock", cfg.data_dir);
+    /* Every path the agent makes lies under it, in buffers of 4,200 bytes
+     * or more: bounded here, once, they all fit (fmt_cut below says so). */
+    if (strlen(data_dir) > AGENT_DIR_MAX) {
+        fprintf(stderr, "cohort-agent: the data dir's path is longer than %d bytes: %s\n",
+                AGENT_DIR_MAX, data_dir);
+        return 2;
+    }
+    fmt_cut(path, sizeof path, "%s/agent.lock", cfg.data_dir);
     int lock = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) != 0) {
         fprintf(stderr, "cohort-agent: another agent is using %s\n", cfg.data_dir);

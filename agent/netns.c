@@ -3,6 +3,7 @@
  * iproute2 (see netns.h).
  */
 #include "agent/netns.h"
+#include "lib/fmt.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -109,7 +110,7 @@ int netns_run(const char *prog, const char *const *args, const char *input, char
     argv[n++] = prog;
     for (int i = 0; args[i]; i++) {
         if (n == 15) {
-            snprintf(why, whylen, "more than 14 arguments for %s", prog);
+            fmt_cut(why, whylen, "more than 14 arguments for %s", prog);
             return -1;
         }
         argv[n++] = args[i];
@@ -144,7 +145,8 @@ static int ns_exists(const char *name)
 {
     char path[NETNS_NAME_MAX + 32];
     struct stat sb;
-    snprintf(path, sizeof path, "%s/%s", NETNS_DIR, name);
+    if (fmt_path(path, sizeof path, NETNS_DIR, name) != 0)
+        return 0;
     return stat(path, &sb) == 0;
 }
 
@@ -158,7 +160,8 @@ static int lease(const netns_egress *eg, const char *name)
     if (mkdir(eg->leases, 0700) != 0 && errno != EEXIST)
         return -1;
     for (int64_t i = 2; i < size - 1; i++) {
-        snprintf(path, sizeof path, "%s/%lld", eg->leases, (long long)i);
+        if (fmt_whole(path, sizeof path, "%s/%lld", eg->leases, (long long)i) != 0)
+            return -1;
         if (symlink(name, path) == 0)
             return (int)i;
         ssize_t n = errno == EEXIST ? readlink(path, held, sizeof held - 1) : -1;
@@ -180,19 +183,19 @@ static int egress_up(const char *ip, const char *bridge, const char *name,
     char host[32], why[256], in[256];
     int i = lease(eg, name);
     if (i < 0) {
-        snprintf(err, errlen, "no address is free in the agent's egress subnet");
+        fmt_cut(err, errlen, "no address is free in the agent's egress subnet");
         return -1;
     }
     uint32_t a = eg->subnet + (uint32_t)i, gw = eg->subnet + 1;
-    if (snprintf(host, sizeof host, "%s%d", eg->veth_prefix, i) >= 16) {
-        snprintf(err, errlen, "the egress device's name is too long");
+    if (fmt_whole(host, sizeof host, "%s%d", eg->veth_prefix, i) != 0 || strlen(host) >= 16) {
+        fmt_cut(err, errlen, "the egress device's name is too long");
         return -1;
     }
     const char *add[] = {"link", "add", host, "type", "veth", "peer", "name", "out0", "netns",
                          name, NULL};
     const char *up[] = {"link", "set", host, "master", eg->bridge, "up", NULL};
     const char *iso[] = {"link", "set", "dev", host, "isolated", "on", NULL};
-    snprintf(in, sizeof in,
+    fmt_cut(in, sizeof in,
              "addr add %u.%u.%u.%u/%d dev out0\nlink set out0 up\n"
              "route add default via %u.%u.%u.%u\n",
              a >> 24, (a >> 16) & 255, (a >> 8) & 255, a & 255, eg->prefix_len, gw >> 24,
@@ -202,7 +205,7 @@ static int egress_up(const char *ip, const char *bridge, const char *name,
         netns_run(ip, up, NULL, why, sizeof why) != 0 ||
         netns_run(bridge, iso, NULL, why, sizeof why) != 0 ||
         netns_run(ip, batch, in, why, sizeof why) != 0) {
-        snprintf(err, errlen, "cannot give the job's network its way out: %s", why);
+        fmt_cut(err, errlen, "cannot give the job's network its way out: %s", why);
         return -1;
     }
     return 0;
@@ -210,8 +213,10 @@ static int egress_up(const char *ip, const char *bridge, const char *name,
 
 int netns_name(const char *prefix, int64_t job, int64_t attempt, char *out, size_t n)
 {
-    int w = snprintf(out, n, "%s-j%" PRId64 "-a%" PRId64, prefix, job, attempt);
-    return w > 0 && (size_t)w < n && (size_t)w < NETNS_NAME_MAX ? 0 : -1;
+    return fmt_whole(out, n, "%s-j%" PRId64 "-a%" PRId64, prefix, job, attempt) != 0 ||
+                   strlen(out) >= NETNS_NAME_MAX
+               ? -1
+               : 0;
 }
 
 /* The MAC address of an overlay address: 02:c0 and its four bytes. */
@@ -219,7 +224,7 @@ static void overlay_mac(const char *address, char *out, size_t n)
 {
     unsigned a = 0, b = 0, c = 0, d = 0;
     sscanf(address, "%u.%u.%u.%u", &a, &b, &c, &d);
-    snprintf(out, n, "02:c0:%02x:%02x:%02x:%02x", a & 255, b & 255, c & 255, d & 255);
+    fmt_cut(out, n, "02:c0:%02x:%02x:%02x:%02x", a & 255, b & 255, c & 255, d & 255);
 }
 
 /* What VXLAN over IPv4 adds to a frame: outer IP 20, UDP 8, VXLAN 8 and the
@@ -272,28 +277,28 @@ static int overlay_up(const char *ip, const char *bridge, const char *name,
     size_t ipn = 0, brn = 0;
     FILE *ipf = NULL, *brf = NULL;
     int rc = -1;
-    snprintf(dev, sizeof dev, "cvx%d", (int)getpid());
-    snprintf(vni, sizeof vni, "%u", (unsigned)ov->vni);
-    snprintf(port, sizeof port, "%d", ov->port);
+    fmt_cut(dev, sizeof dev, "cvx%d", (int)getpid());
+    fmt_cut(vni, sizeof vni, "%u", (unsigned)ov->vni);
+    fmt_cut(port, sizeof port, "%d", ov->port);
     int lower = overlay_mtu(ov->local);
-    snprintf(mtu, sizeof mtu, "%d", lower);
+    fmt_cut(mtu, sizeof mtu, "%d", lower);
     const char *add[] = {"link", "add", dev,      "mtu",     mtu,  "type",       "vxlan", "id",
                          vni,    "local", ov->local, "dstport", port, "nolearning", NULL};
     if (!lower) /* the kernel's own 1500 */
         memmove(add + 3, add + 5, sizeof add - 5 * sizeof *add);
     if (netns_run(ip, add, NULL, why, sizeof why) != 0) {
-        snprintf(err, errlen, "cannot make the job's overlay device (VNI %s): %s", vni, why);
+        fmt_cut(err, errlen, "cannot make the job's overlay device (VNI %s): %s", vni, why);
         goto out;
     }
     const char *move[] = {"link", "set", dev, "netns", name, NULL};
     if (netns_run(ip, move, NULL, why, sizeof why) != 0) {
         const char *del[] = {"link", "del", dev, NULL};
         run_ip(ip, del);
-        snprintf(err, errlen, "cannot move the overlay device into %s: %s", name, why);
+        fmt_cut(err, errlen, "cannot move the overlay device into %s: %s", name, why);
         goto out;
     }
     if (!(ipf = open_memstream(&ipt, &ipn)) || !(brf = open_memstream(&brt, &brn))) {
-        snprintf(err, errlen, "out of memory");
+        fmt_cut(err, errlen, "out of memory");
         goto out;
     }
     overlay_mac(ov->address, mac, sizeof mac);
@@ -312,13 +317,13 @@ static int overlay_up(const char *ip, const char *bridge, const char *name,
     bad |= fclose(brf) != 0;
     ipf = brf = NULL;
     if (bad || !ipt || !brt) {
-        snprintf(err, errlen, "out of memory");
+        fmt_cut(err, errlen, "out of memory");
         goto out;
     }
     const char *batch[] = {"-n", name, "-batch", "-", NULL};
     if (netns_run(ip, batch, ipt, why, sizeof why) != 0 ||
         (ov->npeers && netns_run(bridge, batch, brt, why, sizeof why) != 0)) {
-        snprintf(err, errlen, "cannot set up the job's overlay in %s: %s", name, why);
+        fmt_cut(err, errlen, "cannot set up the job's overlay in %s: %s", name, why);
         goto out;
     }
     rc = 0;
@@ -334,8 +339,7 @@ out:
 
 int netns_sys_path(const char *name, char *out, size_t n)
 {
-    int len = snprintf(out, n, "%s/%s", NETNS_SYS_DIR, name);
-    return len < 0 || (size_t)len >= n ? -1 : 0;
+    return fmt_path(out, n, NETNS_SYS_DIR, name);
 }
 
 /* Whether a sysfs is mounted at dir. */
@@ -355,19 +359,19 @@ static int sysfs_up(const char *name, const char *path, char *err, size_t errlen
 {
     char dir[NETNS_NAME_MAX + 64];
     if (netns_sys_path(name, dir, sizeof dir) != 0) {
-        snprintf(err, errlen, "the namespace's sysfs path is too long");
+        fmt_cut(err, errlen, "the namespace's sysfs path is too long");
         return -1;
     }
     if (sysfs_at(dir))
         return 0;
     if ((mkdir(NETNS_SYS_DIR, 0755) != 0 && errno != EEXIST) ||
         (mkdir(dir, 0755) != 0 && errno != EEXIST)) {
-        snprintf(err, errlen, "cannot make %s: %s", dir, strerror(errno));
+        fmt_cut(err, errlen, "cannot make %s: %s", dir, strerror(errno));
         return -1;
     }
     pid_t p = fork();
     if (p < 0) {
-        snprintf(err, errlen, "cannot fork: %s", strerror(errno));
+        fmt_cut(err, errlen, "cannot fork: %s", strerror(errno));
         return -1;
     }
     if (p == 0) {
@@ -382,7 +386,7 @@ static int sysfs_up(const char *name, const char *path, char *err, size_t errlen
         if (errno != EINTR)
             break;
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || !sysfs_at(dir)) {
-        snprintf(err, errlen, "cannot mount a sysfs of %s at %s: %s", name, dir,
+        fmt_cut(err, errlen, "cannot mount a sysfs of %s at %s: %s", name, dir,
                  WIFEXITED(st) ? strerror(WEXITSTATUS(st)) : "killed");
         rmdir(dir);
         return -1;
@@ -447,19 +451,19 @@ int netns_ensure(const char *ip, const char *bridge, const char *name, const net
 {
     struct stat sb;
     int rc = -1, lock = -1;
-    if (snprintf(path, n, "%s/%s", NETNS_DIR, name) >= (int)n) {
-        snprintf(err, errlen, "the network namespace's path is too long");
+    if (fmt_whole(path, n, "%s/%s", NETNS_DIR, name) != 0) {
+        fmt_cut(err, errlen, "the network namespace's path is too long");
         return -1;
     }
     if ((ov || eg) && (!bridge || bridge[0] != '/')) {
-        snprintf(err, errlen, "a job's network needs iproute2's bridge program");
+        fmt_cut(err, errlen, "a job's network needs iproute2's bridge program");
         return -1;
     }
     /* Several workers of the attempt start at once: one makes it. */
     if ((mkdir(NETNS_DIR, 0755) != 0 && errno != EEXIST) ||
         (lock = open(NETNS_DIR "/.cohort.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600)) < 0 ||
         flock(lock, LOCK_EX) != 0) {
-        snprintf(err, errlen, "cannot lock %s: %s", NETNS_DIR, strerror(errno));
+        fmt_cut(err, errlen, "cannot lock %s: %s", NETNS_DIR, strerror(errno));
         goto out;
     }
     if (stat(path, &sb) == 0) {
@@ -469,14 +473,14 @@ int netns_ensure(const char *ip, const char *bridge, const char *name, const net
     const char *add[] = {"netns", "add", name, NULL};
     const char *lo[] = {"-n", name, "link", "set", "lo", "up", NULL};
     if (run_ip(ip, add) != 0 || run_ip(ip, lo) != 0) {
-        snprintf(err, errlen, "cannot make the job's network namespace %s with %s", name, ip);
+        fmt_cut(err, errlen, "cannot make the job's network namespace %s with %s", name, ip);
         goto fail;
     }
     if ((ov && overlay_up(ip, bridge, name, ov, err, errlen) != 0) ||
         (eg && egress_up(ip, bridge, name, eg, err, errlen) != 0))
         goto fail;
     if (ipv6_off(path) != 0) {
-        snprintf(err, errlen, "cannot turn IPv6 off in the job's network namespace %s", name);
+        fmt_cut(err, errlen, "cannot turn IPv6 off in the job's network namespace %s", name);
         goto fail;
     }
     if (sysfs_up(name, path, err, errlen) != 0)

@@ -3,6 +3,7 @@
  * nvdriver.h).
  */
 #include "agent/nvdriver.h"
+#include "lib/fmt.h"
 
 #include "agent/fileutil.h"
 
@@ -123,7 +124,7 @@ cJSON *nvd_find(char *err, size_t errlen)
     size_t len = 0, cap = 0;
     FILE *p = popen("ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null", "r");
     if (!out || !p) {
-        snprintf(err, errlen, "cannot run ldconfig -p: %s", strerror(errno));
+        fmt_cut(err, errlen, "cannot run ldconfig -p: %s", strerror(errno));
         goto fail;
     }
     for (;;) {
@@ -157,7 +158,7 @@ cJSON *nvd_find(char *err, size_t errlen)
     return out;
 oom:
     cJSON_Delete(libs && !cJSON_GetObjectItem(out, "libs") ? libs : NULL);
-    snprintf(err, errlen, "out of memory listing the GPU driver's files");
+    fmt_cut(err, errlen, "out of memory listing the GPU driver's files");
 fail:
     if (p)
         pclose(p);

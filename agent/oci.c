@@ -3,6 +3,7 @@
  * profiles.  Pure functions over their inputs: no process, no mount.
  */
 #include "agent/oci.h"
+#include "lib/fmt.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -14,11 +15,14 @@
 #include "agent/jget.h"
 
 /* The capabilities container engines give by default (Docker, Podman),
- * effective only inside the container's own user namespace. */
+ * effective only inside the container's own user namespace, less
+ * CAP_SETFCAP: a file capability written through the idmapped workspace
+ * (where the container's root is the host's uid 0) would hold on the
+ * host. */
 static const char *const caps[] = {
-    "CAP_CHOWN",  "CAP_DAC_OVERRIDE", "CAP_FOWNER",           "CAP_FSETID", "CAP_KILL",
-    "CAP_SETGID", "CAP_SETUID",       "CAP_SETPCAP",          "CAP_SETFCAP",
-    "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT", NULL};
+    "CAP_CHOWN",  "CAP_DAC_OVERRIDE", "CAP_FOWNER",  "CAP_FSETID",           "CAP_KILL",
+    "CAP_SETGID", "CAP_SETUID",       "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT",
+    NULL};
 
 static const char *const masked[] = {
     "/proc/acpi",          "/proc/asound",      "/proc/kcore",      "/proc/keys",
@@ -73,8 +77,8 @@ static void add_mounts(const oci_spec *s, cJSON *mounts)
     char shm[64], tmp_size[64];
     /* Both are tmpfs: their pages are charged to the memory cgroup of the
      * worker that writes them, so neither holds more than the spec's memory. */
-    snprintf(shm, sizeof shm, "size=%lldm", (long long)(s->shm_mb > 0 ? s->shm_mb : 64));
-    snprintf(tmp_size, sizeof tmp_size, "size=%lldm", (long long)s->tmp_mb);
+    fmt_cut(shm, sizeof shm, "size=%lldm", (long long)(s->shm_mb > 0 ? s->shm_mb : 64));
+    fmt_cut(tmp_size, sizeof tmp_size, "size=%lldm", (long long)s->tmp_mb);
     const char *const shm_opts[] = {"nosuid", "noexec", "nodev", "mode=1777", shm, NULL};
     const char *const tmp[] = {"nosuid", "nodev", "mode=1777", s->tmp_mb > 0 ? tmp_size : NULL,
                                NULL};
@@ -152,7 +156,7 @@ char *oci_config(const oci_spec *s, char *err, size_t errlen)
     char *text = cJSON_PrintUnformatted(c);
     cJSON_Delete(c);
     if (!text)
-        snprintf(err, errlen, "out of memory writing the container's configuration");
+        fmt_cut(err, errlen, "out of memory writing the container's configuration");
     return text;
 }
 
@@ -201,24 +205,36 @@ static int rule_applies(const cJSON *rule)
     return 1;
 }
 
-/* names without clone, clone3 and unshare, which no_new_userns rules. */
-static cJSON *names_but_clone(const cJSON *names)
+/* The system calls Cohort rules itself (no_new_userns, no_set_id_modes),
+ * and where their mode argument lies (-1: refused whole, ENOSYS). */
+static const struct {
+    const char *name;
+    int mode_arg;
+} ours[] = {{"clone", -2},  {"clone3", -2},  {"unshare", -2}, {"chmod", 1},
+            {"fchmod", 1},  {"fchmodat", 2}, {"creat", 1},    {"open", 2},
+            {"openat", 3},  {"mknod", 1},    {"mknodat", 2},  {"openat2", -1},
+            {"fchmodat2", -1}};
+
+/* names without the system calls Cohort rules itself. */
+static cJSON *names_but_ours(const cJSON *names)
 {
     cJSON *out = cJSON_CreateArray();
     const cJSON *n;
     cJSON_ArrayForEach(n, names)
     {
-        if (cJSON_IsString(n) && strcmp(n->valuestring, "clone") &&
-            strcmp(n->valuestring, "clone3") && strcmp(n->valuestring, "unshare"))
+        int mine = 0;
+        for (size_t i = 0; cJSON_IsString(n) && i < sizeof ours / sizeof *ours; i++)
+            mine |= !strcmp(n->valuestring, ours[i].name);
+        if (cJSON_IsString(n) && !mine)
             cJSON_AddItemToArray(out, cJSON_CreateString(n->valuestring));
     }
     return out;
 }
 
-/* A rule on one syscall whose first argument, masked with CLONE_NEWUSER,
- * equals value. */
-static void add_newuser_rule(cJSON *rules, const char *name, const char *action, int value,
-                             int errno_ret)
+/* A rule on one syscall whose argument index, masked with mask, equals
+ * value: action, with errno_ret when not 0. */
+static void add_masked_rule(cJSON *rules, const char *name, int index, unsigned mask,
+                            unsigned value, const char *action, int errno_ret)
 {
     cJSON *r = cJSON_CreateObject(), *names = cJSON_AddArrayToObject(r, "names");
     cJSON_AddItemToArray(names, cJSON_CreateString(name));
@@ -226,13 +242,48 @@ static void add_newuser_rule(cJSON *rules, const char *name, const char *action,
     if (errno_ret)
         cJSON_AddNumberToObject(r, "errnoRet", errno_ret);
     cJSON *args = cJSON_AddArrayToObject(r, "args"), *a = cJSON_CreateObject();
-    cJSON_AddNumberToObject(a, "index", 0);
+    cJSON_AddNumberToObject(a, "index", index);
     /* MASKED_EQ: (arg & value) == valueTwo */
-    cJSON_AddNumberToObject(a, "value", 0x10000000); /* CLONE_NEWUSER */
+    cJSON_AddNumberToObject(a, "value", mask);
     cJSON_AddNumberToObject(a, "valueTwo", value);
     cJSON_AddStringToObject(a, "op", "SCMP_CMP_MASKED_EQ");
     cJSON_AddItemToArray(args, a);
     cJSON_AddItemToArray(rules, r);
+}
+
+/* A rule refusing a whole syscall with errno_ret. */
+static void add_refusal(cJSON *rules, const char *name, int errno_ret)
+{
+    cJSON *r = cJSON_CreateObject(), *names = cJSON_AddArrayToObject(r, "names");
+    cJSON_AddItemToArray(names, cJSON_CreateString(name));
+    cJSON_AddStringToObject(r, "action", "SCMP_ACT_ERRNO");
+    cJSON_AddNumberToObject(r, "errnoRet", errno_ret);
+    cJSON_AddItemToArray(rules, r);
+}
+
+/*
+ * No set-user-ID or set-group-ID file made in a container: through the
+ * idmapped workspace the container's root is the host's uid 0, so such a
+ * file would be set-ID root on the node's disk.  chmod, fchmod, fchmodat,
+ * creat, open, openat, mknod and mknodat (a regular file) are allowed with
+ * a mode that has neither bit and
+ * refused (EPERM) with either; openat2 and fchmodat2, whose modes seccomp
+ * cannot read or which the profile does not know, answer ENOSYS, and libc
+ * falls back to openat and fchmodat.
+ */
+static void no_set_id_modes(cJSON *rules)
+{
+    for (size_t i = 0; i < sizeof ours / sizeof *ours; i++) {
+        if (ours[i].mode_arg == -1) {
+            add_refusal(rules, ours[i].name, 38); /* ENOSYS */
+        } else if (ours[i].mode_arg >= 0) {
+            add_masked_rule(rules, ours[i].name, ours[i].mode_arg, 06000, 0, "SCMP_ACT_ALLOW", 0);
+            add_masked_rule(rules, ours[i].name, ours[i].mode_arg, 04000, 04000,
+                            "SCMP_ACT_ERRNO", 1);
+            add_masked_rule(rules, ours[i].name, ours[i].mode_arg, 02000, 02000,
+                            "SCMP_ACT_ERRNO", 1);
+        }
+    }
 }
 
 /*
@@ -245,15 +296,12 @@ static void add_newuser_rule(cJSON *rules, const char *name, const char *action,
  */
 static void no_new_userns(cJSON *rules)
 {
-    add_newuser_rule(rules, "clone", "SCMP_ACT_ALLOW", 0, 0);
-    add_newuser_rule(rules, "clone", "SCMP_ACT_ERRNO", 0x10000000, 1);
-    add_newuser_rule(rules, "unshare", "SCMP_ACT_ALLOW", 0, 0);
-    add_newuser_rule(rules, "unshare", "SCMP_ACT_ERRNO", 0x10000000, 1);
-    cJSON *r = cJSON_CreateObject(), *names = cJSON_AddArrayToObject(r, "names");
-    cJSON_AddItemToArray(names, cJSON_CreateString("clone3"));
-    cJSON_AddStringToObject(r, "action", "SCMP_ACT_ERRNO");
-    cJSON_AddNumberToObject(r, "errnoRet", 38); /* ENOSYS */
-    cJSON_AddItemToArray(rules, r);
+    const unsigned newuser = 0x10000000; /* CLONE_NEWUSER */
+    add_masked_rule(rules, "clone", 0, newuser, 0, "SCMP_ACT_ALLOW", 0);
+    add_masked_rule(rules, "clone", 0, newuser, newuser, "SCMP_ACT_ERRNO", 1);
+    add_masked_rule(rules, "unshare", 0, newuser, 0, "SCMP_ACT_ALLOW", 0);
+    add_masked_rule(rules, "unshare", 0, newuser, newuser, "SCMP_ACT_ERRNO", 1);
+    add_refusal(rules, "clone3", 38); /* ENOSYS */
 }
 
 cJSON *oci_seccomp_convert(const cJSON *profile, char *err, size_t errlen)
@@ -261,7 +309,7 @@ cJSON *oci_seccomp_convert(const cJSON *profile, char *err, size_t errlen)
     const cJSON *def = cJSON_GetObjectItemCaseSensitive(profile, "defaultAction");
     const cJSON *rules = cJSON_GetObjectItemCaseSensitive(profile, "syscalls");
     if (!cJSON_IsString(def) || !cJSON_IsArray(rules)) {
-        snprintf(err, errlen, "not a seccomp profile (no defaultAction or syscalls)");
+        fmt_cut(err, errlen, "not a seccomp profile (no defaultAction or syscalls)");
         return NULL;
     }
     cJSON *o = cJSON_CreateObject();
@@ -283,7 +331,7 @@ cJSON *oci_seccomp_convert(const cJSON *profile, char *err, size_t errlen)
         const cJSON *action = cJSON_GetObjectItemCaseSensitive(r, "action");
         if (!cJSON_IsArray(names) || !cJSON_IsString(action) || !rule_applies(r))
             continue;
-        cJSON *only = names_but_clone(names);
+        cJSON *only = names_but_ours(names);
         if (cJSON_GetArraySize(only) == 0) {
             cJSON_Delete(only);
             continue;
@@ -300,6 +348,7 @@ cJSON *oci_seccomp_convert(const cJSON *profile, char *err, size_t errlen)
         cJSON_AddItemToArray(out, e);
     }
     no_new_userns(out);
+    no_set_id_modes(out);
     return o;
 }
 
@@ -309,23 +358,23 @@ cJSON *oci_seccomp_load(const char *path, char *err, size_t errlen)
     char *text = NULL;
     cJSON *in = NULL, *out = NULL;
     if (!f) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        fmt_cut(err, errlen, "%s: %s", path, strerror(errno));
         return NULL;
     }
     if (fseek(f, 0, SEEK_END) != 0) {
-        snprintf(err, errlen, "%s: cannot seek", path);
+        fmt_cut(err, errlen, "%s: cannot seek", path);
         goto done;
     }
     long n = ftell(f);
     rewind(f);
     if (n <= 0 || n > (8 << 20) || !(text = malloc((size_t)n + 1)) ||
         fread(text, 1, (size_t)n, f) != (size_t)n) {
-        snprintf(err, errlen, "%s: cannot read it (or over 8 MiB)", path);
+        fmt_cut(err, errlen, "%s: cannot read it (or over 8 MiB)", path);
         goto done;
     }
     text[n] = '\0';
     if (!(in = cJSON_Parse(text))) {
-        snprintf(err, errlen, "%s: not JSON", path);
+        fmt_cut(err, errlen, "%s: not JSON", path);
         goto done;
     }
     out = oci_seccomp_convert(in, err, errlen);

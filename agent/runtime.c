@@ -2,6 +2,7 @@
  * runtime: finds the container tools and prepares the node (runtime.h).
  */
 #include "agent/runtime.h"
+#include "lib/fmt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -56,7 +57,7 @@ int rt_mount_cgroup2(char *err, size_t errlen)
         return 0;
     if (mount("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) !=
         0) {
-        snprintf(err, errlen, "nothing is mounted at /sys/fs/cgroup and cgroup2 could not be: %s",
+        fmt_cut(err, errlen, "nothing is mounted at /sys/fs/cgroup and cgroup2 could not be: %s",
                  strerror(errno));
         return -1;
     }
@@ -76,8 +77,8 @@ int rt_fix_hybrid_cgroups(char *err, size_t errlen)
     read_line("/sys/fs/cgroup/unified/cgroup.controllers", ctl, sizeof ctl);
     read_line("/sys/fs/cgroup/unified/cgroup.subtree_control", on, sizeof on);
     for (char *save = NULL, *c = strtok_r(ctl, " ", &save); c; c = strtok_r(NULL, " ", &save)) {
-        snprintf(dir, sizeof dir, "/sys/fs/cgroup/%s", c);
-        if ((mkdir(dir, 0755) != 0 && errno != EEXIST) ||
+        if (fmt_path(dir, sizeof dir, "/sys/fs/cgroup", c) != 0 ||
+            (mkdir(dir, 0755) != 0 && errno != EEXIST) ||
             mount("cgroup", dir, "cgroup", MS_NOSUID | MS_NODEV | MS_NOEXEC, c) != 0) {
             int e = errno;
             char now[512];
@@ -86,7 +87,7 @@ int rt_fix_hybrid_cgroups(char *err, size_t errlen)
             if (!controller_listed(now, c))
                 continue;
             errno = e;
-            snprintf(err, errlen,
+            fmt_cut(err, errlen,
                      "crun cannot run on this hybrid cgroup host while the %s controller is in "
                      "the cgroup v2 hierarchy (enabled: '%s'), and it could not be moved to "
                      "cgroup v1 at %s: %s",
@@ -99,7 +100,7 @@ int rt_fix_hybrid_cgroups(char *err, size_t errlen)
     }
     read_line("/sys/fs/cgroup/unified/cgroup.controllers", ctl, sizeof ctl);
     if (ctl[0]) {
-        snprintf(err, errlen, "controllers still in the cgroup v2 hierarchy: %s", ctl);
+        fmt_cut(err, errlen, "controllers still in the cgroup v2 hierarchy: %s", ctl);
         return -1;
     }
     return 0;
@@ -109,11 +110,11 @@ int rt_fix_hybrid_cgroups(char *err, size_t errlen)
 static int traversable_dir(const char *dir, char *err, size_t errlen)
 {
     if (mkdir(dir, 0711) != 0 && errno != EEXIST) {
-        snprintf(err, errlen, "%s: %s", dir, strerror(errno));
+        fmt_cut(err, errlen, "%s: %s", dir, strerror(errno));
         return -1;
     }
     if (chmod(dir, 0711) != 0) {
-        snprintf(err, errlen, "%s: %s", dir, strerror(errno));
+        fmt_cut(err, errlen, "%s: %s", dir, strerror(errno));
         return -1;
     }
     return 0;
@@ -124,13 +125,16 @@ static int traversable_dir(const char *dir, char *err, size_t errlen)
 static int walkable(const char *path, char *err, size_t errlen)
 {
     char p[PATH_MAX + 16];
-    snprintf(p, sizeof p, "%s", path);
+    if (fmt_whole(p, sizeof p, "%s", path) != 0) {
+        fmt_cut(err, errlen, "%.200s...: the path is too long", path);
+        return -1;
+    }
     for (char *slash = strrchr(p, '/'); slash; slash = strrchr(p, '/')) {
         struct stat sb;
         *slash = '\0';
         const char *dir = p[0] ? p : "/";
         if (stat(dir, &sb) != 0 || !(sb.st_mode & S_IXOTH)) {
-            snprintf(err, errlen,
+            fmt_cut(err, errlen,
                      "%s is not traversable by other users (mode %04o): the containers' uids "
                      "could not reach their images under %s; chmod o+x it, or choose "
                      "--image-cache elsewhere",
@@ -150,8 +154,8 @@ static int copy_program(const char *src, const char *dst, char *err, size_t errl
 {
     char tmp[PATH_MAX + 64], buf[65536];
     int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, rc = -1;
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", dst, (int)getpid());
-    if (in < 0 || (out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755)) < 0)
+    if (in < 0 || fmt_whole(tmp, sizeof tmp, "%s.tmp.%d", dst, (int)getpid()) != 0 ||
+        (out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755)) < 0)
         goto out;
     for (;;) {
         ssize_t n = read(in, buf, sizeof buf);
@@ -172,7 +176,7 @@ static int copy_program(const char *src, const char *dst, char *err, size_t errl
     rc = rename(tmp, dst);
 out:
     if (rc != 0)
-        snprintf(err, errlen, "cannot copy %s to %s: %s", src, dst, strerror(errno));
+        fmt_cut(err, errlen, "cannot copy %s to %s: %s", src, dst, strerror(errno));
     if (in >= 0)
         close(in);
     if (out >= 0)
@@ -215,7 +219,7 @@ static cJSON *host_list(const char *list)
         size_t len = strcspn(p, ",");
         char host[256];
         if (len > 0 && len < sizeof host) {
-            snprintf(host, sizeof host, "%.*s", (int)len, p);
+            fmt_cut(host, sizeof host, "%.*s", (int)len, p); /* len < sizeof host */
             cJSON_AddItemToArray(a, cJSON_CreateString(host));
         }
         p += len + (p[len] == ',');
@@ -237,25 +241,30 @@ static int rt_dirs(const rt_config *c, const char *init, char *croot, size_t cn,
     char cache[PATH_MAX + 16], probe[PATH_MAX + 8];
     if (traversable_dir(c->data_dir, err, errlen) != 0)
         return -1;
-    if (c->image_cache)
-        snprintf(cache, sizeof cache, "%s", c->image_cache);
-    else
-        snprintf(cache, sizeof cache, "%s/images", c->data_dir);
-    snprintf(croot, cn, "%s/crun", c->data_dir);
+    if ((c->image_cache ? fmt_whole(cache, sizeof cache, "%s", c->image_cache)
+                        : fmt_path(cache, sizeof cache, c->data_dir, "images")) != 0 ||
+        fmt_path(croot, cn, c->data_dir, "crun") != 0) {
+        fmt_cut(err, errlen, "the image cache's or crun's path is too long");
+        return -1;
+    }
     if (traversable_dir(cache, err, errlen) != 0 ||
         (mkdir(croot, 0700) != 0 && errno != EEXIST)) {
         if (!err[0])
-            snprintf(err, errlen, "%s: %s", croot, strerror(errno));
+            fmt_cut(err, errlen, "%s: %s", croot, strerror(errno));
         return -1;
     }
     if (!realpath(cache, real_cache)) {
-        snprintf(err, errlen, "%s: %s", cache, strerror(errno));
+        fmt_cut(err, errlen, "%s: %s", cache, strerror(errno));
         return -1;
     }
-    snprintf(probe, sizeof probe, "%s/x", real_cache);
-    if (walkable(probe, err, errlen) != 0)
+    if (strlen(real_cache) > AGENT_DIR_MAX) {
+        fmt_cut(err, errlen, "the image cache's path is longer than %d bytes: %.200s...",
+                AGENT_DIR_MAX, real_cache);
         return -1;
-    snprintf(init_copy, icn, "%s/.cohort-init", real_cache);
+    }
+    if (fmt_path(probe, sizeof probe, real_cache, "x") != 0 ||
+        walkable(probe, err, errlen) != 0 || fmt_path(init_copy, icn, real_cache, ".cohort-init") != 0)
+        return -1; /* fits: real_cache is at most AGENT_DIR_MAX */
     return copy_program(init, init_copy, err, errlen);
 }
 
@@ -266,14 +275,17 @@ cJSON *rt_open(const rt_config *c, char *err, size_t errlen)
     if (fu_find_program("crun", crun, sizeof crun) != 0 ||
         fu_find_program("skopeo", skopeo, sizeof skopeo) != 0 ||
         fu_find_program("umoci", umoci, sizeof umoci) != 0) {
-        snprintf(err, errlen, "crun, skopeo and umoci are needed to run containers "
+        fmt_cut(err, errlen, "crun, skopeo and umoci are needed to run containers "
                               "(apt-get install crun skopeo umoci), or --runtime host on a "
                               "trusted single-tenant node");
         return NULL;
     }
-    snprintf(init, sizeof init, "%s/cohort-init", c->self_dir);
+    if (fmt_path(init, sizeof init, c->self_dir, "cohort-init") != 0) {
+        fmt_cut(err, errlen, "the agent's directory's path is too long");
+        return NULL;
+    }
     if (access(init, X_OK) != 0) {
-        snprintf(err, errlen, "cannot run %s: %s", init, strerror(errno));
+        fmt_cut(err, errlen, "cannot run %s: %s", init, strerror(errno));
         return NULL;
     }
     if (rt_fix_hybrid_cgroups(err, errlen) != 0)

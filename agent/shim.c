@@ -3,6 +3,7 @@
  * Runs in forked copies of the agent; every path out ends in _exit.
  */
 #include "agent/shim.h"
+#include "lib/fmt.h"
 
 #include "agent/fileutil.h"
 #include "agent/netns.h"
@@ -34,7 +35,7 @@
 static void put_file(int dfd, const char *name, const char *text)
 {
     char tmp[64];
-    snprintf(tmp, sizeof tmp, ".%s.tmp", name);
+    fmt_cut(tmp, sizeof tmp, ".%s.tmp", name);
     int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0)
         return;
@@ -52,7 +53,7 @@ static void __attribute__((noreturn, format(printf, 2, 3))) give_up(int dfd, con
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    snprintf(line, sizeof line, "error %s\n", msg);
+    fmt_cut(line, sizeof line, "error %s\n", msg);
     put_file(dfd, "status", line);
     _exit(1);
 }
@@ -76,7 +77,7 @@ static int path_join(char *out, size_t n, const char *a, const char *b)
 static int bind(const char *src, const char *dst, int ro, char *err, size_t errlen)
 {
     if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) != 0) {
-        snprintf(err, errlen, "cannot bind %s: %s", src, strerror(errno));
+        fmt_cut(err, errlen, "cannot bind %s: %s", src, strerror(errno));
         return -1;
     }
     if (!ro)
@@ -86,7 +87,7 @@ static int bind(const char *src, const char *dst, int ro, char *err, size_t errl
         return 0;
     /* Older kernels: the top mount at least. */
     if (mount(NULL, dst, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_REC, NULL) != 0) {
-        snprintf(err, errlen, "cannot make %.200s read-only: %s", dst, strerror(errno));
+        fmt_cut(err, errlen, "cannot make %.200s read-only: %s", dst, strerror(errno));
         return -1;
     }
     return 0;
@@ -96,24 +97,24 @@ static int setup_mounts(const shim_spec *sp, char *err, size_t errlen)
 {
     char path[4096], dir[4096];
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0) {
-        snprintf(err, errlen, "cannot make mounts private: %s", strerror(errno));
+        fmt_cut(err, errlen, "cannot make mounts private: %s", strerror(errno));
         return -1;
     }
     if (mount("tmpfs", sp->mount_root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k") != 0) {
-        snprintf(err, errlen, "cannot mount a tmpfs at %s: %s", sp->mount_root, strerror(errno));
+        fmt_cut(err, errlen, "cannot mount a tmpfs at %s: %s", sp->mount_root, strerror(errno));
         return -1;
     }
     path_join(dir, sizeof dir, sp->mount_root, "datasets");
     path_join(path, sizeof path, sp->mount_root, "workspace");
     if (mkdir(dir, 0755) != 0 || mkdir(path, 0755) != 0) {
-        snprintf(err, errlen, "cannot lay out %s: %s", sp->mount_root, strerror(errno));
+        fmt_cut(err, errlen, "cannot lay out %s: %s", sp->mount_root, strerror(errno));
         return -1;
     }
     if (bind(sp->workspace, path, 0, err, errlen) != 0)
         return -1;
     for (int i = 0; i < sp->ndatasets; i++) {
         if (path_join(path, sizeof path, dir, sp->ds_name[i]) != 0 || mkdir(path, 0755) != 0) {
-            snprintf(err, errlen, "cannot lay out dataset %s", sp->ds_name[i]);
+            fmt_cut(err, errlen, "cannot lay out dataset %s", sp->ds_name[i]);
             return -1;
         }
         if (bind(sp->ds_path[i], path, 1, err, errlen) != 0)
@@ -121,7 +122,7 @@ static int setup_mounts(const shim_spec *sp, char *err, size_t errlen)
     }
     /* The layout itself is fixed now; the binds keep their own modes. */
     if (mount(NULL, sp->mount_root, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL) != 0) {
-        snprintf(err, errlen, "cannot seal %s: %s", sp->mount_root, strerror(errno));
+        fmt_cut(err, errlen, "cannot seal %s: %s", sp->mount_root, strerror(errno));
         return -1;
     }
     /* Nothing else of any tenant's storage, nor the agent's state. */
@@ -131,7 +132,7 @@ static int setup_mounts(const shim_spec *sp, char *err, size_t errlen)
             continue;
         if (mount("tmpfs", sp->hide[i], "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                   "size=4k,mode=0555") != 0) {
-            snprintf(err, errlen, "cannot hide %s: %s", sp->hide[i], strerror(errno));
+            fmt_cut(err, errlen, "cannot hide %s: %s", sp->hide[i], strerror(errno));
             return -1;
         }
     }
@@ -189,7 +190,7 @@ static void __attribute__((noreturn)) ns_init(const shim_spec *sp, int logfd, in
     int ep[2];
     if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0 ||
         pipe2(ep, O_CLOEXEC) != 0) {
-        snprintf(line, sizeof line, "error cannot prepare the namespace: %s\n", strerror(errno));
+        fmt_cut(line, sizeof line, "error cannot prepare the namespace: %s\n", strerror(errno));
         ssize_t w = write(result, line, strlen(line));
         (void)w;
         _exit(1);
@@ -209,7 +210,7 @@ static void __attribute__((noreturn)) ns_init(const shim_spec *sp, int logfd, in
     while ((got = read(ep[0], &e, sizeof e)) < 0 && errno == EINTR)
         ;
     if (got == (ssize_t)sizeof e) {
-        snprintf(line, sizeof line, "error cannot start %s%s%s: %s\n",
+        fmt_cut(line, sizeof line, "error cannot start %s%s%s: %s\n",
                  sp->launcher ? sp->launcher : "", sp->launcher ? " " : "", sp->program,
                  strerror(e));
         ssize_t wr = write(result, line, strlen(line));
@@ -225,9 +226,9 @@ static void __attribute__((noreturn)) ns_init(const shim_spec *sp, int logfd, in
             break;
     }
     if (WIFSIGNALED(st))
-        snprintf(line, sizeof line, "signal %d\n", WTERMSIG(st));
+        fmt_cut(line, sizeof line, "signal %d\n", WTERMSIG(st));
     else
-        snprintf(line, sizeof line, "exit %d\n", WEXITSTATUS(st));
+        fmt_cut(line, sizeof line, "exit %d\n", WEXITSTATUS(st));
     ssize_t wr = write(result, line, strlen(line));
     (void)wr;
     kill(-1, SIGKILL); /* anything the worker left behind */
@@ -295,7 +296,7 @@ static void end_cgroup(cg_worker *cg, char *text, size_t n)
     if (cg_worker_end(cg, &u, 2000) != 0)
         fprintf(stderr, "cohort-shim: a cgroup of the worker stays (%s): %s\n",
                 cg->path[0] ? cg->path : cg->v1[CG_V1_PIDS], strerror(errno));
-    snprintf(text, n,
+    fmt_cut(text, n,
              "cpu_us %lld\nmemory_peak %lld\nmemory_max %lld\noom_kills %lld\npids_max %lld\n"
              "forks_refused %lld\n",
              (long long)u.cpu_us, (long long)u.memory_peak, (long long)u.memory_max,
@@ -309,7 +310,7 @@ static _Noreturn void finish(int dfd, cg_worker *cg, const char *line)
     char status[1200], usage[384] = "";
     if (cg)
         end_cgroup(cg, usage, sizeof usage);
-    snprintf(status, sizeof status, "%.760s%s", line, usage);
+    fmt_cut(status, sizeof status, "%.760s%s", line, usage);
     put_file(dfd, "status", status);
     _exit(0);
 }
@@ -337,7 +338,7 @@ static void __attribute__((noreturn)) outer(int dfd, int logfd, int lockfd, cons
     static cg_worker w; /* the worker's cgroups: the shim's for its life */
     cg_worker *cg = NULL;
     setsid();
-    snprintf(line, sizeof line, "%d\n", (int)getpid());
+    fmt_cut(line, sizeof line, "%d\n", (int)getpid());
     put_file(dfd, "shim", line);
     if (cg_used(&sp->cgroup)) {
         /* A container opens only the standard devices and its GPUs; a host
@@ -370,7 +371,7 @@ static void __attribute__((noreturn)) outer(int dfd, int logfd, int lockfd, cons
         /* Into the worker's cgroups before anything of the worker runs. */
         int e = cg ? cg_join(cg) : 0;
         if (e != 0) {
-            snprintf(line, sizeof line, "error cannot join the worker's cgroup: %s\n",
+            fmt_cut(line, sizeof line, "error cannot join the worker's cgroup: %s\n",
                      strerror(-e));
             ssize_t wr = write(rp[1], line, strlen(line));
             (void)wr;
@@ -384,7 +385,7 @@ static void __attribute__((noreturn)) outer(int dfd, int logfd, int lockfd, cons
     close(rp[1]);
     if (cg)
         cg_worker_close(cg);
-    snprintf(line, sizeof line, "%d\n", (int)init);
+    fmt_cut(line, sizeof line, "%d\n", (int)init);
     put_file(dfd, "pid", line);
     int st = wait_init(init, lockfd, sp);
     ssize_t n;
@@ -394,9 +395,9 @@ static void __attribute__((noreturn)) outer(int dfd, int logfd, int lockfd, cons
         line[n] = '\0';
     } else if (WIFSIGNALED(st)) {
         /* init itself was killed (SIGKILL after the grace period) */
-        snprintf(line, sizeof line, "signal %d\n", WTERMSIG(st));
+        fmt_cut(line, sizeof line, "signal %d\n", WTERMSIG(st));
     } else {
-        snprintf(line, sizeof line, "error the worker's init ended without a word (%d)\n",
+        fmt_cut(line, sizeof line, "error the worker's init ended without a word (%d)\n",
                  WEXITSTATUS(st));
     }
     finish(dfd, cg, line);
@@ -409,7 +410,7 @@ static char state_dir[4096]; /* the worker's directory (shim_start's dir) */
 static void on_progress(void *arg, const char *text)
 {
     char line[600];
-    snprintf(line, sizeof line, "%.590s\n", text);
+    fmt_cut(line, sizeof line, "%.590s\n", text);
     put_file(*(const int *)arg, "phase", line);
 }
 
@@ -530,7 +531,7 @@ static void crun_leftover(const shim_spec *sp, const char *id)
 {
     char state[4400];
     struct stat sb;
-    snprintf(state, sizeof state, "%s/%s", sp->crun_root, id);
+    fmt_cut(state, sizeof state, "%s/%s", sp->crun_root, id);
     if (stat(state, &sb) == 0)
         crun_once(sp, "delete", "-f", id);
 }
@@ -560,7 +561,7 @@ static void __attribute__((noreturn)) exec_crun(const shim_spec *sp, const struc
     int result_w = p->result[1];
     int e = ln->cg ? cg_join(ln->cg) : 0;
     if (e != 0) {
-        snprintf(line, sizeof line, "error cannot join the worker's cgroup: %s\n", strerror(-e));
+        fmt_cut(line, sizeof line, "error cannot join the worker's cgroup: %s\n", strerror(-e));
         ssize_t w = write(result_w, line, strlen(line));
         (void)w;
         _exit(1);
@@ -576,7 +577,8 @@ static void __attribute__((noreturn)) exec_crun(const shim_spec *sp, const struc
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
     setpgid(0, 0); /* so that crun_kill reaches all crun starts */
-    snprintf(logopt, sizeof logopt, "--log=file:%s", ln->crun_log);
+    if (fmt_whole(logopt, sizeof logopt, "--log=file:%s", ln->crun_log) != 0)
+        _exit(126); /* never: the bundle lies under the agent's data dir */
     /* crun copies itself into a sealed memfd and runs that copy, so that a
      * container's root cannot overwrite the runtime through /proc/self/exe
      * (CVE-2019-5736).  Here the container's root is an unprivileged host
@@ -586,7 +588,7 @@ static void __attribute__((noreturn)) exec_crun(const shim_spec *sp, const struc
     execl(sp->crun, sp->crun, "--root", sp->crun_root, logopt, "--cgroup-manager=disabled",
           "run", "--bundle", ln->bundle, "--pid-file", ln->pidfile, "--preserve-fds", "1", ln->id,
           (char *)NULL);
-    snprintf(line, sizeof line, "error cannot run %.200s: %s\n", sp->crun, strerror(errno));
+    fmt_cut(line, sizeof line, "error cannot run %.200s: %s\n", sp->crun, strerror(errno));
     ssize_t w = write(3, line, strlen(line));
     (void)w;
     _exit(127);
@@ -604,7 +606,7 @@ static void crun_reason(const char *crun_log, char *out, size_t n)
         end--;
     *end = '\0';
     char *start = strrchr(text, '\n');
-    snprintf(out, n, "%s", start ? start + 1 : text);
+    fmt_cut(out, n, "%s", start ? start + 1 : text);
     free(text);
 }
 
@@ -683,7 +685,10 @@ static void add_volume(struct binds *b, const char *src, const char *dst, int ro
         unescape(mp);
         if (strncmp(mp, src, n) || mp[n] != '/')
             continue;
-        snprintf(path, sizeof path, "%s%s", dst, mp + n);
+        if (fmt_whole(path, sizeof path, "%s%s", dst, mp + n) != 0) {
+            b->failed = 1; /* a mount the container would miss: refused */
+            continue;
+        }
         bind_add(b, mp, path, ro);
     }
     if (f)
@@ -711,14 +716,14 @@ static struct proc_entry *proc_table(size_t *n)
         char path[64], buf[512];
         if (de->d_name[0] < '1' || de->d_name[0] > '9')
             continue;
-        snprintf(path, sizeof path, "/proc/%.20s/stat", de->d_name);
+        fmt_cut(path, sizeof path, "/proc/%.20s/stat", de->d_name);
         char *open_paren = fu_read(path, buf, sizeof buf) == 0 ? strchr(buf, '(') : NULL;
         char *close_paren = open_paren ? strrchr(buf, ')') : NULL;
         struct proc_entry e = {0};
         if (!close_paren || sscanf(close_paren + 1, " %c %d", &e.state, &e.ppid) != 2)
             continue;
         e.pid = (pid_t)atoi(buf);
-        snprintf(e.comm, sizeof e.comm, "%.*s",
+        fmt_cut(e.comm, sizeof e.comm, "%.*s",
                  (int)(close_paren - open_paren - 1 < 23 ? close_paren - open_paren - 1 : 23),
                  open_paren + 1);
         if (*n == cap) {
@@ -744,7 +749,7 @@ static void describe_tree(pid_t root, char *out, size_t outn)
     char *in = v ? calloc(n ? n : 1, 1) : NULL;
     out[0] = '\0';
     if (!in) {
-        snprintf(out, outn, "crun pid %d", (int)root);
+        fmt_cut(out, outn, "crun pid %d", (int)root);
         goto out;
     }
     /* Mark the tree: a parent found marked marks its child, until no change. */
@@ -764,14 +769,15 @@ static void describe_tree(pid_t root, char *out, size_t outn)
         if (!in[i])
             continue;
         char path[64], wchan[64] = "?", stack[2048];
-        snprintf(path, sizeof path, "/proc/%d/wchan", (int)v[i].pid);
+        fmt_cut(path, sizeof path, "/proc/%d/wchan", (int)v[i].pid);
         if (fu_read(path, wchan, sizeof wchan) != 0)
-            snprintf(wchan, sizeof wchan, "?");
-        if (len < outn)
-            len += (size_t)snprintf(out + len, outn - len, "%s%d %s %c %s", len ? "; " : "",
-                                    (int)v[i].pid, v[i].comm, v[i].state,
-                                    wchan[0] && strcmp(wchan, "0") ? wchan : "-");
-        snprintf(path, sizeof path, "/proc/%d/stack", (int)v[i].pid);
+            fmt_cut(wchan, sizeof wchan, "?");
+        if (len < outn) { /* a description: cut to fit */
+            fmt_cut(out + len, outn - len, "%s%d %s %c %s", len ? "; " : "", (int)v[i].pid,
+                    v[i].comm, v[i].state, wchan[0] && strcmp(wchan, "0") ? wchan : "-");
+            len += strlen(out + len);
+        }
+        fmt_cut(path, sizeof path, "/proc/%d/stack", (int)v[i].pid);
         if (fu_read(path, stack, sizeof stack) == 0 && stack[0]) {
             fprintf(stderr, "cohort-shim: kernel stack of %d (%s):\n%s", (int)v[i].pid,
                     v[i].comm, stack);
@@ -799,12 +805,12 @@ static void crun_result(int st, int result_fd, const char *crun_log, char *line,
         line[end + 1] = '\0';
     } else if (WIFEXITED(st) && WEXITSTATUS(st) > 128 && WEXITSTATUS(st) < 128 + 65) {
         /* init itself was killed (SIGKILL after the grace period) */
-        snprintf(line, n, "signal %d\n", WEXITSTATUS(st) - 128);
+        fmt_cut(line, n, "signal %d\n", WEXITSTATUS(st) - 128);
     } else if (WIFSIGNALED(st)) {
-        snprintf(line, n, "signal %d\n", WTERMSIG(st));
+        fmt_cut(line, n, "signal %d\n", WTERMSIG(st));
     } else {
         crun_reason(crun_log, reason, sizeof reason);
-        snprintf(line, n, "error the container did not start: %.500s\n",
+        fmt_cut(line, n, "error the container did not start: %.500s\n",
                  reason[0] ? reason : "crun failed without a word");
     }
 }
@@ -928,7 +934,7 @@ static int crun_run(const shim_spec *sp, const struct launch *ln, char *line, si
             init = t ? (pid_t)atoi(t) : 0;
             free(t);
             if (init > 0) {
-                snprintf(line, n, "%d\n", (int)init);
+                fmt_cut(line, n, "%d\n", (int)init);
                 put_file(ln->dfd, "pid", line);
             } else if (sp->start_ms > 0 && util_mono_ms() - started > sp->start_ms) {
                 describe_tree(crun, why, whyn);
@@ -986,7 +992,7 @@ static char *env_join(const char *name, const char *a, const char *b)
     size_t n = strlen(name) + 2 + (a ? strlen(a) : 0) + (b ? strlen(b) : 0) + 1;
     char *v = malloc(n);
     if (v)
-        snprintf(v, n, "%s=%s%s%s", name, a ? a : "", a && b ? ":" : "", b ? b : "");
+        fmt_cut(v, n, "%s=%s%s%s", name, a ? a : "", a && b ? ":" : "", b ? b : "");
     return v;
 }
 
@@ -1051,7 +1057,7 @@ static int seal_rootfs(const char *rootfs, char *err, size_t errlen)
         goto fail;
     return 0;
 fail:
-    snprintf(err, errlen, "cannot seal the image's root (%s): %s", step, strerror(errno));
+    fmt_cut(err, errlen, "cannot seal the image's root (%s): %s", step, strerror(errno));
     return -1;
 }
 
@@ -1068,13 +1074,13 @@ static void container_binds(const shim_spec *sp, const char *ws, char **env, str
     char ds_dst[4200];
     add_volume(b, sp->workspace, ws, 0);
     for (int i = 0; i < sp->ndatasets; i++) {
-        snprintf(ds_dst, sizeof ds_dst, "%s/datasets/%s", sp->mount_root, sp->ds_name[i]);
+        fmt_cut(ds_dst, sizeof ds_dst, "%s/datasets/%s", sp->mount_root, sp->ds_name[i]);
         add_volume(b, sp->ds_path[i], ds_dst, 1);
     }
     if (sp->devices && sp->devices[0] && sp->gpu_driver) {
         char lib_dir[4200], bin_dir[4200];
-        snprintf(lib_dir, sizeof lib_dir, "%s/.nvidia/lib", sp->mount_root);
-        snprintf(bin_dir, sizeof bin_dir, "%s/.nvidia/bin", sp->mount_root);
+        fmt_cut(lib_dir, sizeof lib_dir, "%s/.nvidia/lib", sp->mount_root);
+        fmt_cut(bin_dir, sizeof bin_dir, "%s/.nvidia/bin", sp->mount_root);
         driver_binds(drv, sp->gpu_driver, lib_dir, bin_dir);
         if (drv->n > 0 && env && driver_env(env, lib_dir, bin_dir, drv_env) != 0)
             drv->failed = 1;
@@ -1088,7 +1094,7 @@ static char *container_config(int dfd, const shim_spec *sp, const img_use *use)
 {
     char err[600], config_path[4300], prog[4200], ws[4200], host[256] = "localhost";
     char rootfs[4300], init_at[4200], netns[300], sys[300];
-    snprintf(config_path, sizeof config_path, "%s/image.json", use->bundle);
+    fmt_cut(config_path, sizeof config_path, "%s/image.json", use->bundle);
     char *img_text = read_text(config_path, 4 << 20);
     cJSON *img = img_text ? cJSON_Parse(img_text) : NULL;
     free(img_text);
@@ -1102,7 +1108,7 @@ static char *container_config(int dfd, const shim_spec *sp, const img_use *use)
     container_binds(sp, ws, env, &b, &drv, drv_env);
     if (b.failed || drv.failed)
         give_up(dfd, "out of memory listing the container's mounts");
-    snprintf(rootfs, sizeof rootfs, "%s/rootfs", use->bundle);
+    fmt_cut(rootfs, sizeof rootfs, "%s/rootfs", use->bundle);
     /* before seal_rootfs: /run/netns must be made in the node's mounts */
     if (sp->netns && (netns_ensure(sp->ip, sp->bridge, sp->netns, sp->overlay, sp->egress,
                                    netns, sizeof netns, err, sizeof err) != 0 ||
@@ -1141,9 +1147,9 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
     int progress_fd = dfd;
     if (img_acquire(&sp->cache, &sp->image, on_progress, &progress_fd, &use, err, sizeof err) != 0)
         give_up(dfd, "%s", err);
-    snprintf(line, sizeof line, "%s\n", use.digest);
+    fmt_cut(line, sizeof line, "%s\n", use.digest);
     put_file(dfd, "digest", line);
-    snprintf(line, sizeof line, "starting the container\n");
+    fmt_cut(line, sizeof line, "starting the container\n");
     put_file(dfd, "phase", line);
 
     char *config = container_config(dfd, sp, &use);
@@ -1151,7 +1157,7 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
     path_join(config_path, sizeof config_path, bundle, "config.json");
     path_join(pidfile, sizeof pidfile, bundle, "init.pid");
     path_join(crun_log, sizeof crun_log, bundle, "crun.log");
-    snprintf(id, sizeof id, "w%lld", (long long)sp->id);
+    fmt_cut(id, sizeof id, "w%lld", (long long)sp->id);
     if ((mkdir(bundle, 0700) != 0 && errno != EEXIST) || write_whole(config_path, config) != 0)
         give_up(dfd, "cannot write the container's configuration: %s", strerror(errno));
     free(config);
@@ -1165,7 +1171,7 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
         fprintf(stderr, "cohort-shim: worker %lld: crun wrote no pid file within %lld ms and was "
                         "killed (%s); trying once more\n",
                 (long long)sp->id, (long long)sp->start_ms, why);
-        snprintf(line, sizeof line, "starting the container again (the first try did not start "
+        fmt_cut(line, sizeof line, "starting the container again (the first try did not start "
                                     "within %lld s)\n", (long long)(sp->start_ms / 1000));
         put_file(dfd, "phase", line);
         r = crun_run(sp, &ln, line, sizeof line, why, sizeof why);
@@ -1173,11 +1179,11 @@ static void __attribute__((noreturn)) outer_container(int dfd, int logfd, int lo
     if (cg)
         cg_worker_close(cg);
     if (r == START_STALLED)
-        snprintf(line, sizeof line, "error the container did not start within %lld s, twice "
+        fmt_cut(line, sizeof line, "error the container did not start within %lld s, twice "
                                     "(crun was blocked: %.400s)\n",
                  (long long)(sp->start_ms / 1000), why);
     else if (r == START_UNKILLABLE)
-        snprintf(line, sizeof line, "error the container did not start and crun could not be "
+        fmt_cut(line, sizeof line, "error the container did not start and crun could not be "
                                     "stopped (%.400s)\n", why);
     crun_leftover(sp, id); /* crun run removes its state itself, but for a crash */
     unlink(config_path);
@@ -1210,7 +1216,7 @@ int shim_start(const char *dir, const shim_spec *sp, const char *note)
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         return -1;
-    snprintf(state_dir, sizeof state_dir, "%s", dir);
+    fmt_cut(state_dir, sizeof state_dir, "%s", dir);
     if (note)
         put_file(dfd, "spec.json", note);
     int logfd = openat(dfd, "output.log", O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);

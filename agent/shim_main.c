@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "agent/shim.h"
+#include "lib/fmt.h"
 #include "agent/shim_req.h"
 
 #define REQUEST_MAX (4 << 20)
@@ -23,8 +24,7 @@ static void fail(const char *dir, const char *msg)
     fprintf(stderr, "cohort-shim: %s\n", msg);
     if (!dir)
         return;
-    snprintf(path, sizeof path, "%s/status", dir);
-    FILE *f = fopen(path, "w");
+    FILE *f = fmt_path(path, sizeof path, dir, "status") == 0 ? fopen(path, "w") : NULL;
     if (f) {
         fprintf(f, "error %s\n", msg);
         fclose(f);
@@ -75,7 +75,7 @@ int main(void)
     }
     int parsed = shim_req_parse(text, r, msg, sizeof msg);
     if (r->dir && mkdir(r->dir, 0700) != 0 && errno != EEXIST) {
-        snprintf(msg, sizeof msg, "cannot create %.200s: %s", r->dir, strerror(errno));
+        fmt_cut(msg, sizeof msg, "cannot create %.200s: %s", r->dir, strerror(errno));
         fail(NULL, msg);
         goto out;
     }

@@ -4,6 +4,7 @@
  * request does not say takes the defaults the agent would have sent.
  */
 #include "agent/shim_req.h"
+#include "lib/fmt.h"
 
 #include <arpa/inet.h>
 #include <stdarg.h>
@@ -52,7 +53,7 @@ static const char **gpu_devices(const cJSON *spec, shim_req *r)
         long g = strtol(p, &end, 10);
         if (end == p || g < 0 || g > 63)
             break;
-        snprintf(names[n], sizeof names[n], "/dev/nvidia%ld", g);
+        fmt_cut(names[n], sizeof names[n], "/dev/nvidia%ld", g); /* 0..63 */
         if (access(names[n], F_OK) == 0)
             list[n] = names[n], n++;
         p = *end == ',' ? end + 1 : end;
@@ -206,7 +207,8 @@ static int loopback_env(shim_req *r, char *err, size_t errlen)
     char from[300] = "";
     for (int i = 0; i < r->nenv_malloced; i++)
         if (!strncmp(r->env[i], "MASTER_ADDR=", 12))
-            snprintf(from, sizeof from, "\"%s:", r->env[i] + 12);
+            if (fmt_whole(from, sizeof from, "\"%s:", r->env[i] + 12) != 0)
+                return bad(err, errlen, "MASTER_ADDR is too long");
     for (int i = 0; i < r->nenv_malloced; i++) {
         char *v = NULL;
         if (!strncmp(r->env[i], "MASTER_ADDR=", 12))
@@ -249,10 +251,11 @@ static int container_setup(const cJSON *ct, const cJSON *spec, shim_req *r, char
                    jget_str(spec, "image") ? jget_str(spec, "image") : "?");
     if (strlen(want) > IMG_REF_MAX || (reg && strlen(reg) > 255))
         return bad(err, errlen, "image reference %.64s... is too long", want);
+    /* bounded just above: both fit r->ref */
     if (unqualified(want))
-        snprintf(r->ref, sizeof r->ref, "%s/%s", reg ? reg : "127.0.0.1:5000", want);
+        fmt_cut(r->ref, sizeof r->ref, "%s/%s", reg ? reg : "127.0.0.1:5000", want);
     else
-        snprintf(r->ref, sizeof r->ref, "%s", want);
+        fmt_cut(r->ref, sizeof r->ref, "%s", want);
     /* The digest the job's first rank resolved: every later rank and
      * attempt runs it, whatever the tag points at now. */
     const char *pin = jget_str(spec, "image_digest");
@@ -310,7 +313,7 @@ static int environment(const cJSON *spec, shim_req *r, char *err, size_t errlen)
         size_t len = strlen(d->string) + strlen(d->valuestring) + 2;
         if (!(r->env[r->nenv] = malloc(len)))
             return bad(err, errlen, "out of memory");
-        snprintf(r->env[r->nenv++], len, "%s=%s", d->string, d->valuestring);
+        fmt_cut(r->env[r->nenv++], len, "%s=%s", d->string, d->valuestring); /* len counted */
         r->nenv_malloced = r->nenv;
     }
     r->sp.nenv_own = r->nenv;
@@ -322,7 +325,8 @@ static int environment(const cJSON *spec, shim_req *r, char *err, size_t errlen)
         if (!set)
             r->env[r->nenv++] = (char *)base[i];
     }
-    snprintf(r->home, sizeof r->home, "HOME=%s/workspace", r->sp.mount_root);
+    if (fmt_whole(r->home, sizeof r->home, "HOME=%s/workspace", r->sp.mount_root) != 0)
+        return bad(err, errlen, "the mount root is too long");
     r->env[r->nenv++] = r->home;
     r->env[r->nenv] = NULL;
     r->sp.env = r->env;
@@ -452,6 +456,8 @@ int shim_req_parse(const char *text, shim_req *r, char *err, size_t errlen)
     r->sp.mount_root = jget_str(spec, "mount_root");
     r->sp.workspace = jget_str(spec, "workspace");
     r->sp.launcher = jget_str(r->json, "launcher");
+    if (r->sp.mount_root && strlen(r->sp.mount_root) > SHIM_MOUNT_ROOT_MAX)
+        return bad(err, errlen, "the mount root is longer than %d bytes", SHIM_MOUNT_ROOT_MAX);
     if (!fw || !r->sp.program || !r->sp.mount_root || !r->sp.workspace ||
         !util_relpath_valid(r->sp.program, strlen(r->sp.program)))
         return bad(err, errlen, "the launch spec is incomplete (is the workspace gone?)");

@@ -33,6 +33,9 @@
 #include "agent/netns.h"
 #include "agent/shim.h"
 
+/* The longest mount root (where volumes appear in the container): every
+ * path under it the shim makes then fits its buffer of 4,200 bytes. */
+#define SHIM_MOUNT_ROOT_MAX 1024
 #define SHIM_REQ_MAX_ENV 280   /* the job's and the platform's variables */
 
 typedef struct shim_req {

@@ -2,6 +2,7 @@
  * sup: worker table, reconciliation and stop escalation.
  */
 #include "agent/sup.h"
+#include "lib/fmt.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -68,10 +69,13 @@ static struct worker *find(sup *s, int64_t id)
 }
 
 /* dir/id/name's first line into out: 0, or -1. */
+/* Paths under the agent's workers dir fit their buffers: its data dir is
+ * at most AGENT_DIR_MAX (fileutil.h), so fmt_cut never cuts them. */
+
 static int read_small(const char *dir, int64_t id, const char *name, char *out, size_t n)
 {
     char sub[4200];
-    snprintf(sub, sizeof sub, "%s/%lld", dir, (long long)id);
+    fmt_cut(sub, sizeof sub, "%s/%lld", dir, (long long)id);
     if (fu_read_in(sub, name, out, n) != 0)
         return -1;
     out[strcspn(out, "\n")] = '\0';
@@ -85,8 +89,8 @@ static int write_file(const char *dir, int64_t id, const char *name, const char 
 {
     char path[4200], tmp[4300];
     int ok = 0, e;
-    snprintf(path, sizeof path, "%s/%lld/%s", dir, (long long)id, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    fmt_cut(path, sizeof path, "%s/%lld/%s", dir, (long long)id, name);
+    fmt_cut(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (f) {
         ok = fputs(text, f) >= 0 && fflush(f) == 0 && (!sync || fsync(fileno(f)) == 0);
@@ -115,7 +119,7 @@ static int write_small(const char *dir, int64_t id, const char *name, const char
 static void read_usage(sup *s, struct worker *w)
 {
     char path[4200], buf[256];
-    snprintf(path, sizeof path, "%s/%lld/status", s->cfg.dir, (long long)w->id);
+    fmt_cut(path, sizeof path, "%s/%lld/status", s->cfg.dir, (long long)w->id);
     FILE *f = fopen(path, "re");
     long long kills = 0, max = -1, cpu = -1, peak = -1, pids = -1, refused = 0;
     while (f && fgets(buf, sizeof buf, f)) {
@@ -131,16 +135,16 @@ static void read_usage(sup *s, struct worker *w)
     w->cpu_us = cpu;
     w->memory_peak = peak;
     if (refused > 0 && (w->signal || w->exit_code != 0) && kills <= 0)
-        snprintf(w->message, sizeof w->message,
+        fmt_cut(w->message, sizeof w->message,
                  "reached its limit of %lld processes and threads (%lld forks refused)", pids,
                  refused);
     if (kills <= 0 || !w->signal)
         return;
     if (max > 0)
-        snprintf(w->message, sizeof w->message, "out of memory: over its limit of %lld MiB",
+        fmt_cut(w->message, sizeof w->message, "out of memory: over its limit of %lld MiB",
                  max / (1024 * 1024));
     else
-        snprintf(w->message, sizeof w->message, "out of memory");
+        fmt_cut(w->message, sizeof w->message, "out of memory");
 }
 
 /* When the file system of dir is (nearly) full: a reason saying so, in out,
@@ -153,7 +157,7 @@ static int disk_full_note(const char *dir, char *out, size_t n)
     unsigned long long avail = (unsigned long long)vs.f_bavail * vs.f_frsize;
     if (avail >= (1ull << 20) && (vs.f_files == 0 || vs.f_favail > 16))
         return 0;
-    snprintf(out, n,
+    fmt_cut(out, n,
              "the node's disk is full (%llu KB left under %.80s): the worker could not be "
              "started",
              avail >> 10, dir);
@@ -171,8 +175,8 @@ static void crun_leftover(sup *s, const struct worker *w)
     struct stat sb;
     if (!crun || !root)
         return;
-    snprintf(id, sizeof id, "w%lld", (long long)w->id);
-    snprintf(state, sizeof state, "%s/%s", root, id);
+    fmt_cut(id, sizeof id, "w%lld", (long long)w->id);
+    fmt_cut(state, sizeof state, "%s/%s", root, id);
     if (stat(state, &sb) != 0)
         return;
     pid_t p = fork();
@@ -213,7 +217,7 @@ static int refresh(sup *s, struct worker *w)
             read_usage(s, w);
         } else {
             w->state = W_FAILED;
-            snprintf(w->message, sizeof w->message, "%.250s", strncmp(buf, "error ", 6) ? buf : buf + 6);
+            fmt_cut(w->message, sizeof w->message, "%.250s", strncmp(buf, "error ", 6) ? buf : buf + 6);
         }
         return 1;
     }
@@ -232,7 +236,7 @@ static int refresh(sup *s, struct worker *w)
         char ph[sizeof w->phase];
         w->seen_at = 0;
         if (read_small(s->cfg.dir, w->id, "phase", ph, sizeof ph) == 0 && strcmp(ph, w->phase)) {
-            snprintf(w->phase, sizeof w->phase, "%s", ph);
+            fmt_cut(w->phase, sizeof w->phase, "%s", ph);
             return 1;
         }
         return 0;
@@ -240,7 +244,7 @@ static int refresh(sup *s, struct worker *w)
     if (shim > 0 && w->stop_at) { /* stopped while it pulled or started */
         w->state = W_EXITED;
         w->signal = SIGTERM;
-        snprintf(w->message, sizeof w->message, "stopped before it started");
+        fmt_cut(w->message, sizeof w->message, "stopped before it started");
         crun_leftover(s, w);
         write_small(s->cfg.dir, w->id, "status", "signal 15\n");
         return 1;
@@ -250,7 +254,7 @@ static int refresh(sup *s, struct worker *w)
     if (util_mono_ms() - w->seen_at > 10000) {
         w->state = W_FAILED;
         if (!disk_full_note(s->cfg.dir, w->message, sizeof w->message))
-            snprintf(w->message, sizeof w->message, "the worker's shim vanished");
+            fmt_cut(w->message, sizeof w->message, "the worker's shim vanished");
         write_small(s->cfg.dir, w->id, "status", "error the worker's shim vanished\n");
         return 1;
     }
@@ -276,7 +280,7 @@ static struct worker *add(sup *s, int64_t id)
 static void adopt_gpu_worker(const char *dir, struct worker *w)
 {
     char path[4200];
-    snprintf(path, sizeof path, "%s/%lld/spec.json", dir, (long long)w->id);
+    fmt_cut(path, sizeof path, "%s/%lld/spec.json", dir, (long long)w->id);
     FILE *f = fopen(path, "re");
     if (!f)
         return;
@@ -298,12 +302,12 @@ sup *sup_open(const sup_config *cfg, char *err, size_t errlen)
 {
     sup *s = calloc(1, sizeof *s);
     if (!s) {
-        snprintf(err, errlen, "out of memory");
+        fmt_cut(err, errlen, "out of memory");
         return NULL;
     }
     s->cfg = *cfg;
     if (mkdir(cfg->dir, 0700) != 0 && errno != EEXIST) {
-        snprintf(err, errlen, "%s: %s", cfg->dir, strerror(errno));
+        fmt_cut(err, errlen, "%s: %s", cfg->dir, strerror(errno));
         free(s);
         return NULL;
     }
@@ -371,13 +375,13 @@ static void fail_launch(sup *s, struct worker *w, const char *why)
 {
     char dir[4200], line[320];
     fprintf(stderr, "cohort-agent: worker %lld: %s\n", (long long)w->id, why);
-    snprintf(dir, sizeof dir, "%s/%lld", s->cfg.dir, (long long)w->id);
-    snprintf(line, sizeof line, "error %.300s\n", why);
+    fmt_cut(dir, sizeof dir, "%s/%lld", s->cfg.dir, (long long)w->id);
+    fmt_cut(line, sizeof line, "error %.300s\n", why);
     if (mkdir(dir, 0700) == 0 || errno == EEXIST)
         write_small(s->cfg.dir, w->id, "status", line);
     w->state = W_FAILED;
     w->gpus = 0;
-    snprintf(w->message, sizeof w->message, "%.250s", why);
+    fmt_cut(w->message, sizeof w->message, "%.250s", why);
 }
 
 /* Hands a launch spec to a new cohort-shim: one posix_spawn and one write,
@@ -386,7 +390,7 @@ static void launch(sup *s, struct worker *w, const cJSON *spec)
 {
     char dir[4200], err[300] = "";
     int pfd[2] = {-1, -1};
-    snprintf(dir, sizeof dir, "%s/%lld", s->cfg.dir, (long long)w->id);
+    fmt_cut(dir, sizeof dir, "%s/%lld", s->cfg.dir, (long long)w->id);
     const char *image = jget_str(spec, "image"), *fw = jget_str(spec, "framework");
     cJSON *req = cJSON_CreateObject();
     cJSON_AddStringToObject(req, "dir", dir);
@@ -421,7 +425,7 @@ static void launch(sup *s, struct worker *w, const cJSON *spec)
     pid_t pid;
     int rc = -1;
     if (!text || pipe2(pfd, O_CLOEXEC) != 0) {
-        snprintf(err, sizeof err, "cannot prepare the launch: %s", strerror(errno));
+        fmt_cut(err, sizeof err, "cannot prepare the launch: %s", strerror(errno));
         goto out;
     }
     posix_spawn_file_actions_adddup2(&fa, pfd[0], 0);
@@ -429,7 +433,7 @@ static void launch(sup *s, struct worker *w, const cJSON *spec)
     char *const envp[] = {NULL};
     int e = posix_spawn(&pid, s->cfg.shim, &fa, NULL, argv, envp);
     if (e != 0) {
-        snprintf(err, sizeof err, "cannot run %.200s: %s", s->cfg.shim, strerror(e));
+        fmt_cut(err, sizeof err, "cannot run %.200s: %s", s->cfg.shim, strerror(e));
         goto out;
     }
     close(pfd[0]);
@@ -440,7 +444,7 @@ static void launch(sup *s, struct worker *w, const cJSON *spec)
         if (wr < 0 && errno == EINTR)
             continue;
         if (wr < 0) {
-            snprintf(err, sizeof err, "cannot hand the spec to the shim: %s", strerror(errno));
+            fmt_cut(err, sizeof err, "cannot hand the spec to the shim: %s", strerror(errno));
             goto out;
         }
         done += (size_t)wr;
@@ -518,8 +522,10 @@ static void visible_list(struct worker **members, int n, char *out, size_t len)
                 int g = nth_gpu(members[i]->gpus, k);
                 if (g < 0)
                     break;
-                used += (size_t)snprintf(out + used, used < len ? len - used : 0, "%s%d",
-                                         used ? "," : "", g);
+                if (used < len) { /* a label: cut to fit */
+                    fmt_cut(out + used, len - used, "%s%d", used ? "," : "", g);
+                    used += strlen(out + used);
+                }
             }
 }
 
@@ -544,7 +550,7 @@ static void assign_gpus(sup *s, struct worker **fresh, cJSON **specs, int nf,
                 want--;
             }
         if (want > 0) {
-            snprintf(why[i], sizeof why[i], "no free GPU on this node (it has %d, %d held)",
+            fmt_cut(why[i], sizeof why[i], "no free GPU on this node (it has %d, %d held)",
                      s->cfg.ngpus, __builtin_popcountll(held));
             cJSON_Delete(specs[i]);
             specs[i] = NULL;
@@ -576,8 +582,8 @@ static void assign_gpus(sup *s, struct worker **fresh, cJSON **specs, int nf,
         cJSON_AddStringToObject(env, "CUDA_VISIBLE_DEVICES", list);
         if (fresh[i]->gpus) {
             char dir[4200], hex[32];
-            snprintf(dir, sizeof dir, "%s/%lld", s->cfg.dir, (long long)fresh[i]->id);
-            snprintf(hex, sizeof hex, "%llx\n", (unsigned long long)fresh[i]->gpus);
+            fmt_cut(dir, sizeof dir, "%s/%lld", s->cfg.dir, (long long)fresh[i]->id);
+            fmt_cut(hex, sizeof hex, "%llx\n", (unsigned long long)fresh[i]->gpus);
             if (mkdir(dir, 0700) == 0 || errno == EEXIST)
                 write_small(s->cfg.dir, fresh[i]->id, "gpus", hex);
         }
@@ -616,7 +622,7 @@ void sup_reconcile(sup *s, const cJSON *workers)
     }
     static char why[RECONCILE_BATCH][128];
     for (int i = 0; i < nf; i++)
-        snprintf(why[i], sizeof why[i], "out of memory for its launch spec");
+        fmt_cut(why[i], sizeof why[i], "out of memory for its launch spec");
     assign_gpus(s, fresh, specs, nf, why);
     for (int i = 0; i < nf; i++) {
         if (specs[i])
@@ -693,7 +699,7 @@ void sup_stop_all(sup *s)
 static int open_log(sup *s, struct worker *w)
 {
     char path[4200];
-    snprintf(path, sizeof path, "%s/%lld/output.log", s->cfg.dir, (long long)w->id);
+    fmt_cut(path, sizeof path, "%s/%lld/output.log", s->cfg.dir, (long long)w->id);
     int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0 && errno != ENOENT) {
         fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -888,7 +894,7 @@ int sup_sweep(sup *s, int64_t keep_ms)
         if (*end || id <= 0 || find(s, id))
             continue;
         /* "acked" is written when the worker is forgotten (sup_reported). */
-        snprintf(path, sizeof path, "%s/%s/acked", s->cfg.dir, e->d_name);
+        fmt_cut(path, sizeof path, "%s/%s/acked", s->cfg.dir, e->d_name);
         if (stat(path, &sb) != 0 || sb.st_mtime > cutoff)
             continue;
         n += remove_worker_dir(dirfd(d), e->d_name) == 0;

@@ -21,6 +21,8 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
+#include <ftw.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1216,6 +1218,81 @@ static int dir_entries(const char *path)
         n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
     closedir(dp);
     return n;
+}
+
+/* Regular files under a tree that are set-ID or carry a file capability:
+ * counted by armed_entry (nftw has no context pointer). */
+static int armed_count;
+static char armed_first[600];
+
+static int armed_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)ftw;
+    char v[64];
+    if (flag == FTW_F && S_ISREG(sb->st_mode) &&
+        ((sb->st_mode & 06000) || lgetxattr(path, "security.capability", v, sizeof v) >= 0)) {
+        if (!armed_count++)
+            snprintf(armed_first, sizeof armed_first, "%s", path);
+    }
+    return 0;
+}
+
+static int armed_under(const char *dir)
+{
+    armed_count = 0;
+    armed_first[0] = '\0';
+    nftw(dir, armed_entry, 32, FTW_PHYS);
+    return armed_count;
+}
+
+/* Tries to make set-ID and capable files in the workspace, one KEY=done or
+ * KEY=refused line each (PLAIN, an ordinary chmod, is the control), and
+ * says what the image's set-ID program looks like inside. */
+#define SETID_PROG                                                                             \
+    "#!/bin/sh\n"                                                                              \
+    "W=\"$WORKSPACE\"\n"                                                                       \
+    "t() { k=$1; shift; if \"$@\" >/dev/null 2>&1; then echo \"$k=done\"; "                    \
+    "else echo \"$k=refused\"; fi; }\n"                                                        \
+    "cp /bin/busybox \"$W/a\"; cp /bin/busybox \"$W/b\"\n"                                     \
+    "{ t SETUID chmod 4755 \"$W/a\"\n"                                                         \
+    "  t SETGID chmod 2755 \"$W/b\"\n"                                                         \
+    "  t PLAIN chmod 700 \"$W/b\"\n"                                                           \
+    "  t CREATE perl -e 'use Fcntl; sysopen(my $f, \"'\"$W\"'/c\", O_CREAT|O_WRONLY, 04755) "     \
+    "or exit 1'\n"                                                                             \
+    "  t SETCAP perl -e '$v=pack(\"VVVVV\",0x02000001,130,0,0,0); "                            \
+    "exit(syscall(188,\"'\"$W\"'/a\",\"security.capability\",$v,20,0)==0?0:1)'\n"             \
+    "  echo \"IMAGE=$(ls -l /usr/local/bin/sid | cut -c1-10)\"\n"                               \
+    "} > \"$W/setid.tmp\"; mv \"$W/setid.tmp\" \"$W/setid.txt\"\n"
+
+/* Neither an image nor a job puts a set-ID or capable file on the node's
+ * disk: the image's set-ID, file-capable program is disarmed when it is
+ * unpacked (under a path every uid may walk, it was a root shell for any
+ * local user), and a job's chmod u+s, g+s, a set-ID create and a file
+ * capability are refused (through the idmapped workspace the container's
+ * root is the host's root). */
+Test(containers, no_set_id_or_capable_file_reaches_the_node, .timeout = 120)
+{
+    char seen[16], path[700];
+    platform(NULL);
+    const char *opts[] = {"--setid", "/usr/local/bin/sid", NULL};
+    push_acme_image("setid", opts);
+    th_put_text(&d, tok, "ws", "setid.sh", SETID_PROG, "755");
+    long id = submit_as(tok, "setid.sh", "setid", NULL);
+    cr_assert(th_wait_state(&d, tok, id, "SUCCEEDED", 60000, seen), "%s", seen);
+    char *t = fetch_as(tok, "setid.txt");
+    cr_log_info("setid: %s", t);
+    static const char *const want[] = {"SETUID=refused", "SETGID=refused", "PLAIN=done",
+                                       "CREATE=refused", "SETCAP=refused", "IMAGE=-rwxr-xr-x"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        cr_expect(t && strstr(t, want[i]) != NULL, "not %s: %s", want[i], t ? t : "");
+    free(t);
+    cr_expect_eq(armed_under(ag.dir), 0, "%d armed files in the agent's dir, first %s",
+                 armed_count, armed_first);
+    snprintf(path, sizeof path, "%s/volumes", d.dir);
+    cr_expect_eq(armed_under(path), 0, "%d armed files in the volumes, first %s", armed_count,
+                 armed_first);
+    cr_expect_eq(log_count("took the set-ID bits and file capabilities off 1 files"), 1,
+                 "the agent's log does not say it disarmed the image");
 }
 
 /* An image whose etc links to a host directory (one an attacker knows is
