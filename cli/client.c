@@ -17,6 +17,7 @@
 #include <curl/curl.h>
 
 #include "cli/cli.h"
+#include "lib/fmt.h"
 
 #define BODY_MAX (256LL << 20)   /* an answer held in memory (lists, logs pages) */
 #define RETRY_WAIT_MAX_MS 10000
@@ -122,15 +123,15 @@ static int prepare(cli *c, const cli_req *rq, struct xfer *x, struct curl_slist 
     curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
     char line[CLI_TOKEN_MAX + 64];
     if (c->token[0]) {
-        snprintf(line, sizeof line, "Authorization: Bearer %s", c->token);
+        fmt_cut(line, sizeof line, "Authorization: Bearer %s", c->token);
         *hdrs = curl_slist_append(*hdrs, line);
     }
     if (rq->accept) {
-        snprintf(line, sizeof line, "Accept: %s", rq->accept);
+        fmt_cut(line, sizeof line, "Accept: %s", rq->accept);
         *hdrs = curl_slist_append(*hdrs, line);
     }
     if (rq->idem_key) {
-        snprintf(line, sizeof line, "Idempotency-Key: %s", rq->idem_key);
+        fmt_cut(line, sizeof line, "Idempotency-Key: %s", rq->idem_key);
         *hdrs = curl_slist_append(*hdrs, line);
     }
     if (rq->upload_fd >= 0) {
@@ -196,7 +197,7 @@ static CURLcode try_once(cli *c, const cli_req *rq, cli_resp *r, struct xfer *x,
     }
     curl_slist_free_all(hdrs);
     if (cc == CURLE_WRITE_ERROR && x->too_big)
-        snprintf(err, CURL_ERROR_SIZE, "the answer is larger than %lld MiB", BODY_MAX >> 20);
+        fmt_cut(err, CURL_ERROR_SIZE, "the answer is larger than %lld MiB", BODY_MAX >> 20);
     if (cc != CURLE_OK)
         r->status = 0;
     if (r->body.buf && rq->download_fd < 0)
@@ -386,7 +387,7 @@ void cli_new_key(char out[48])
         memcpy(raw + 8, &p, sizeof p);
     }
     util_hex(raw, sizeof raw, hex);
-    snprintf(out, 48, "cohort-%s", hex);
+    fmt_cut(out, 48, "cohort-%s", hex);
 }
 
 int cli_id(const char *s, const char *what, int64_t *id)
@@ -404,20 +405,20 @@ void cli_age(const char *t, char *buf, size_t n)
 {
     int64_t ms;
     if (!t || util_parse_time(t, &ms) != 0) {
-        snprintf(buf, n, "-");
+        fmt_cut(buf, n, "-");
         return;
     }
     int64_t s = (util_now_ms() - ms) / 1000;
     if (s < 0)
         s = 0;
     if (s < 120)
-        snprintf(buf, n, "%llds", (long long)s);
+        fmt_cut(buf, n, "%llds", (long long)s);
     else if (s < 7200)
-        snprintf(buf, n, "%lldm", (long long)s / 60);
+        fmt_cut(buf, n, "%lldm", (long long)s / 60);
     else if (s < 172800)
-        snprintf(buf, n, "%lldh", (long long)s / 3600);
+        fmt_cut(buf, n, "%lldh", (long long)s / 3600);
     else
-        snprintf(buf, n, "%lldd", (long long)s / 86400);
+        fmt_cut(buf, n, "%lldd", (long long)s / 86400);
 }
 
 void cli_close(cli *c)

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli/cmd.h"
+#include "lib/fmt.h"
 #include "cli/out.h"
 
 /* ---- login ---- */
@@ -48,7 +49,7 @@ int cmd_login(cli *c, int argc, char **argv)
     if (argc == 2) {
         if (strncmp(argv[1], "http://", 7) && strncmp(argv[1], "https://", 8))
             return cli_usage("the URL starts http:// or https://, not '%s'", argv[1]);
-        if (snprintf(c->url, sizeof c->url, "%s", argv[1]) >= (int)sizeof c->url)
+        if (fmt_whole(c->url, sizeof c->url, "%s", argv[1]) != 0)
             return cli_usage("the URL is too long");
         size_t n = strlen(c->url);
         while (n && c->url[n - 1] == '/')
@@ -135,7 +136,7 @@ static void money_row(const cJSON *q, const char *key, const char *head)
     if (cJSON_IsNumber(v))
         out_money(v->valuedouble, cur_of(q), buf, sizeof buf);
     else
-        snprintf(buf, sizeof buf, "no limit");
+        fmt_cut(buf, sizeof buf, "no limit");
     printf("%-14s %s\n", head, buf);
 }
 
@@ -175,7 +176,7 @@ static void fmt_amount(const cJSON *o, char *b, size_t n)
     if (cJSON_IsNumber(v))
         out_money(v->valuedouble, cJSON_GetStringValue(out_find(o, "currency")), b, n);
     else
-        snprintf(b, n, "-");
+        fmt_cut(b, n, "-");
 }
 
 /* Prints a CSV export of path (Accept: text/csv) to stdout. */
@@ -292,7 +293,7 @@ int cmd_invoice(cli *c, int argc, char **argv)
         int64_t a, b;
         if (util_parse_month(argv[optind], &a, &b) != 0)
             return cli_usage("the month is YYYY-MM, not '%s'", argv[optind]);
-        snprintf(month, sizeof month, "%s", argv[optind]);
+        fmt_cut(month, sizeof month, "%s", argv[optind]);
     } else {
         time_t now = time(NULL);
         struct tm tm;
@@ -300,7 +301,7 @@ int cmd_invoice(cli *c, int argc, char **argv)
         strftime(month, sizeof month, "%Y-%m", &tm);
     }
     char path[64];
-    snprintf(path, sizeof path, "/v1/invoices/%s", month);
+    fmt_cut(path, sizeof path, "/v1/invoices/%s", month);
     if (as_csv)
         return csv(c, path);
     cJSON *items = NULL, *page = NULL;

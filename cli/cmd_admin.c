@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli/cmd.h"
+#include "lib/fmt.h"
 #include "cli/out.h"
 
 /* POSTs {"name": name, extra...} to path and prints what was made. */
@@ -56,7 +57,7 @@ static int my_tenant(cli *c, char *out, size_t n, int64_t *my_id)
     cJSON *me = NULL;
     int rc = cli_get_json(c, "/v1/whoami", &me);
     if (rc == CLI_OK) {
-        snprintf(out, n, "%s", cJSON_GetStringValue(out_find(me, "tenant")) ?: "");
+        fmt_cut(out, n, "%s", cJSON_GetStringValue(out_find(me, "tenant")) ?: "");
         const cJSON *id = out_find(me, "user_id");
         if (my_id)
             *my_id = cJSON_IsNumber(id) ? (int64_t)id->valuedouble : 0;
@@ -81,7 +82,9 @@ int cmd_users(cli *c, int argc, char **argv)
     char tenant[UTIL_NAME_MAX + 1];
     if (argc > 2)
         return cli_usage("users takes at most a tenant");
-    int rc = argc == 2 ? (snprintf(tenant, sizeof tenant, "%s", argv[1]), CLI_OK)
+    int rc = argc == 2 ? (fmt_whole(tenant, sizeof tenant, "%s", argv[1]) == 0
+                              ? CLI_OK
+                              : cli_usage("a tenant's name has at most %d bytes", UTIL_NAME_MAX))
                        : my_tenant(c, tenant, sizeof tenant, NULL);
     if (rc)
         return rc;
@@ -139,7 +142,7 @@ static int user_id_of(cli *c, const char *spec, int64_t *id)
     const char *name = slash ? slash + 1 : spec;
     int rc = CLI_OK;
     if (slash && (size_t)(slash - spec) < sizeof tenant)
-        snprintf(tenant, sizeof tenant, "%.*s", (int)(slash - spec), spec);
+        fmt_cut(tenant, sizeof tenant, "%.*s", (int)(slash - spec), spec);
     else
         rc = my_tenant(c, tenant, sizeof tenant, &mine);
     if (rc || !spec) {
@@ -190,7 +193,7 @@ int cmd_token(cli *c, int argc, char **argv)
     if (expires)
         cJSON_AddNumberToObject(b, "expires_in_seconds", (double)expires);
     char *s = cJSON_PrintUnformatted(b), path[64];
-    snprintf(path, sizeof path, "/v1/users/%lld/tokens", (long long)uid);
+    fmt_cut(path, sizeof path, "/v1/users/%lld/tokens", (long long)uid);
     rc = s ? cli_post_json(c, path, s, &o) : CLI_FAILED;
     if (rc == CLI_OK && c->json) {
         out_json(c, o);
@@ -214,7 +217,7 @@ static void fmt_cpus(const cJSON *o, char *b, size_t n)
     char used[16], cap[16];
     out_text(out_find(o, "allocated.cpus"), used, sizeof used);
     out_text(out_find(o, "capacity.cpus"), cap, sizeof cap);
-    snprintf(b, n, "%s/%s", used, cap);
+    fmt_cut(b, n, "%s/%s", used, cap);
 }
 
 static void fmt_gpus(const cJSON *o, char *b, size_t n)
@@ -222,7 +225,7 @@ static void fmt_gpus(const cJSON *o, char *b, size_t n)
     char used[16], cap[16];
     out_text(out_find(o, "allocated.gpus"), used, sizeof used);
     out_text(out_find(o, "capacity.gpus"), cap, sizeof cap);
-    snprintf(b, n, "%s/%s", used, cap);
+    fmt_cut(b, n, "%s/%s", used, cap);
 }
 
 int cmd_nodes(cli *c, int argc, char **argv)
@@ -269,13 +272,13 @@ int cmd_node(cli *c, int argc, char **argv)
         return rc;
     char path[64];
     if (!strcmp(argv[1], "rm")) {
-        snprintf(path, sizeof path, "/v1/nodes/%lld", (long long)id);
+        fmt_cut(path, sizeof path, "/v1/nodes/%lld", (long long)id);
         cli_resp r;
         cli_req rq = CLI_REQ("DELETE", path);
         rc = cli_request(c, &rq, &r);
         cli_resp_free(&r);
     } else {
-        snprintf(path, sizeof path, "/v1/nodes/%lld/%s", (long long)id, argv[1]);
+        fmt_cut(path, sizeof path, "/v1/nodes/%lld/%s", (long long)id, argv[1]);
         rc = cli_post_json(c, path, NULL, NULL);
     }
     if (rc == CLI_OK)
@@ -312,7 +315,7 @@ int cmd_join_token(cli *c, int argc, char **argv)
         if (cli_id(argv[optind + 1], "the join token's id", &id))
             return CLI_USAGE;
         char path[64];
-        snprintf(path, sizeof path, "/v1/nodes/join-tokens/%lld", (long long)id);
+        fmt_cut(path, sizeof path, "/v1/nodes/join-tokens/%lld", (long long)id);
         cli_resp r;
         cli_req rq = CLI_REQ("DELETE", path);
         int rc = cli_request(c, &rq, &r);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli/cmd.h"
+#include "lib/fmt.h"
 #include "cli/follow.h"
 #include "cli/jobfile.h"
 #include "cli/out.h"
@@ -23,7 +24,7 @@ static void cell_money(const cJSON *o, const char *key, char *buf, size_t n)
     if (cJSON_IsNumber(v))
         out_money(v->valuedouble, cur, buf, n);
     else
-        snprintf(buf, n, "-");
+        fmt_cut(buf, n, "-");
 }
 
 static void fmt_cost(const cJSON *o, char *b, size_t n) { cell_money(o, "price.cost_so_far", b, n); }
@@ -39,7 +40,7 @@ static void fmt_shape(const cJSON *o, char *b, size_t n)
 {
     char count[32];
     out_text(out_find(o, "worker_count"), count, sizeof count);
-    snprintf(b, n, "%s x %s", count, cJSON_GetStringValue(out_find(o, "worker_spec")) ?: "?");
+    fmt_cut(b, n, "%s x %s", count, cJSON_GetStringValue(out_find(o, "worker_spec")) ?: "?");
 }
 
 /* ---- submit and quote ---- */
@@ -121,7 +122,7 @@ static void name_from_dir(const char *dir, char out[UTIL_NAME_MAX + 1])
     }
     out[n] = '\0';
     if (!n || !isalnum((unsigned char)out[0]))
-        snprintf(out, UTIL_NAME_MAX + 1, "code");
+        fmt_cut(out, UTIL_NAME_MAX + 1, "code");
     free(abs);
 }
 
@@ -149,7 +150,7 @@ static int fill_defaults(struct spec *sp)
     if (!cJSON_GetObjectItemCaseSensitive(b, "name")) {
         char nm[201];
         const char *base = strrchr(code_path, '/') ? strrchr(code_path, '/') + 1 : code_path;
-        snprintf(nm, sizeof nm, "%s", base);
+        fmt_cut(nm, sizeof nm, "%s", base); /* a default name: the API bounds it anyway */
         char *dot = strrchr(nm, '.');
         if (dot && dot != nm)
             *dot = '\0';
@@ -288,7 +289,7 @@ static int finish_follow(cli *c, int64_t id)
         return rc;
     char path[64];
     cJSON *j = NULL;
-    snprintf(path, sizeof path, "/v1/jobs/%lld", (long long)id);
+    fmt_cut(path, sizeof path, "/v1/jobs/%lld", (long long)id);
     if (cli_get_json(c, path, &j) == CLI_OK) {
         const char *reason = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "reason"));
         char cost[48];
@@ -469,7 +470,7 @@ static int job_path(int argc, char **argv, const char *suffix, char *path, size_
         return cli_usage("%s takes one job id", argv[0]);
     if (cli_id(argv[1], "the job id", &id))
         return CLI_USAGE;
-    snprintf(path, n, "/v1/jobs/%lld%s", (long long)id, suffix);
+    fmt_cut(path, n, "/v1/jobs/%lld%s", (long long)id, suffix);
     return 0;
 }
 
@@ -560,13 +561,16 @@ static int print_log(cli *c, int64_t id, int rank, int64_t attempt, long tail, i
     int rc;
     for (;;) {
         char path[200];
-        int n = snprintf(path, sizeof path, "/v1/jobs/%lld/logs?rank=%d", (long long)id, rank);
+        char at[40] = "";
         if (attempt)
-            n += snprintf(path + n, sizeof path - (size_t)n, "&attempt=%lld", (long long)attempt);
+            fmt_cut(at, sizeof at, "&attempt=%lld", (long long)attempt); /* 30 at most */
+        /* numbers only: 200 bytes hold them all */
         if (tail)
-            snprintf(path + n, sizeof path - (size_t)n, "&tail=%ld", tail);
+            fmt_cut(path, sizeof path, "/v1/jobs/%lld/logs?rank=%d%s&tail=%ld", (long long)id,
+                    rank, at, tail);
         else
-            snprintf(path + n, sizeof path - (size_t)n, "&offset=%lld&limit=8388608", off);
+            fmt_cut(path, sizeof path, "/v1/jobs/%lld/logs?rank=%d%s&offset=%lld&limit=8388608",
+                    (long long)id, rank, at, off);
         cli_resp r;
         cli_req rq = CLI_REQ("GET", path);
         rc = cli_request(c, &rq, &r);
@@ -627,7 +631,7 @@ int cmd_logs(cli *c, int argc, char **argv)
     }
     char path[64];
     cJSON *j = NULL;
-    snprintf(path, sizeof path, "/v1/jobs/%lld", (long long)id);
+    fmt_cut(path, sizeof path, "/v1/jobs/%lld", (long long)id);
     int rc = cli_get_json(c, path, &j);
     const cJSON *w = out_find(j, "worker_count");
     int world = cJSON_IsNumber(w) ? (int)w->valuedouble : 1;
@@ -654,7 +658,7 @@ int cmd_cancel(cli *c, int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         char path[64];
         cJSON *o = NULL;
-        snprintf(path, sizeof path, "/v1/jobs/%s/cancel", argv[i]);
+        fmt_cut(path, sizeof path, "/v1/jobs/%s/cancel", argv[i]);
         int one = cli_post_json(c, path, NULL, &o);
         if (one == CLI_OK)
             printf("job %s: %s\n", argv[i], cJSON_GetStringValue(out_find(o, "state")) ?: "cancelled");
@@ -674,7 +678,7 @@ int cmd_retry(cli *c, int argc, char **argv)
         return CLI_USAGE;
     char path[64];
     cJSON *o = NULL;
-    snprintf(path, sizeof path, "/v1/jobs/%lld/retry", (long long)id);
+    fmt_cut(path, sizeof path, "/v1/jobs/%lld/retry", (long long)id);
     int rc = cli_post_json(c, path, NULL, &o);
     if (rc == CLI_OK && c->json)
         out_json(c, o);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cmd.h"
+#include "lib/fmt.h"
 #include "cli/out.h"
 #include "cli/sync.h"
 
@@ -16,7 +17,7 @@ static void fmt_size(const cJSON *o, char *b, size_t n)
     if (cJSON_IsNumber(v))
         out_bytes(v->valuedouble, b, n);
     else
-        snprintf(b, n, "-");
+        fmt_cut(b, n, "-");
 }
 
 /* ls: the volumes, or one volume's files. */

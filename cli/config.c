@@ -13,19 +13,17 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "lib/fmt.h"
 
 int cli_config_path(char *out, size_t n)
 {
     const char *xdg = getenv("XDG_CONFIG_HOME");
     const char *home = getenv("HOME");
-    int w;
     if (xdg && xdg[0] == '/')
-        w = snprintf(out, n, "%s/cohort/config", xdg);
-    else if (home && home[0])
-        w = snprintf(out, n, "%s/.config/cohort/config", home);
-    else
-        return -1;
-    return w < 0 || (size_t)w >= n ? -1 : 0;
+        return fmt_whole(out, n, "%s/cohort/config", xdg);
+    if (home && home[0])
+        return fmt_whole(out, n, "%s/.config/cohort/config", home);
+    return -1;
 }
 
 /* Copies value (without surrounding blanks) into out[n]: 0, or -1 when too long. */
@@ -100,16 +98,16 @@ int cli_config_save(const char *url, const char *token)
         fprintf(stderr, "cohort: no HOME (or XDG_CONFIG_HOME) to keep the config in\n");
         return -1;
     }
-    if (snprintf(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid()) >= (int)sizeof tmp ||
+    if (fmt_whole(tmp, sizeof tmp, "%s.tmp-%d", path, (int)getpid()) != 0 ||
         make_dirs(path) != 0)
         goto out;
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         goto out;
     char body[CLI_URL_MAX + CLI_TOKEN_MAX + 64];
-    int n = snprintf(body, sizeof body, "# cohort's login (cohort login): keep it private\n"
-                                        "url = %s\ntoken = %s\n", url, token);
-    if (n < 0 || n >= (int)sizeof body || write(fd, body, (size_t)n) != n || fsync(fd) != 0)
+    if (fmt_whole(body, sizeof body, "# cohort's login (cohort login): keep it private\n"
+                                     "url = %s\ntoken = %s\n", url, token) != 0 ||
+        write(fd, body, strlen(body)) != (ssize_t)strlen(body) || fsync(fd) != 0)
         goto out;
     if (close(fd) != 0) {
         fd = -1;

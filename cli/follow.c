@@ -11,6 +11,7 @@
 #include <curl/curl.h>
 
 #include "cli/follow.h"
+#include "lib/fmt.h"
 
 #define JOB_POLL_MS 2000
 #define LINE_MAX_HELD 65536 /* a line longer than this is printed in pieces */
@@ -75,12 +76,13 @@ static void stream_flush(struct stream *s)
 static int stream_start(struct follow *f, struct stream *s)
 {
     char url[CLI_URL_MAX + 160], auth[CLI_TOKEN_MAX + 32];
-    snprintf(url, sizeof url, "%s/v1/jobs/%lld/logs?rank=%d&attempt=%lld&follow=true&offset=%lld",
-             f->c->url, (long long)f->id, s->rank, (long long)f->attempt, (long long)s->off);
+    /* the login's URL is at most CLI_URL_MAX, and the rest numbers */
+    fmt_cut(url, sizeof url, "%s/v1/jobs/%lld/logs?rank=%d&attempt=%lld&follow=true&offset=%lld",
+            f->c->url, (long long)f->id, s->rank, (long long)f->attempt, (long long)s->off);
     s->h = curl_easy_init();
     if (!s->h)
         return -1;
-    snprintf(auth, sizeof auth, "Authorization: Bearer %s", f->c->token);
+    fmt_cut(auth, sizeof auth, "Authorization: Bearer %s", f->c->token);
     s->hdrs = curl_slist_append(NULL, auth);
     curl_easy_setopt(s->h, CURLOPT_URL, url);
     curl_easy_setopt(s->h, CURLOPT_HTTPHEADER, s->hdrs);
@@ -179,11 +181,11 @@ static int job_now(cli *c, int64_t id, char state[16], int64_t *attempt, int *wo
 {
     char path[64];
     cJSON *j = NULL;
-    snprintf(path, sizeof path, "/v1/jobs/%lld", (long long)id);
+    fmt_cut(path, sizeof path, "/v1/jobs/%lld", (long long)id);
     int rc = cli_get_json(c, path, &j);
     if (rc)
         return rc;
-    snprintf(state, 16, "%s",
+    fmt_cut(state, 16, "%s",
              cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(j, "state")) ?: "?");
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "attempt");
     const cJSON *w = cJSON_GetObjectItemCaseSensitive(j, "worker_count");

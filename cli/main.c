@@ -11,6 +11,7 @@
 #include <curl/curl.h>
 
 #include "cli/cmd.h"
+#include "lib/fmt.h"
 
 static const struct command {
     const char *name;
@@ -174,7 +175,7 @@ static int general_options(cli *c, int argc, char **argv, int *want_help)
                 return cli_usage("%s takes a value", a), -1;
             if (a[1] == 'o' || a[2] == 'o')
                 c->fields = argv[++i];
-            else if (snprintf(c->url, sizeof c->url, "%s", argv[++i]) >= (int)sizeof c->url)
+            else if (fmt_whole(c->url, sizeof c->url, "%s", argv[++i]) != 0)
                 return cli_usage("--url: too long"), -1;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             *want_help = 1;
@@ -203,7 +204,7 @@ int main(int argc, char **argv)
     argc = general_options(&c, argc, argv, &want_help);
     if (argc < 0)
         return CLI_USAGE;
-    snprintf(url_flag, sizeof url_flag, "%s", c.url);
+    fmt_cut(url_flag, sizeof url_flag, "%s", c.url);
     if (argc < 2) {
         help(want_help ? stdout : stderr);
         return want_help ? CLI_OK : CLI_USAGE;

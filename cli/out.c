@@ -9,6 +9,7 @@
 #include <strings.h>
 
 #include "cli/out.h"
+#include "lib/fmt.h"
 
 #define CELL_MAX 512
 #define FIELDS_MAX 32
@@ -31,17 +32,17 @@ const cJSON *out_find(const cJSON *o, const char *key)
 void out_text(const cJSON *v, char *buf, size_t n)
 {
     if (!v || cJSON_IsNull(v)) {
-        snprintf(buf, n, "-");
+        fmt_cut(buf, n, "-");
     } else if (cJSON_IsString(v)) {
-        snprintf(buf, n, "%s", v->valuestring);
+        fmt_cut(buf, n, "%s", v->valuestring);
     } else if (cJSON_IsNumber(v)) {
         double d = v->valuedouble;
         if (d == floor(d) && fabs(d) < 1e15)
-            snprintf(buf, n, "%.0f", d);
+            fmt_cut(buf, n, "%.0f", d);
         else
-            snprintf(buf, n, "%g", d);
+            fmt_cut(buf, n, "%g", d);
     } else if (cJSON_IsBool(v)) {
-        snprintf(buf, n, "%s", cJSON_IsTrue(v) ? "true" : "false");
+        fmt_cut(buf, n, "%s", cJSON_IsTrue(v) ? "true" : "false");
     } else {
         int all_text = cJSON_IsArray(v);
         const cJSON *it;
@@ -50,17 +51,16 @@ void out_text(const cJSON *v, char *buf, size_t n)
             size_t off = 0;
             buf[0] = '\0';
             cJSON_ArrayForEach(it, v) {
-                int w = snprintf(buf + off, n - off, "%s%s", off ? "," : "", it->valuestring);
-                if (w < 0 || (size_t)w >= n - off)
-                    break;
-                off += (size_t)w;
+                if (fmt_whole(buf + off, n - off, "%s%s", off ? "," : "", it->valuestring) != 0)
+                    break; /* what fits, whole items only */
+                off += strlen(buf + off);
             }
             if (!off)
-                snprintf(buf, n, "-");
+                fmt_cut(buf, n, "-");
             return;
         }
         char *s = cJSON_PrintUnformatted(v);
-        snprintf(buf, n, "%s", s ? s : "?");
+        fmt_cut(buf, n, "%s", s ? s : "?");
         free(s);
     }
 }
@@ -81,7 +81,7 @@ static int print_fields(const char *spec, const cJSON *items)
 {
     char copy[1024], *names[FIELDS_MAX];
     int nf = 0;
-    if (snprintf(copy, sizeof copy, "%s", spec) >= (int)sizeof copy)
+    if (fmt_whole(copy, sizeof copy, "%s", spec) != 0)
         return cli_usage("-o: the field list is too long");
     for (char *save = NULL, *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (nf == FIELDS_MAX)
@@ -206,9 +206,9 @@ void out_money(double minor, const char *currency, char *buf, size_t n)
         if (!strcasecmp(currency, whole[i]))
             decimals = 0;
     if (decimals)
-        snprintf(buf, n, "%.2f %s", minor / 100.0, currency ? currency : "");
+        fmt_cut(buf, n, "%.2f %s", minor / 100.0, currency ? currency : "");
     else
-        snprintf(buf, n, "%.0f %s", minor, currency);
+        fmt_cut(buf, n, "%.0f %s", minor, currency);
 }
 
 void out_bytes(double v, char *buf, size_t len)
@@ -217,7 +217,7 @@ void out_bytes(double v, char *buf, size_t len)
     int u = 0;
     while (v >= 1000.0 && u < 4)
         v /= 1000.0, u++;
-    snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
+    fmt_cut(buf, len, u ? "%.1f %s" : "%.0f %s", v, unit[u]);
 }
 
 /* ---- progress ---- */
@@ -236,7 +236,7 @@ static void draw(out_bar *b, int last)
     out_bytes(rate, r, sizeof r);
     if (rate > 0 && b->total > b->now) {
         long s = (long)((double)(b->total - b->now) / rate);
-        snprintf(left, sizeof left, "  %ld:%02ld left", s / 60, s % 60);
+        fmt_cut(left, sizeof left, "  %ld:%02ld left", s / 60, s % 60);
     }
     int pct = b->total > 0 ? (int)(100.0 * (double)b->now / (double)b->total) : 100;
     fprintf(stderr, "\r%s %3d%%  %s of %s  %s/s%s\033[K", b->what, pct, done, total, r, left);

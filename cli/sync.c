@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli/out.h"
+#include "lib/fmt.h"
 #include "cli/sync.h"
 
 #define RULES_MAX 1000
@@ -137,7 +138,7 @@ static void walk_dir(int fd, const char *prefix, struct walk *w, int depth)
         if (!strcmp(nm, ".") || !strcmp(nm, "..") || (!depth && !strcmp(nm, ".git")))
             continue;
         char rel[UTIL_PATH_MAX + 2];
-        int n = snprintf(rel, sizeof rel, "%s%s", prefix, nm);
+        int n = fmt_whole(rel, sizeof rel, "%s%s", prefix, nm) == 0 ? (int)strlen(rel) : -1;
         struct stat sb;
         if (fstatat(dirfd(d), nm, &sb, AT_SYMLINK_NOFOLLOW) != 0)
             continue;
@@ -206,8 +207,8 @@ static int list_page(cli *c, const char *base, const char *cursor, int sums, str
         if (!rel || !cJSON_IsNumber(size))
             continue;
         struct rfile f = {strdup(rel), (int64_t)size->valuedouble, "", ""};
-        snprintf(f.mode, sizeof f.mode, "%s", mode ? mode : "");
-        snprintf(f.sha, sizeof f.sha, "%s", sha ? sha : "");
+        fmt_cut(f.mode, sizeof f.mode, "%s", mode ? mode : "");
+        fmt_cut(f.sha, sizeof f.sha, "%s", sha ? sha : "");
         if (!f.rel)
             rm->oom = 1;
         else
@@ -374,7 +375,10 @@ int sync_push(cli *c, const char *kind, const char *name, const char *dir, sync_
 static int make_parents(int root, const char *rel)
 {
     char p[UTIL_PATH_MAX + 1];
-    snprintf(p, sizeof p, "%s", rel);
+    if (fmt_whole(p, sizeof p, "%s", rel) != 0) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
     for (char *s = strchr(p, '/'); s; s = strchr(s + 1, '/')) {
         *s = '\0';
         if (mkdirat(root, p, 0755) != 0 && errno != EEXIST)
@@ -389,9 +393,10 @@ static int download(cli *c, const char *base, int root, const struct rfile *f, o
     char tmp[UTIL_PATH_MAX + 64];
     if (make_parents(root, f->rel) != 0)
         return cli_fail(CLI_FAILED, "%s: %s", f->rel, strerror(errno));
-    snprintf(tmp, sizeof tmp, "%s.cohort-part-%d", f->rel, (int)getpid());
-    int fd = openat(root, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-                    !strcmp(f->mode, "755") ? 0755 : 0644);
+    int fd = fmt_whole(tmp, sizeof tmp, "%s.cohort-part-%d", f->rel, (int)getpid()) != 0
+                 ? (errno = ENAMETOOLONG, -1)
+                 : openat(root, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+                          !strcmp(f->mode, "755") ? 0755 : 0644);
     if (fd < 0)
         return cli_fail(CLI_FAILED, "%s: %s", f->rel, strerror(errno));
     util_buf p = {0};

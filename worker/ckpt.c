@@ -3,6 +3,7 @@
  * magic tells a foreign file): header, parameters, optimiser state, CRC-32.
  */
 #include "worker/ckpt.h"
+#include "lib/fmt.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -141,11 +142,14 @@ int ckpt_save(const char *dir, const struct mlp *m, const struct optim *o, int e
     h.nstate = optim_state_len(o);
 
     if (mkdirs(dir) < 0) {
-        snprintf(err, errlen, "cannot create checkpoint directory %s: %s", dir, strerror(errno));
+        fmt_cut(err, errlen, "cannot create checkpoint directory %s: %s", dir, strerror(errno));
         return -1;
     }
-    snprintf(path, sizeof path, "%s/epoch-%06d.ckpt", dir, epoch);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (fmt_whole(path, sizeof path, "%s/epoch-%06d.ckpt", dir, epoch) != 0 ||
+        fmt_whole(tmp, sizeof tmp, "%s.tmp", path) != 0) {
+        fmt_cut(err, errlen, "checkpoint directory %.200s...: the path is too long", dir);
+        return -1;
+    }
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0 || write_all(fd, &h, sizeof h, &crc) < 0 ||
         write_all(fd, m->params, m->nparams * sizeof(float), &crc) < 0 ||
@@ -169,12 +173,12 @@ int ckpt_save(const char *dir, const struct mlp *m, const struct optim *o, int e
     }
     n = list(dir, eps, 256);
     for (int i = KEEP; i < n; i++) {
-        snprintf(tmp, sizeof tmp, "%s/epoch-%06d.ckpt", dir, eps[i]);
-        unlink(tmp);
+        if (fmt_whole(tmp, sizeof tmp, "%s/epoch-%06d.ckpt", dir, eps[i]) == 0)
+            unlink(tmp);
     }
     return 0;
 fail:
-    snprintf(err, errlen, "cannot write checkpoint %s: %s", path, strerror(errno));
+    fmt_cut(err, errlen, "cannot write checkpoint %s: %s", path, strerror(errno));
     if (fd >= 0)
         close(fd);
     unlink(tmp);
@@ -202,10 +206,12 @@ static int load_one(const char *path, struct mlp *m, struct optim *o, int *epoch
         same = h.sizes[i] == (uint32_t)m->sizes[i];
     if (!same) {
         size_t u = 0;
-        for (uint32_t i = 0; i < h.nsizes && u < sizeof have; i++)
-            u += (size_t)snprintf(have + u, sizeof have - u, i ? "-%u" : "%u", h.sizes[i]);
+        for (uint32_t i = 0; i < h.nsizes && u < sizeof have; i++) { /* a label */
+            fmt_cut(have + u, sizeof have - u, i ? "-%u" : "%u", h.sizes[i]);
+            u += strlen(have + u);
+        }
         mlp_shape(m, want, sizeof want);
-        snprintf(err, errlen, "checkpoint %s holds a %s model with %s; this run asks for %s "
+        fmt_cut(err, errlen, "checkpoint %s holds a %s model with %s; this run asks for %s "
                  "with %s (remove the checkpoints or run the same model)", path, have,
                  optim_name((enum optim_kind)h.optim), want, optim_name(o->kind));
         ret = -1;
@@ -231,7 +237,8 @@ int ckpt_load_latest(const char *dir, struct mlp *m, struct optim *o, int *epoch
     int eps[256], n = list(dir, eps, 256);
     for (int i = 0; i < n; i++) {
         int rc;
-        snprintf(path, pathlen, "%s/epoch-%06d.ckpt", dir, eps[i]);
+        if (fmt_whole(path, pathlen, "%s/epoch-%06d.ckpt", dir, eps[i]) != 0)
+            continue;
         rc = load_one(path, m, o, epoch, step, err, errlen);
         if (rc == 0)
             return 1;

@@ -4,6 +4,7 @@
  * store server, and the backend state.
  */
 #include "worker/comm.h"
+#include "lib/fmt.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -168,7 +169,7 @@ static void node_id(char *out, size_t n)
     struct stat sb = {0};
     const char *forced = getenv("COHORT_COMM_NODE_ID");
     if (forced && *forced) {
-        snprintf(out, n, "forced/%s", forced);
+        fmt_cut(out, n, "forced/%s", forced);
         return;
     }
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
@@ -178,7 +179,7 @@ static void node_id(char *out, size_t n)
         fclose(f);
     boot[strcspn(boot, "\n")] = '\0';
     stat("/proc/self/ns/net", &sb);
-    snprintf(out, n, "%s/%llu", boot, (unsigned long long)sb.st_ino);
+    fmt_cut(out, n, "%s/%llu", boot, (unsigned long long)sb.st_ino);
 }
 
 /* Whether the value of store key equals want: 1, 0, or -1 (the store). */
@@ -206,23 +207,23 @@ static int grouped_by_node(comm *c, int per, int local_rank, char *err, size_t e
     int ok = 1;
     node_id(me, sizeof me);
     if (local_rank != c->rank % per)
-        snprintf(me, sizeof me, "x");
-    snprintf(key, sizeof key, "cohort/node/%d", c->rank);
+        fmt_cut(me, sizeof me, "x");
+    fmt_cut(key, sizeof key, "cohort/node/%d", c->rank);
     if (comm_store_set(c->store, key, me, strlen(me)) < 0)
         goto store_failed;
     if (c->rank % per == 0) {
         for (int r = c->rank + 1; r < c->rank + per && ok > 0; r++) {
-            snprintf(key, sizeof key, "cohort/node/%d", r);
+            fmt_cut(key, sizeof key, "cohort/node/%d", r);
             ok = strcmp(me, "x") ? key_is(c, key, me) : 0;
         }
         if (ok < 0)
             goto store_failed;
-        snprintf(key, sizeof key, "cohort/group/%d", c->rank / per);
+        fmt_cut(key, sizeof key, "cohort/group/%d", c->rank / per);
         if (comm_store_set(c->store, key, ok ? "1" : "0", 1) < 0)
             goto store_failed;
     }
     for (int k = 0; k < c->size / per; k++) {
-        snprintf(key, sizeof key, "cohort/group/%d", k);
+        fmt_cut(key, sizeof key, "cohort/group/%d", k);
         int one = key_is(c, key, "1");
         if (one < 0)
             goto store_failed;
@@ -241,7 +242,7 @@ static int open_hier(comm *c, const struct comm_config *cfg, int per, char *err,
     comm_shm *shm = NULL;
     void *leaders = NULL;
     int node = c->rank / per, nnodes = c->size / per;
-    snprintf(key, sizeof key, "cohort/shm/%d", node);
+    fmt_cut(key, sizeof key, "cohort/shm/%d", node);
     if (comm_shm_open(c->rank % per, per, c->store, key, cfg->shm_buffer_bytes, c->timeout_ms,
                       &shm, msg, sizeof msg) < 0) {
         seterr(err, errlen, "rank %d: shared memory: %s", c->rank, msg);
@@ -408,7 +409,7 @@ static void linger_for_roll_call(comm *c, int window)
     char key[48];
     int64_t t0;
 
-    snprintf(key, sizeof key, "cohort/rolled/%d", c->rank);
+    fmt_cut(key, sizeof key, "cohort/rolled/%d", c->rank);
     if (comm_store_set(c->store, key, "", 0) < 0 || !c->server)
         return;
     t0 = util_mono_ms();
@@ -416,10 +417,10 @@ static void linger_for_roll_call(comm *c, int window)
         long left = window - ms_since(t0);
         if (r == c->rank)
             continue;
-        snprintf(key, sizeof key, "cohort/alive/%d", r);
+        fmt_cut(key, sizeof key, "cohort/alive/%d", r);
         if (comm_store_wait(c->store, key, 0) < 0)
             continue;   /* lost: nobody to wait for */
-        snprintf(key, sizeof key, "cohort/rolled/%d", r);
+        fmt_cut(key, sizeof key, "cohort/rolled/%d", r);
         (void)comm_store_wait(c->store, key, left > 0 ? (int)left : 0);
     }
 }
@@ -448,9 +449,9 @@ static void roll_call(comm *c, char *out, size_t len)
         c->ops = NULL;
         c->state = NULL;
     }
-    snprintf(key, sizeof key, "cohort/alive/%d", c->rank);
+    fmt_cut(key, sizeof key, "cohort/alive/%d", c->rank);
     if (comm_store_set(c->store, key, "", 0) < 0) {
-        snprintf(out, len, "lost: rank 0 (its rendezvous store no longer answers: %s)",
+        fmt_cut(out, len, "lost: rank 0 (its rendezvous store no longer answers: %s)",
                  comm_store_errmsg(c->store));
         return;
     }
@@ -460,21 +461,24 @@ static void roll_call(comm *c, char *out, size_t len)
         long left = window - ms_since(t0);
         if (r == c->rank)
             continue;
-        snprintf(key, sizeof key, "cohort/alive/%d", r);
+        fmt_cut(key, sizeof key, "cohort/alive/%d", r);
         if (comm_store_wait(c->store, key, left > 0 ? (int)left : 0) == 0)
             continue;
-        if (++missing <= ROLL_CALL_NAMED && used < len)
-            used += (size_t)snprintf(out + used, len - used, "%s%d",
-                                     missing == 1 ? "lost: rank " : ", ", r);
+        if (++missing <= ROLL_CALL_NAMED && used < len) {
+            fmt_cut(out + used, len - used, "%s%d", missing == 1 ? "lost: rank " : ", ", r);
+            used += strlen(out + used);
+        }
     }
     linger_for_roll_call(c, window);
-    if (missing > ROLL_CALL_NAMED && used < len)
-        used += (size_t)snprintf(out + used, len - used, " and %d more", missing - ROLL_CALL_NAMED);
+    if (missing > ROLL_CALL_NAMED && used < len) {
+        fmt_cut(out + used, len - used, " and %d more", missing - ROLL_CALL_NAMED);
+        used += strlen(out + used);
+    }
     if (missing && used < len)
-        snprintf(out + used, len - used,
+        fmt_cut(out + used, len - used,
                  " (no word within %d ms of the failure: exited, unreachable or stuck)", window);
     else if (!missing)
-        snprintf(out, len, "every other rank answered after the failure, so none exited: a link "
+        fmt_cut(out, len, "every other rank answered after the failure, so none exited: a link "
                            "between ranks broke, or a rank was slower than the timeout");
 }
 
@@ -485,7 +489,7 @@ static int failed(comm *c, const char *what, const char *why)
     char lost[256];
     if (!c->failed) {
         roll_call(c, lost, sizeof lost);
-        snprintf(c->err, sizeof c->err, "rank %d of %d: %s failed: %s; %s", c->rank, c->size,
+        fmt_cut(c->err, sizeof c->err, "rank %d of %d: %s failed: %s; %s", c->rank, c->size,
                  what, why, lost);
     }
     c->failed = 1;
@@ -521,7 +525,7 @@ int comm_broadcast(comm *c, void *buf, size_t bytes, int root)
     if (c->failed)
         return -1;
     if (root < 0 || root >= c->size) {
-        snprintf(c->err, sizeof c->err, "broadcast from rank %d in a world of %d", root, c->size);
+        fmt_cut(c->err, sizeof c->err, "broadcast from rank %d in a world of %d", root, c->size);
         return -1;
     }
     if (!c->ops || bytes == 0)
@@ -555,12 +559,12 @@ int comm_finish(comm *c)
      * and its host, rank 0, answers everyone before it goes. */
     if (comm_barrier(c) < 0)
         return -1;
-    snprintf(key, sizeof key, "cohort/finish/%d", c->rank);
+    fmt_cut(key, sizeof key, "cohort/finish/%d", c->rank);
     if (comm_store_set(c->store, key, "", 0) < 0)
         goto store_failed;
     if (c->rank == 0) {
         for (int r = 1; r < c->size; r++) {
-            snprintf(key, sizeof key, "cohort/finish/%d", r);
+            fmt_cut(key, sizeof key, "cohort/finish/%d", r);
             if (comm_store_wait(c->store, key, timeout) < 0)
                 goto store_failed;
         }
@@ -569,12 +573,12 @@ int comm_finish(comm *c)
         /* and stays until each has read that: a wait still in flight when
          * the store stops would be cut (connection reset) */
         for (int r = 1; r < c->size; r++) {
-            snprintf(key, sizeof key, "cohort/finished/%d", r);
+            fmt_cut(key, sizeof key, "cohort/finished/%d", r);
             if (comm_store_wait(c->store, key, timeout) < 0)
                 goto store_failed;
         }
     } else {
-        snprintf(key, sizeof key, "cohort/finished/%d", c->rank);
+        fmt_cut(key, sizeof key, "cohort/finished/%d", c->rank);
         if (comm_store_wait(c->store, "cohort/finish/all", timeout) < 0 ||
             comm_store_set(c->store, key, "", 0) < 0)
             goto store_failed;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 
 #include "worker/comm_impl.h"
+#include "lib/fmt.h"
 
 struct hier {
     comm_shm *local;
@@ -29,7 +30,7 @@ int comm_hier_open(comm_shm *local, void *leaders, int node, int nnodes, int wor
 {
     struct hier *h = calloc(1, sizeof *h);
     if (!h) {
-        snprintf(err, errlen, "out of memory");
+        fmt_cut(err, errlen, "out of memory");
         return -1;
     }
     h->local = local;

@@ -17,6 +17,7 @@
 #include <nccl.h>
 
 #include "lib/clock.h"
+#include "lib/fmt.h"
 #include "worker/comm_impl.h"
 
 #define ID_KEY "cohort/nccl/unique-id"
@@ -44,7 +45,7 @@ static int settle(struct nccl_state *s, int stream_too, const char *what, char *
         ncclResult_t async = ncclSuccess;
         ncclResult_t rc = ncclCommGetAsyncError(s->comm, &async);
         if (rc != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
-            snprintf(err, errlen, "%s: %s", what,
+            fmt_cut(err, errlen, "%s: %s", what,
                      ncclGetErrorString(rc != ncclSuccess ? rc : async));
             break;
         }
@@ -53,12 +54,12 @@ static int settle(struct nccl_state *s, int stream_too, const char *what, char *
             if (ce == cudaSuccess)
                 return 0;
             if (ce != cudaErrorNotReady) {
-                snprintf(err, errlen, "%s: CUDA: %s", what, cudaGetErrorString(ce));
+                fmt_cut(err, errlen, "%s: CUDA: %s", what, cudaGetErrorString(ce));
                 break;
             }
         }
         if (now_ms() > end) {
-            snprintf(err, errlen, "%s did not complete within %d ms", what, s->timeout_ms);
+            fmt_cut(err, errlen, "%s did not complete within %d ms", what, s->timeout_ms);
             break;
         }
         usleep(50);
@@ -74,13 +75,13 @@ static int nccl_allreduce(void *b, float *buf, size_t count, int average, char *
     struct nccl_state *s = b;
     ncclResult_t rc;
     if (s->aborted) {
-        snprintf(err, errlen, "the NCCL communicator was aborted earlier");
+        fmt_cut(err, errlen, "the NCCL communicator was aborted earlier");
         return -1;
     }
     rc = ncclAllReduce(buf, buf, count, ncclFloat32, average ? ncclAvg : ncclSum, s->comm,
                        s->stream);
     if (rc != ncclSuccess && rc != ncclInProgress) {
-        snprintf(err, errlen, "ncclAllReduce: %s", ncclGetErrorString(rc));
+        fmt_cut(err, errlen, "ncclAllReduce: %s", ncclGetErrorString(rc));
         return -1;
     }
     return settle(s, 1, "allreduce", err, errlen);
@@ -91,12 +92,12 @@ static int nccl_broadcast(void *b, void *buf, size_t bytes, int root, char *err,
     struct nccl_state *s = b;
     ncclResult_t rc;
     if (s->aborted) {
-        snprintf(err, errlen, "the NCCL communicator was aborted earlier");
+        fmt_cut(err, errlen, "the NCCL communicator was aborted earlier");
         return -1;
     }
     rc = ncclBroadcast(buf, buf, bytes, ncclUint8, root, s->comm, s->stream);
     if (rc != ncclSuccess && rc != ncclInProgress) {
-        snprintf(err, errlen, "ncclBroadcast: %s", ncclGetErrorString(rc));
+        fmt_cut(err, errlen, "ncclBroadcast: %s", ncclGetErrorString(rc));
         return -1;
     }
     return settle(s, 1, "broadcast", err, errlen);
@@ -139,38 +140,38 @@ int comm_nccl_open(int rank, int size, int local_rank, comm_store *store, int ti
     size_t vlen = 0;
 
     if (!s) {
-        snprintf(err, errlen, "out of memory");
+        fmt_cut(err, errlen, "out of memory");
         return -1;
     }
     s->timeout_ms = timeout_ms;
     ce = cudaGetDeviceCount(&ndev);
     if (ce != cudaSuccess || ndev == 0) {
-        snprintf(err, errlen, "no CUDA device: %s",
+        fmt_cut(err, errlen, "no CUDA device: %s",
                  ce != cudaSuccess ? cudaGetErrorString(ce) : "none found");
         goto fail;
     }
     if ((ce = cudaSetDevice(local_rank % ndev)) != cudaSuccess ||
         (ce = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking)) != cudaSuccess ||
         (ce = cudaMalloc((void **)&s->scratch, sizeof(float))) != cudaSuccess) {
-        snprintf(err, errlen, "CUDA device %d: %s", local_rank % ndev, cudaGetErrorString(ce));
+        fmt_cut(err, errlen, "CUDA device %d: %s", local_rank % ndev, cudaGetErrorString(ce));
         goto fail;
     }
     if (rank == 0) {
         if ((rc = ncclGetUniqueId(&id)) != ncclSuccess) {
-            snprintf(err, errlen, "ncclGetUniqueId: %s", ncclGetErrorString(rc));
+            fmt_cut(err, errlen, "ncclGetUniqueId: %s", ncclGetErrorString(rc));
             goto fail;
         }
         if (comm_store_set(store, ID_KEY, &id, sizeof id) < 0) {
-            snprintf(err, errlen, "%s", comm_store_errmsg(store));
+            fmt_cut(err, errlen, "%s", comm_store_errmsg(store));
             goto fail;
         }
     } else {
         if (comm_store_get(store, ID_KEY, timeout_ms, &v, &vlen) < 0) {
-            snprintf(err, errlen, "%s", comm_store_errmsg(store));
+            fmt_cut(err, errlen, "%s", comm_store_errmsg(store));
             goto fail;
         }
         if (vlen != sizeof id) {
-            snprintf(err, errlen, "the NCCL id in the store has %zu bytes, not %zu", vlen,
+            fmt_cut(err, errlen, "the NCCL id in the store has %zu bytes, not %zu", vlen,
                      sizeof id);
             free(v);
             goto fail;
@@ -181,7 +182,7 @@ int comm_nccl_open(int rank, int size, int local_rank, comm_store *store, int ti
     config.blocking = 0;
     rc = ncclCommInitRankConfig(&s->comm, size, id, rank, &config);
     if (rc != ncclSuccess && rc != ncclInProgress) {
-        snprintf(err, errlen, "ncclCommInitRankConfig: %s", ncclGetErrorString(rc));
+        fmt_cut(err, errlen, "ncclCommInitRankConfig: %s", ncclGetErrorString(rc));
         goto fail;
     }
     if (settle(s, 0, "ncclCommInitRank", err, errlen) < 0)

@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "lib/clock.h"
+#include "lib/fmt.h"
 #include "worker/comm_impl.h"
 
 #define SHM_SLOT_MIN (4u << 20) /* bytes of a slot at least */
@@ -351,14 +352,15 @@ static int serve(comm_shm *s, comm_store *st, const char *key, char *err, size_t
     if (random_hex(name, 8) < 0 || random_hex(token, SHM_TOKEN_HEX / 2) < 0)
         return fail(err, errlen, "getrandom: %s", strerror(errno));
     int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int n = snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "cohort-comm-%s", name);
-    socklen_t alen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+    fmt_cut(a.sun_path + 1, sizeof a.sun_path - 1, "cohort-comm-%s", name); /* 28 bytes */
+    socklen_t alen =
+        (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(a.sun_path + 1));
     if (ls < 0 || bind(ls, (struct sockaddr *)&a, alen) < 0 || listen(ls, 64) < 0) {
         if (ls >= 0)
             close(ls);
         return fail(err, errlen, "shared-memory socket: %s", strerror(errno));
     }
-    snprintf(val, sizeof val, "%s %s", a.sun_path + 1, token);
+    fmt_cut(val, sizeof val, "%s %s", a.sun_path + 1, token);
     int rc = comm_store_set(st, key, val, strlen(val)) < 0
                  ? fail(err, errlen, "store: %s", comm_store_errmsg(st)) : 0;
     int64_t t0 = util_mono_ms();
@@ -412,7 +414,7 @@ static int join(comm_shm *s, comm_store *st, const char *key, char *err, size_t 
     char val[160], name[120], token[SHM_TOKEN_HEX + 1];
     if (comm_store_get(st, key, s->timeout_ms, &v, &vn) < 0)
         return fail(err, errlen, "store: %s", comm_store_errmsg(st));
-    snprintf(val, sizeof val, "%.*s", (int)(vn < sizeof val ? vn : sizeof val - 1), (char *)v);
+    fmt_cut(val, sizeof val, "%.*s", (int)(vn < sizeof val ? vn : sizeof val - 1), (char *)v);
     free(v);
     if (sscanf(val, "%119s %32s", name, token) != 2 || strlen(token) != SHM_TOKEN_HEX)
         return fail(err, errlen, "a malformed shared-memory address in the store");
@@ -433,7 +435,7 @@ static int join(comm_shm *s, comm_store *st, const char *key, char *err, size_t 
     s->npeer = 1;
     char hello[SHM_TOKEN_HEX + 16];
     memset(hello, 0, sizeof hello);
-    snprintf(hello, sizeof hello, "%s %d", token, s->index);
+    fmt_cut(hello, sizeof hello, "%s %d", token, s->index);
     char one, ctl[CMSG_SPACE(sizeof(int))] = {0};
     struct iovec iov = {&one, 1};
     struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl,

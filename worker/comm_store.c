@@ -11,6 +11,7 @@
  * no call outlives its deadline by much.
  */
 #include "worker/comm_store.h"
+#include "lib/fmt.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -608,13 +609,13 @@ int comm_store_connect(const char *host, int port, int timeout_ms,
         return -1;
     }
     c->fd = -1;
-    snprintf(c->where, sizeof c->where, "%s:%d", host, port);
-    snprintf(portstr, sizeof portstr, "%d", port);
+    fmt_cut(c->where, sizeof c->where, "%s:%d", host, port);
+    fmt_cut(portstr, sizeof portstr, "%d", port);
     for (;;) {
         struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res = NULL;
         int rc = getaddrinfo(host, portstr, &hints, &res);
         if (rc != 0) {
-            snprintf(last, sizeof last, "cannot resolve %s: %s", host, gai_strerror(rc));
+            fmt_cut(last, sizeof last, "cannot resolve %s: %s", host, gai_strerror(rc));
         } else {
             for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
                 int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
@@ -625,7 +626,7 @@ int comm_store_connect(const char *host, int port, int timeout_ms,
                     c->fd = fd;
                     break;
                 }
-                snprintf(last, sizeof last, "%s", strerror(errno));
+                fmt_cut(last, sizeof last, "%s", strerror(errno));
                 close(fd);
             }
             freeaddrinfo(res);
@@ -754,7 +755,7 @@ int comm_store_wait(comm_store *c, const char *key, int timeout_ms)
     put32(t, (uint32_t)(timeout_ms < 0 ? 0 : timeout_ms));
     st = call(c, COMM_STORE_WAIT, key, t, 4, timeout_ms, NULL, NULL);
     if (st == COMM_STORE_TIMEOUT) {
-        snprintf(c->err, sizeof c->err,
+        fmt_cut(c->err, sizeof c->err,
                  "timed out after %d ms waiting for key '%s' in the rendezvous store at %s",
                  timeout_ms, key, c->where);
         return -1;
@@ -773,7 +774,7 @@ int comm_store_get(comm_store *c, const char *key, int timeout_ms, void **val, s
     if (st != COMM_STORE_OK) {
         free(p);
         if (st == COMM_STORE_NOTFOUND)
-            snprintf(c->err, sizeof c->err, "key '%s' vanished from the store", key);
+            fmt_cut(c->err, sizeof c->err, "key '%s' vanished from the store", key);
         return -1;
     }
     *val = p;

@@ -3,6 +3,7 @@
  * gzip files alike, so one reader covers both.
  */
 #include "worker/data.h"
+#include "lib/fmt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,12 +34,12 @@ static int read_exact(gzFile f, const char *path, void *buf, size_t len, const c
         if (n < 0) {
             int zerr;
             const char *m = gzerror(f, &zerr);
-            snprintf(err, errlen, "%s: damaged file while reading %s: %s", path, what,
+            fmt_cut(err, errlen, "%s: damaged file while reading %s: %s", path, what,
                      zerr == Z_ERRNO ? strerror(errno) : m);
             return -1;
         }
         if (n == 0) {
-            snprintf(err, errlen, "%s: truncated: %s needs %zu bytes, the file has %zu", path,
+            fmt_cut(err, errlen, "%s: truncated: %s needs %zu bytes, the file has %zu", path,
                      what, len, got);
             return -1;
         }
@@ -67,7 +68,7 @@ static int read_alloc(gzFile f, const char *path, uint8_t **out, size_t len, con
         if (read_exact(f, path, buf + got, cap - got, what, err, errlen) < 0) {
             /* A short file: say what the header promised, not this chunk. */
             if (strstr(err, ": truncated: "))
-                snprintf(err, errlen, "%s: truncated: %s needs %zu bytes, the file has fewer "
+                fmt_cut(err, errlen, "%s: truncated: %s needs %zu bytes, the file has fewer "
                          "than %zu", path, what, len, cap);
             free(buf);
             return -1;
@@ -75,7 +76,7 @@ static int read_alloc(gzFile f, const char *path, uint8_t **out, size_t len, con
         got = cap;
     }
     if (!buf || got < len) {
-        snprintf(err, errlen, "%s: out of memory for %s (%zu bytes)", path, what, len);
+        fmt_cut(err, errlen, "%s: out of memory for %s (%zu bytes)", path, what, len);
         free(buf);
         return -1;
     }
@@ -91,20 +92,20 @@ static gzFile idx_open(const char *path, int dims, uint32_t *dim, char *err, siz
     gzFile f;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        fmt_cut(err, errlen, "%s: %s", path, strerror(errno));
         return NULL;
     }
     f = gzdopen(fd, "rb");
     if (!f) {
         close(fd);
-        snprintf(err, errlen, "%s: cannot open: out of memory", path);
+        fmt_cut(err, errlen, "%s: cannot open: out of memory", path);
         return NULL;
     }
     gzbuffer(f, 1 << 17);
     if (read_exact(f, path, h, 4 + 4 * (size_t)dims, "the IDX header", err, errlen) < 0)
         goto fail;
     if (h[0] != 0 || h[1] != 0 || h[2] != IDX_UBYTE || h[3] != dims) {
-        snprintf(err, errlen,
+        fmt_cut(err, errlen,
                  "%s: not an IDX file of unsigned bytes with %d dimensions (magic %02x %02x "
                  "%02x %02x)", path, dims, h[0], h[1], h[2], h[3]);
         goto fail;
@@ -135,12 +136,12 @@ int data_load_files(const char *images, const char *labels, int classes, struct 
         goto out;
     if (di[0] == 0 || di[0] > DATA_MAX_ITEMS || di[1] == 0 || di[1] > DATA_MAX_SIDE ||
         di[2] == 0 || di[2] > DATA_MAX_SIDE) {
-        snprintf(err, errlen, "%s: %u images of %ux%u is outside the limits (1 to %u images, "
+        fmt_cut(err, errlen, "%s: %u images of %ux%u is outside the limits (1 to %u images, "
                  "sides 1 to %u)", images, di[0], di[1], di[2], DATA_MAX_ITEMS, DATA_MAX_SIDE);
         goto out;
     }
     if (dl[0] != di[0]) {
-        snprintf(err, errlen, "%s has %u labels but %s has %u images", labels, dl[0], images,
+        fmt_cut(err, errlen, "%s has %u labels but %s has %u images", labels, dl[0], images,
                  di[0]);
         goto out;
     }
@@ -149,13 +150,13 @@ int data_load_files(const char *images, const char *labels, int classes, struct 
         read_alloc(fl, labels, &out->labels, di[0], "the labels", err, errlen) < 0)
         goto out;
     if (gzread(fi, &extra, 1) != 0 || gzread(fl, &extra, 1) != 0) {
-        snprintf(err, errlen, "%s or %s: bytes after the last item (not an IDX file of the "
+        fmt_cut(err, errlen, "%s or %s: bytes after the last item (not an IDX file of the "
                  "size its header gives)", images, labels);
         goto out;
     }
     for (uint32_t i = 0; i < di[0]; i++) {
         if (out->labels[i] >= classes) {
-            snprintf(err, errlen, "%s: label %u of item %u is not below the %d classes of the "
+            fmt_cut(err, errlen, "%s: label %u of item %u is not below the %d classes of the "
                      "model", labels, out->labels[i], i, classes);
             goto out;
         }
@@ -197,9 +198,9 @@ static int find(const char *dir, const char *stem, const char *kind, char *out, 
     for (size_t s = 0; s < sizeof subs / sizeof *subs; s++)
         for (size_t p = 0; p < 2; p++)
             for (size_t e = 0; e < 2; e++) {
-                int n = snprintf(out, len, "%s/%s%s%s%s-ubyte%s", dir, subs[s], stem, seps[p],
-                                 kind, exts[e]);
-                if (n > 0 && (size_t)n < len && is_file(out))
+                if (fmt_whole(out, len, "%s/%s%s%s%s-ubyte%s", dir, subs[s], stem, seps[p],
+                              kind, exts[e]) == 0 &&
+                    is_file(out))
                     return 0;
             }
     return -1;
@@ -212,7 +213,7 @@ int data_load(const char *dir, int train, int classes, struct dataset *out, char
     char img[4096], lbl[4096];
     if (find(dir, train ? "train-images" : "t10k-images", "idx3", img, sizeof img) < 0 ||
         find(dir, train ? "train-labels" : "t10k-labels", "idx1", lbl, sizeof lbl) < 0) {
-        snprintf(err, errlen, "%s: no %s split in MNIST layout (looked for %s-images-idx3-ubyte "
+        fmt_cut(err, errlen, "%s: no %s split in MNIST layout (looked for %s-images-idx3-ubyte "
                  "and %s-labels-idx1-ubyte, optionally .gz, flat or under MNIST/raw/)", dir,
                  train ? "training" : "test", stem, stem);
         return -1;
@@ -232,10 +233,11 @@ static int write_idx(const char *path, const uint8_t *hdr, size_t hlen, const ui
 {
     char tmp[4200];
     int fd, ok;
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd = fmt_whole(tmp, sizeof tmp, "%s.tmp", path) == 0
+             ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)
+             : (errno = ENAMETOOLONG, -1);
     if (fd < 0) {
-        snprintf(err, errlen, "%s: %s", tmp, strerror(errno));
+        fmt_cut(err, errlen, "%s: %s", tmp, strerror(errno));
         return -1;
     }
     if (gz) {
@@ -261,7 +263,7 @@ static int write_idx(const char *path, const uint8_t *hdr, size_t hlen, const ui
     ok = ok && fsync(fd) == 0;
     ok = (close(fd) == 0) && ok;
     if (!ok || rename(tmp, path) < 0) {
-        snprintf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+        fmt_cut(err, errlen, "%s: cannot write: %s", path, strerror(errno));
         unlink(tmp);
         return -1;
     }
@@ -281,10 +283,13 @@ int data_write(const char *dir, const char *prefix, const struct dataset *d, int
     put32(h + 4, d->n);
     put32(h + 8, d->rows);
     put32(h + 12, d->cols);
-    snprintf(path, sizeof path, "%s/%s-images-idx3-ubyte%s", dir, prefix, ext);
-    if (write_idx(path, h, 16, d->images, (size_t)d->n * d->rows * d->cols, gz, err, errlen) < 0)
-        return -1;
+    if (fmt_whole(path, sizeof path, "%s/%s-images-idx3-ubyte%s", dir, prefix, ext) != 0 ||
+        write_idx(path, h, 16, d->images, (size_t)d->n * d->rows * d->cols, gz, err, errlen) < 0)
+        return path[0] ? -1 : (fmt_cut(err, errlen, "%.200s...: the path is too long", dir), -1);
     h[3] = 1;
-    snprintf(path, sizeof path, "%s/%s-labels-idx1-ubyte%s", dir, prefix, ext);
+    if (fmt_whole(path, sizeof path, "%s/%s-labels-idx1-ubyte%s", dir, prefix, ext) != 0) {
+        fmt_cut(err, errlen, "%.200s...: the path is too long", dir);
+        return -1;
+    }
     return write_idx(path, h, 8, d->labels, d->n, gz, err, errlen);
 }

@@ -3,6 +3,7 @@
  * Matrix products are cblas_sgemm calls, row-major throughout.
  */
 #include "worker/mlp.h"
+#include "lib/fmt.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -18,17 +19,17 @@ int mlp_init(struct mlp *m, const int *sizes, int nsizes, int max_batch, size_t 
     size_t off = 0;
     memset(m, 0, sizeof *m);
     if (nsizes < 2 || nsizes > MLP_MAX_LAYERS + 1) {
-        snprintf(err, errlen, "a model needs 2 to %d layer sizes, got %d", MLP_MAX_LAYERS + 1,
+        fmt_cut(err, errlen, "a model needs 2 to %d layer sizes, got %d", MLP_MAX_LAYERS + 1,
                  nsizes);
         return -1;
     }
     if (max_batch < 1 || max_batch > 1 << 20) {
-        snprintf(err, errlen, "batch size %d is outside 1 to %d", max_batch, 1 << 20);
+        fmt_cut(err, errlen, "batch size %d is outside 1 to %d", max_batch, 1 << 20);
         return -1;
     }
     for (int i = 0; i < nsizes; i++) {
         if (sizes[i] < 1 || sizes[i] > 1 << 16) {
-            snprintf(err, errlen, "layer size %d is outside 1 to 65536", sizes[i]);
+            fmt_cut(err, errlen, "layer size %d is outside 1 to 65536", sizes[i]);
             return -1;
         }
         m->sizes[i] = sizes[i];
@@ -52,7 +53,7 @@ int mlp_init(struct mlp *m, const int *sizes, int nsizes, int max_batch, size_t 
             break;
     }
     if (!m->params || !m->grads || !m->act[m->nlayers] || !m->delta[m->nlayers]) {
-        snprintf(err, errlen, "out of memory for a model of %zu parameters", off);
+        fmt_cut(err, errlen, "out of memory for a model of %zu parameters", off);
         mlp_free(m);
         return -1;
     }
@@ -104,8 +105,10 @@ void mlp_shape(const struct mlp *m, char *buf, size_t len)
 {
     size_t used = 0;
     buf[0] = '\0';
-    for (int i = 0; i <= m->nlayers && used < len; i++)
-        used += (size_t)snprintf(buf + used, len - used, i ? "-%d" : "%d", m->sizes[i]);
+    for (int i = 0; i <= m->nlayers && used < len; i++) { /* a label: cut to fit */
+        fmt_cut(buf + used, len - used, i ? "-%d" : "%d", m->sizes[i]);
+        used += strlen(buf + used);
+    }
 }
 
 /* Logits of the batch in act[nlayers]; hidden layers through ReLU. */

@@ -14,6 +14,7 @@
  * works on device buffers.
  */
 #include "worker/train.h"
+#include "lib/fmt.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -241,7 +242,7 @@ static int parse_option(int code, const char *v, struct opts *o)
             return -1;
         if (!getenv("LOCAL_RANK")) { /* the environment wins where it says */
             char buf[16];
-            snprintf(buf, sizeof buf, "%lld", n);
+            fmt_cut(buf, sizeof buf, "%lld", n); /* 0..65535 */
             setenv("LOCAL_RANK", buf, 1);
         }
         return 0;
@@ -261,13 +262,19 @@ static int default_paths(struct opts *o)
                             "DATASETS (the agent does)\n");
             return -1;
         }
-        snprintf(o->data_buf, sizeof o->data_buf, "%s/%.*s", root, (int)first, list);
+        if (fmt_whole(o->data_buf, sizeof o->data_buf, "%s/%.*s", root, (int)first, list) != 0) {
+            fprintf(stderr, "cohort-worker: DATASETS_PATH and DATASETS make too long a path\n");
+            return -1;
+        }
         o->data_dir = o->data_buf;
     }
     if (o->checkpoint && !o->ckpt_dir) {
         const char *ws = getenv("WORKSPACE");
         if (ws && *ws) {
-            snprintf(o->ckpt_buf, sizeof o->ckpt_buf, "%s/checkpoints", ws);
+            if (fmt_path(o->ckpt_buf, sizeof o->ckpt_buf, ws, "checkpoints") != 0) {
+                fprintf(stderr, "cohort-worker: WORKSPACE is too long a path\n");
+                return -1;
+            }
             o->ckpt_dir = o->ckpt_buf;
         } else {
             o->checkpoint = 0;  /* nowhere to keep them; said at start-up */
