@@ -90,13 +90,13 @@ store_st *store_prep(store_conn *c, const char *sql, const store_arg *args)
     return st;
 }
 
-int store_exec(store_conn *c, int64_t *id, const char *sql, const store_arg *args)
+store_rc store_exec(store_conn *c, int64_t *id, const char *sql, const store_arg *args)
 {
     store_st *st = store_prep(c, sql, args);
     return st ? store_step_change(c, st, id) : STORE_EIO;
 }
 
-int store_int64(store_conn *c, int64_t *out, const char *sql, const store_arg *args)
+store_rc store_int64(store_conn *c, int64_t *out, const char *sql, const store_arg *args)
 {
     store_st *st = store_prep(c, sql, args);
     if (!st)
@@ -108,12 +108,12 @@ int store_int64(store_conn *c, int64_t *out, const char *sql, const store_arg *a
     return rc;
 }
 
-int store_tx_exec_id(store_tx *tx, const char *sql, int64_t id)
+store_rc store_tx_exec_id(store_tx *tx, const char *sql, int64_t id)
 {
     return store_exec(tx->conn, NULL, sql, STORE_ARGS(STORE_I(id)));
 }
 
-int store_step_row(store_st *st)
+store_rc store_step_row(store_st *st)
 {
     int rc = store_step(st);
     if (rc == STORE_ROW)
@@ -121,7 +121,7 @@ int store_step_row(store_st *st)
     return rc == STORE_DONE ? STORE_NOTFOUND : rc;
 }
 
-int store_get_one(store_st *st, void (*decode)(store_st *st, void *out), void *out)
+store_rc store_get_one(store_st *st, void (*decode)(store_st *st, void *out), void *out)
 {
     if (!st)
         return STORE_EIO;
@@ -132,7 +132,7 @@ int store_get_one(store_st *st, void (*decode)(store_st *st, void *out), void *o
     return rc;
 }
 
-int store_each(store_st *st, void (*each)(void *ctx, store_st *st), void *ctx)
+store_rc store_each(store_st *st, void (*each)(void *ctx, store_st *st), void *ctx)
 {
     if (!st)
         return STORE_EIO;
@@ -143,7 +143,7 @@ int store_each(store_st *st, void (*each)(void *ctx, store_st *st), void *ctx)
     return rc == STORE_DONE ? STORE_OK : rc;
 }
 
-int store_step_change(store_conn *c, store_st *st, int64_t *id)
+store_rc store_step_change(store_conn *c, store_st *st, int64_t *id)
 {
     (void)c;
     int rc = store_step(st);
@@ -271,7 +271,7 @@ store_conn *store_reader(store *s)
     return c;
 }
 
-int store_tx_mark(store_tx *tx)
+store_rc store_tx_mark(store_tx *tx)
 {
     return tx->conn->be->exec(tx->conn, "SAVEPOINT nested", NULL, 0);
 }
@@ -304,7 +304,7 @@ static const char sql_commit[] = "COMMIT";
 /* The snapshot begins with the first statement read through it: a request
  * that reads nothing (a cached token, a heartbeat) costs the database
  * nothing, and on PostgreSQL saves BEGIN's and COMMIT's round trips. */
-int store_read_begin(store *s)
+store_rc store_read_begin(store *s)
 {
     if (!reader_conn(s))
         return STORE_EIO;
@@ -877,7 +877,7 @@ static void *listener_main(void *arg)
     return NULL;
 }
 
-int store_on_signal(store *s, void (*fn)(void *arg, const char *what), void *arg)
+store_rc store_on_signal(store *s, void (*fn)(void *arg, const char *what), void *arg)
 {
     if (!s->be->listen)
         return STORE_OK;
@@ -941,7 +941,7 @@ void store_writer_stats(store *s, uint64_t *batches, uint64_t *writes)
     *writes = __atomic_load_n(&s->writes, __ATOMIC_RELAXED);
 }
 
-int store_job_state_counts(store *s, void (*fn)(void *arg, const char *state, int64_t n), void *arg)
+store_rc store_job_state_counts(store *s, void (*fn)(void *arg, const char *state, int64_t n), void *arg)
 {
     /* The few jobs not yet ended, from the index; those that ended, from the
      * running counts that migration 012's triggers keep per tenant. */

@@ -86,7 +86,7 @@ store_rc store_write(store *s, store_write_fn fn, void *ctx);
 
 /* Inside a write: a nested step that can be undone alone.  store_tx_undo
  * rolls back to the last store_tx_mark; store_tx_keep keeps it. */
-int store_tx_mark(store_tx *tx);
+store_rc store_tx_mark(store_tx *tx);
 void store_tx_keep(store_tx *tx);
 void store_tx_undo(store_tx *tx);
 
@@ -105,7 +105,7 @@ store_rc store_submit_many(store *s, store_write_fn fn, store_write_many_fn many
  * the caller's snapshot, so what the caller reads after a write includes it.  Never keep one open
  * across a wait.
  */
-int store_read_begin(store *s);
+store_rc store_read_begin(store *s);
 void store_read_end(store *s);
 /* For a caller whose reads need not agree with each other (each stands
  * alone, or a write checks again): the rest of them run without a shared
@@ -123,7 +123,7 @@ int store_schema_version(store *s);
 int store_schema_known(void);
 
 /* Counts per job state for /metrics: calls fn once per state present. */
-int store_job_state_counts(store *s, void (*fn)(void *arg, const char *state, int64_t n),
+store_rc store_job_state_counts(store *s, void (*fn)(void *arg, const char *state, int64_t n),
                            void *arg);
 
 /* Writes per-batch statistics: batches committed and writes in them. */
@@ -147,7 +147,7 @@ void store_writer_stats(store *s, uint64_t *batches, uint64_t *writes);
  */
 int store_shared(store *s);
 void store_signal(store *s, const char *what);
-int store_on_signal(store *s, void (*fn)(void *arg, const char *what), void *arg);
+store_rc store_on_signal(store *s, void (*fn)(void *arg, const char *what), void *arg);
 int store_lead(store *s);
 /* What the last store_lead found, from any thread (1 on SQLite). */
 int store_leads(store *s);

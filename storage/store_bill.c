@@ -61,19 +61,19 @@ static int account_one(store_st *st, int64_t tenant_id, store_account *out)
     return rc;
 }
 
-int store_account_get(store *s, int64_t tenant_id, store_account *out)
+store_rc store_account_get(store *s, int64_t tenant_id, store_account *out)
 {
     int rc = account_one(store_read_stmt(s, account_sql), tenant_id, out);
     return rc == STORE_NOTFOUND ? STORE_OK : rc;
 }
 
-int store_account_get_tx(store_tx *tx, int64_t tenant_id, store_account *out)
+store_rc store_account_get_tx(store_tx *tx, int64_t tenant_id, store_account *out)
 {
     int rc = account_one(store_stmt(store_tx_conn(tx), account_sql), tenant_id, out);
     return rc == STORE_NOTFOUND ? STORE_OK : rc;
 }
 
-int store_account_set(store_tx *tx, const store_account *a)
+store_rc store_account_set(store_tx *tx, const store_account *a)
 {
     static const char other_sql[] =
         "SELECT 1 FROM ledger WHERE tenant_id = ?1 AND currency != ?2 LIMIT 1";
@@ -99,7 +99,7 @@ int store_account_set(store_tx *tx, const store_account *a)
     return store_step_change(c, st, NULL);
 }
 
-int store_credit_add(store_tx *tx, int64_t tenant_id, int64_t amount, const char *note,
+store_rc store_credit_add(store_tx *tx, int64_t tenant_id, int64_t amount, const char *note,
                      int64_t user_id, int64_t now_ms, int64_t *id)
 {
     static const char sql[] =
@@ -118,7 +118,7 @@ int store_credit_add(store_tx *tx, int64_t tenant_id, int64_t amount, const char
 
 /* ---- charges ---- */
 
-int store_charge_worker(store_tx *tx, int64_t worker_id)
+store_rc store_charge_worker(store_tx *tx, int64_t worker_id)
 {
     static const char get_sql[] =
         "SELECT w.job_id, w.attempt, w.rank, w.started_at, w.finished_at, j.tenant_id, j.name,"
@@ -180,7 +180,7 @@ int store_charge_worker(store_tx *tx, int64_t worker_id)
 
 /* ---- holds ---- */
 
-int store_hold_put(store_tx *tx, int64_t job_id, int64_t attempt, int64_t tenant_id,
+store_rc store_hold_put(store_tx *tx, int64_t job_id, int64_t attempt, int64_t tenant_id,
                    int64_t amount, int bounded, int64_t now_ms)
 {
     static const char sql[] =
@@ -190,7 +190,7 @@ int store_hold_put(store_tx *tx, int64_t job_id, int64_t attempt, int64_t tenant
             STORE_I(tenant_id), STORE_I(amount), STORE_I(bounded ? 1 : 0), STORE_I(now_ms)));
 }
 
-int store_hold_release_idle(store_tx *tx)
+store_rc store_hold_release_idle(store_tx *tx)
 {
     static const char sql[] =
         "DELETE FROM job_holds WHERE NOT EXISTS (SELECT 1 FROM workers w"
@@ -275,7 +275,7 @@ static int holds_read(store_conn *c, int64_t tenant_id, struct hold **holds, siz
     return rc == STORE_DONE ? STORE_OK : rc;
 }
 
-int store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money *out,
+store_rc store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money *out,
                    void (*unbounded)(void *arg, int64_t job_id), void *arg)
 {
     static const char has_sql[] = "SELECT 1 FROM accounts WHERE tenant_id = ?1";
@@ -322,7 +322,7 @@ int store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money 
     return rc;
 }
 
-int store_budget_tenants_tx(store_tx *tx, util_i64s *ids)
+store_rc store_budget_tenants_tx(store_tx *tx, util_i64s *ids)
 {
     static const char sql[] =
         "SELECT tenant_id FROM accounts WHERE enforce = 1 OR monthly_cap IS NOT NULL"
@@ -341,7 +341,7 @@ int store_budget_tenants_tx(store_tx *tx, util_i64s *ids)
 
 /* ---- queries ---- */
 
-int store_ledger_list(store *s, int64_t tenant_id, int64_t from, int64_t to, const char *kind,
+store_rc store_ledger_list(store *s, int64_t tenant_id, int64_t from, int64_t to, const char *kind,
                       void (*row)(void *arg, const store_entry *e), void *arg)
 {
     static const char sql[] =
@@ -383,7 +383,7 @@ int store_ledger_list(store *s, int64_t tenant_id, int64_t from, int64_t to, con
     return rc == STORE_DONE ? STORE_OK : rc;
 }
 
-int store_job_cost(store *s, int64_t job_id, int64_t now_ms,
+store_rc store_job_cost(store *s, int64_t job_id, int64_t now_ms,
                    void (*row)(void *arg, const store_rank_cost *c), void *arg)
 {
     static const char sql[] =
@@ -540,7 +540,7 @@ static int usage_job_month(store *s, int64_t tenant_id, int64_t from, int64_t to
     return n < 0 ? n : STORE_OK;
 }
 
-int store_usage_group(store *s, int64_t tenant_id, int64_t from, int64_t to, const char *group,
+store_rc store_usage_group(store *s, int64_t tenant_id, int64_t from, int64_t to, const char *group,
                       int64_t after, int limit, void (*row)(void *arg, const store_usage *u),
                       void *arg)
 {
@@ -603,7 +603,7 @@ int store_usage_group(store *s, int64_t tenant_id, int64_t from, int64_t to, con
     return n < 0 ? n : STORE_OK;
 }
 
-int store_usage_total(store *s, int64_t tenant_id, int64_t from, int64_t to, store_usage *out)
+store_rc store_usage_total(store *s, int64_t tenant_id, int64_t from, int64_t to, store_usage *out)
 {
     /* clang-format off */
     static const char sql[] =
@@ -634,7 +634,7 @@ int store_usage_total(store *s, int64_t tenant_id, int64_t from, int64_t to, sto
     return rc;
 }
 
-int store_money_metrics(store *s,
+store_rc store_money_metrics(store *s,
                         void (*running)(void *arg, const char *tenant, int64_t workers),
                         void (*spent)(void *arg, const char *tenant, const char *currency,
                                       int64_t amount),
@@ -671,7 +671,7 @@ int store_money_metrics(store *s,
     return rc == STORE_DONE ? STORE_OK : rc;
 }
 
-int store_tenant_use(store *s, int64_t tenant_id, store_use *out)
+store_rc store_tenant_use(store *s, int64_t tenant_id, store_use *out)
 {
     static const char sql[] =
         "SELECT count(*), coalesce(sum(worker_count), 0), coalesce(sum(worker_count * cpus), 0),"

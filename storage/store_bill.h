@@ -45,27 +45,27 @@ typedef struct store_account {
 } store_account;
 
 /* The tenant's account; a tenant without one reads as USD, 0, not enforced, no cap. */
-int store_account_get(store *s, int64_t tenant_id, store_account *out);
-int store_account_get_tx(store_tx *tx, int64_t tenant_id, store_account *out);
+store_rc store_account_get(store *s, int64_t tenant_id, store_account *out);
+store_rc store_account_get_tx(store_tx *tx, int64_t tenant_id, store_account *out);
 /* Sets currency, enforce and monthly_cap (never the balance).  STORE_CONFLICT
  * when the currency would change after ledger entries exist. */
-int store_account_set(store_tx *tx, const store_account *a);
+store_rc store_account_set(store_tx *tx, const store_account *a);
 
 /* Adds a credit (amount > 0) in the account's currency; *id gets the entry. */
-int store_credit_add(store_tx *tx, int64_t tenant_id, int64_t amount, const char *note,
+store_rc store_credit_add(store_tx *tx, int64_t tenant_id, int64_t amount, const char *note,
                      int64_t user_id, int64_t now_ms, int64_t *id);
 
 /* Writes the charge of a worker that started and has ended, once: calling it
  * again for the same rank changes nothing.  A worker that never started, or
  * has not ended, is not charged. */
-int store_charge_worker(store_tx *tx, int64_t worker_id);
+store_rc store_charge_worker(store_tx *tx, int64_t worker_id);
 
 /* Holds amount for an admitted attempt. */
-int store_hold_put(store_tx *tx, int64_t job_id, int64_t attempt, int64_t tenant_id,
+store_rc store_hold_put(store_tx *tx, int64_t job_id, int64_t attempt, int64_t tenant_id,
                    int64_t amount, int bounded, int64_t now_ms);
 /* Drops the holds of attempts that are over: no worker alive and the job
  * no longer starting or running in that attempt. */
-int store_hold_release_idle(store_tx *tx);
+store_rc store_hold_release_idle(store_tx *tx);
 
 /* What a tenant's money is doing now. */
 typedef struct store_money {
@@ -80,11 +80,11 @@ typedef struct store_money {
 
 /* The tenant's money at now_ms; unbounded(arg, job_id), when not NULL, is
  * called for each job whose admitted attempt has no max_runtime_seconds. */
-int store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money *out,
+store_rc store_money_tx(store_tx *tx, int64_t tenant_id, int64_t now_ms, store_money *out,
                    void (*unbounded)(void *arg, int64_t job_id), void *arg);
 /* Appends to ids every tenant whose account enforces a balance or has a
  * monthly cap, in id order. */
-int store_budget_tenants_tx(store_tx *tx, util_i64s *ids);
+store_rc store_budget_tenants_tx(store_tx *tx, util_i64s *ids);
 
 /* One ledger entry. */
 typedef struct store_entry {
@@ -100,7 +100,7 @@ typedef struct store_entry {
 
 /* Entries of one kind ("credit" or "charge") of a tenant written in
  * [from, to), oldest first. */
-int store_ledger_list(store *s, int64_t tenant_id, int64_t from, int64_t to, const char *kind,
+store_rc store_ledger_list(store *s, int64_t tenant_id, int64_t from, int64_t to, const char *kind,
                       void (*row)(void *arg, const store_entry *e), void *arg);
 
 /* A rank of a job, with its charge when it has one. */
@@ -114,7 +114,7 @@ typedef struct store_rank_cost {
 
 /* Every rank of every attempt of a job (attempt, rank order); running ranks
  * are priced at now_ms with the job's price and cap. */
-int store_job_cost(store *s, int64_t job_id, int64_t now_ms,
+store_rc store_job_cost(store *s, int64_t job_id, int64_t now_ms,
                    void (*row)(void *arg, const store_rank_cost *c), void *arg);
 
 /* Charges of a tenant in [from, to) grouped by group ("day", "job", "user"
@@ -131,15 +131,15 @@ typedef struct store_usage {
     int64_t entries, worker_seconds, gpu_seconds, amount;
     char currency[4];
 } store_usage;
-int store_usage_group(store *s, int64_t tenant_id, int64_t from, int64_t to, const char *group,
+store_rc store_usage_group(store *s, int64_t tenant_id, int64_t from, int64_t to, const char *group,
                       int64_t after, int limit, void (*row)(void *arg, const store_usage *u),
                       void *arg);
 /* The same charges all summed into out (key 0, name ""; currency "" when
  * there are none). */
-int store_usage_total(store *s, int64_t tenant_id, int64_t from, int64_t to, store_usage *out);
+store_rc store_usage_total(store *s, int64_t tenant_id, int64_t from, int64_t to, store_usage *out);
 
 /* Per tenant (by name): running workers, and charges since ever (for /metrics). */
-int store_money_metrics(store *s,
+store_rc store_money_metrics(store *s,
                         void (*running)(void *arg, const char *tenant, int64_t workers),
                         void (*spent)(void *arg, const char *tenant, const char *currency,
                                       int64_t amount),
@@ -149,6 +149,6 @@ int store_money_metrics(store *s,
 typedef struct store_use {
     int64_t jobs, workers, cpus, gpus;
 } store_use;
-int store_tenant_use(store *s, int64_t tenant_id, store_use *out);
+store_rc store_tenant_use(store *s, int64_t tenant_id, store_use *out);
 
 #endif

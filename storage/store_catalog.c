@@ -24,14 +24,14 @@ void store_spec_row(store_st *st, void *out)
 
 STORE_ROWS(spec_rows, store_spec, store_spec_row)
 
-int store_spec_get(store *s, const char *name, store_spec *out)
+store_rc store_spec_get(store *s, const char *name, store_spec *out)
 {
     static const char sql[] = "SELECT " SPEC_COLS " FROM worker_specs WHERE name = ?1";
     return store_get_one(store_prep(store_reader(s), sql, STORE_ARGS(STORE_T(name))), store_spec_row,
                          out);
 }
 
-int store_spec_list(store *s, int64_t after, int limit,
+store_rc store_spec_list(store *s, int64_t after, int limit,
                     void (*row)(void *arg, const store_spec *sp), void *arg)
 {
     static const char sql[] =
@@ -53,7 +53,7 @@ static void spec_bind(store_st *st, const store_spec *sp, int64_t now)
     store_bind_int64(st, 8, now);
 }
 
-int store_spec_insert(store_tx *tx, const store_spec *sp, int64_t *id)
+store_rc store_spec_insert(store_tx *tx, const store_spec *sp, int64_t *id)
 {
     static const char sql[] =
         "INSERT INTO worker_specs(name, cpus, memory_mb, gpus, gpu_type, price_per_hour,"
@@ -66,7 +66,7 @@ int store_spec_insert(store_tx *tx, const store_spec *sp, int64_t *id)
     return store_step_change(c, st, id);
 }
 
-int store_spec_update(store_tx *tx, const store_spec *sp)
+store_rc store_spec_update(store_tx *tx, const store_spec *sp)
 {
     static const char sql[] =
         "UPDATE worker_specs SET cpus = ?2, memory_mb = ?3, gpus = ?4, gpu_type = ?5,"
@@ -96,7 +96,7 @@ void store_image_row(store_st *st, void *out)
 
 STORE_ROWS(image_rows, store_image, store_image_row)
 
-int store_image_get(store *s, int64_t tenant_id, const char *name, store_image *out)
+store_rc store_image_get(store *s, int64_t tenant_id, const char *name, store_image *out)
 {
     /* The tenant's own first (tenant_id IS NULL sorts its public one after). */
     static const char sql[] = "SELECT " IMAGE_COLS " FROM images WHERE name = ?1"
@@ -106,7 +106,7 @@ int store_image_get(store *s, int64_t tenant_id, const char *name, store_image *
             STORE_I(tenant_id))), store_image_row, out);
 }
 
-int store_image_list(store *s, int64_t tenant_id, int64_t after, int limit,
+store_rc store_image_list(store *s, int64_t tenant_id, int64_t after, int limit,
                      void (*row)(void *arg, const store_image *im), void *arg)
 {
     static const char sql[] = "SELECT " IMAGE_COLS " FROM images WHERE id > ?1"
@@ -117,13 +117,13 @@ int store_image_list(store *s, int64_t tenant_id, int64_t after, int limit,
             STORE_I(tenant_id))), image_rows, &r);
 }
 
-int store_image_set_password(store_tx *tx, int64_t id, const char *password)
+store_rc store_image_set_password(store_tx *tx, int64_t id, const char *password)
 {
     static const char sql[] = "UPDATE images SET password = ?2 WHERE id = ?1";
     return store_exec(store_tx_conn(tx), NULL, sql, STORE_ARGS(STORE_I(id), STORE_T(password)));
 }
 
-int store_image_insert(store_tx *tx, const store_image *im, int64_t *id)
+store_rc store_image_insert(store_tx *tx, const store_image *im, int64_t *id)
 {
     static const char sql[] =
         "INSERT INTO images(tenant_id, name, reference, framework, username, password,"

@@ -39,26 +39,26 @@ typedef struct store_image {
 } store_image;
 
 /* The password of image id, as kept (sealed): 0 or a STORE_ code. */
-int store_image_set_password(store_tx *tx, int64_t id, const char *password);
+store_rc store_image_set_password(store_tx *tx, int64_t id, const char *password);
 
-int store_spec_get(store *s, const char *name, store_spec *out);
+store_rc store_spec_get(store *s, const char *name, store_spec *out);
 /* Lists with id > after, in id order, at most limit. */
-int store_spec_list(store *s, int64_t after, int limit,
+store_rc store_spec_list(store *s, int64_t after, int limit,
                     void (*row)(void *arg, const store_spec *sp), void *arg);
 /* Inserts sp, created and updated at sp->updated_at (the caller's clock, so
  * that what it answers is what is stored). */
-int store_spec_insert(store_tx *tx, const store_spec *sp, int64_t *id);
+store_rc store_spec_insert(store_tx *tx, const store_spec *sp, int64_t *id);
 /* Updates every field but the name; STORE_NOTFOUND when absent. */
 /* Updates the spec named sp->name to sp, updated at sp->updated_at. */
-int store_spec_update(store_tx *tx, const store_spec *sp);
+store_rc store_spec_update(store_tx *tx, const store_spec *sp);
 
 /* The image name as tenant_id sees it: its own private image of that name,
  * else the public one.  tenant_id 0: only public images. */
-int store_image_get(store *s, int64_t tenant_id, const char *name, store_image *out);
+store_rc store_image_get(store *s, int64_t tenant_id, const char *name, store_image *out);
 /* Public images and tenant_id's own (tenant_id -1: every image). */
-int store_image_list(store *s, int64_t tenant_id, int64_t after, int limit,
+store_rc store_image_list(store *s, int64_t tenant_id, int64_t after, int limit,
                      void (*row)(void *arg, const store_image *im), void *arg);
 /* Inserts im, created at im->created_at. */
-int store_image_insert(store_tx *tx, const store_image *im, int64_t *id);
+store_rc store_image_insert(store_tx *tx, const store_image *im, int64_t *id);
 
 #endif

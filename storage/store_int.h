@@ -49,14 +49,14 @@ struct store_arg {
  * resets it.  NULL (STORE_EIO) when c is NULL or sql cannot be prepared. */
 store_st *store_prep(store_conn *c, const char *sql, const store_arg *args);
 /* store_prep, then store_step_change (id as there). */
-int store_exec(store_conn *c, int64_t *id, const char *sql, const store_arg *args);
+store_rc store_exec(store_conn *c, int64_t *id, const char *sql, const store_arg *args);
 /* store_prep, then the first column of the first row into *out: STORE_OK,
  * STORE_NOTFOUND (no row: *out untouched) or an error. */
-int store_int64(store_conn *c, int64_t *out, const char *sql, const store_arg *args);
+store_rc store_int64(store_conn *c, int64_t *out, const char *sql, const store_arg *args);
 
 /* Runs a write statement whose only parameter, ?1, is id.
  * STORE_NOTFOUND when it changed no row. */
-int store_tx_exec_id(store_tx *tx, const char *sql, int64_t id);
+store_rc store_tx_exec_id(store_tx *tx, const char *sql, int64_t id);
 
 /* The next row: STORE_ROW, STORE_DONE or an error (STORE_*). */
 static inline int store_step(store_st *st)
@@ -127,7 +127,7 @@ static inline const void *store_col_blob(store_st *st, int i, int *len)
 
 /* Steps a statement expected to yield at most one row: STORE_OK with the
  * row ready to read, STORE_NOTFOUND, or an error.  The caller resets. */
-int store_step_row(store_st *st);
+store_rc store_step_row(store_st *st);
 /*
  * The two shapes of a read, in the spirit of sqlite3_exec's callback.  Both
  * take a statement prepared and bound by the caller (NULL: it could not be
@@ -138,8 +138,8 @@ int store_step_row(store_st *st);
  * store_each: each(ctx, st) for every row; STORE_OK or the engine's error.
  * STORE_ROWS below defines the usual each().
  */
-int store_get_one(store_st *st, void (*decode)(store_st *st, void *out), void *out);
-int store_each(store_st *st, void (*each)(void *ctx, store_st *st), void *ctx);
+store_rc store_get_one(store_st *st, void (*decode)(store_st *st, void *out), void *out);
+store_rc store_each(store_st *st, void (*each)(void *ctx, store_st *st), void *ctx);
 
 /*
  * Defines struct NAME {row, arg} and static void NAME(void *ctx,
@@ -163,7 +163,7 @@ int store_each(store_st *st, void (*each)(void *ctx, store_st *st), void *ctx);
 /* Steps an INSERT/UPDATE/DELETE to its end and resets it.  *id, when not
  * NULL, gets the first column of its first row: the statement says
  * RETURNING id.  STORE_NOTFOUND when it changed no row. */
-int store_step_change(store_conn *c, store_st *st, int64_t *id);
+store_rc store_step_change(store_conn *c, store_st *st, int64_t *id);
 
 /*
  * The columns of st from off on, seen as columns 0, 1, ...: one row that

@@ -128,7 +128,7 @@ static int event_insert(store_conn *c, int64_t job_id, int64_t at, int64_t attem
             STORE_T(from), STORE_T(to), STORE_T(reason && reason[0] ? reason : NULL)));
 }
 
-int store_job_note(store_tx *tx, int64_t job_id, int64_t attempt, const char *reason)
+store_rc store_job_note(store_tx *tx, int64_t job_id, int64_t attempt, const char *reason)
 {
     static const char sql[] = "SELECT state FROM jobs WHERE id = ?1";
     store_conn *c = store_tx_conn(tx);
@@ -245,7 +245,7 @@ static void job_inserted(store_job *j, int64_t id, int64_t now)
     j->created_at = j->updated_at = now;
 }
 
-int store_job_insert(store_tx *tx, store_job *j)
+store_rc store_job_insert(store_tx *tx, store_job *j)
 {
     store_conn *c = store_tx_conn(tx);
     store_st *st = store_stmt(c, insert_sql(0));
@@ -293,7 +293,7 @@ static int insert_rows(store_conn *c, store_job *const *js, int i)
     return STORE_OK;
 }
 
-int store_job_insert_many(store_tx *tx, store_job *const *js, int n)
+store_rc store_job_insert_many(store_tx *tx, store_job *const *js, int n)
 {
     store_conn *c = store_tx_conn(tx);
     int rc = STORE_OK;
@@ -308,7 +308,7 @@ int store_job_insert_many(store_tx *tx, store_job *const *js, int n)
     return rc;
 }
 
-int store_job_refs(store *s, int64_t tenant_id, const char *image, const char *spec,
+store_rc store_job_refs(store *s, int64_t tenant_id, const char *image, const char *spec,
                    const char *workspace, store_image *im, store_spec *sp, store_volume *ws,
                    int *found)
 {
@@ -361,18 +361,18 @@ static int job_get_conn(store_conn *c, int64_t tenant_id, int64_t id, store_job 
     return rc;
 }
 
-int store_job_get(store *s, int64_t tenant_id, int64_t id, store_job *out)
+store_rc store_job_get(store *s, int64_t tenant_id, int64_t id, store_job *out)
 {
     store_conn *c = store_reader(s);
     return c ? job_get_conn(c, tenant_id, id, out) : STORE_EIO;
 }
 
-int store_job_get_tx(store_tx *tx, int64_t tenant_id, int64_t id, store_job *out)
+store_rc store_job_get_tx(store_tx *tx, int64_t tenant_id, int64_t id, store_job *out)
 {
     return job_get_conn(store_tx_conn(tx), tenant_id, id, out);
 }
 
-int store_job_by_idem_tx(store_tx *tx, int64_t tenant_id, const char *key, store_job *out)
+store_rc store_job_by_idem_tx(store_tx *tx, int64_t tenant_id, const char *key, store_job *out)
 {
     static const char sql[] =
         "SELECT " JOB_COLS JOB_FROM " WHERE j.tenant_id = ?1 AND j.idempotency_key = ?2";
@@ -387,7 +387,7 @@ int store_job_by_idem_tx(store_tx *tx, int64_t tenant_id, const char *key, store
     return rc;
 }
 
-int store_job_list(store *s, const store_job_filter *f,
+store_rc store_job_list(store *s, const store_job_filter *f,
                    void (*row)(void *arg, const store_job *j), void *arg)
 {
     static const char sql[] =
@@ -413,7 +413,7 @@ int store_job_list(store *s, const store_job_filter *f,
     return rc == STORE_DONE ? STORE_OK : rc;
 }
 
-int store_job_transition(store_tx *tx, int64_t id, job_state from, job_state to,
+store_rc store_job_transition(store_tx *tx, int64_t id, job_state from, job_state to,
                          const char *reason)
 {
     static const char sql[] =
@@ -444,14 +444,14 @@ int store_job_transition(store_tx *tx, int64_t id, job_state from, job_state to,
                         store_job_state_name(to), reason);
 }
 
-int store_job_count_pending(store *s, int64_t tenant_id, int64_t limit, int64_t *n)
+store_rc store_job_count_pending(store *s, int64_t tenant_id, int64_t limit, int64_t *n)
 {
     static const char sql[] = "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE tenant_id = ?1"
                               " AND state = 'PENDING' LIMIT ?2) AS p";
     return store_int64(store_reader(s), n, sql, STORE_ARGS(STORE_I(tenant_id), STORE_I(limit)));
 }
 
-int store_job_set_priority(store_tx *tx, int64_t id, int64_t priority, int64_t now_ms)
+store_rc store_job_set_priority(store_tx *tx, int64_t id, int64_t priority, int64_t now_ms)
 {
     static const char sql[] = "UPDATE jobs SET priority = ?2, updated_at = ?3 WHERE id = ?1"
                               " AND state NOT IN ('SUCCEEDED', 'FAILED', 'CANCELLED')";
@@ -459,7 +459,7 @@ int store_job_set_priority(store_tx *tx, int64_t id, int64_t priority, int64_t n
             STORE_I(now_ms)));
 }
 
-int store_job_delete(store_tx *tx, int64_t id)
+store_rc store_job_delete(store_tx *tx, int64_t id)
 {
     static const char sql[] = "DELETE FROM jobs WHERE id = ?1";
     return store_tx_exec_id(tx, sql, id);
@@ -478,7 +478,7 @@ static void event_row(store_st *st, void *out)
 
 STORE_ROWS(event_rows, store_event, event_row)
 
-int store_job_events(store *s, int64_t job_id, int64_t after, int limit,
+store_rc store_job_events(store *s, int64_t job_id, int64_t after, int limit,
                      void (*row)(void *arg, const store_event *e), void *arg)
 {
     static const char sql[] =
@@ -489,7 +489,7 @@ int store_job_events(store *s, int64_t job_id, int64_t after, int limit,
             STORE_I(limit))), event_rows, &r);
 }
 
-int store_job_admit(store_tx *tx, int64_t job_id, int64_t price_per_hour,
+store_rc store_job_admit(store_tx *tx, int64_t job_id, int64_t price_per_hour,
                     int64_t estimated_max, int64_t now_ms)
 {
     static const char sql[] =
@@ -508,7 +508,7 @@ int store_job_admit(store_tx *tx, int64_t job_id, int64_t price_per_hour,
     return rc == STORE_NOTFOUND ? STORE_OK : rc;
 }
 
-int store_job_briefs_tx(store_tx *tx, job_state state,
+store_rc store_job_briefs_tx(store_tx *tx, job_state state,
                         void (*row)(void *arg, const store_job_brief *b), void *arg)
 {
     static const char sql[] =
@@ -556,7 +556,7 @@ int store_job_briefs_tx(store_tx *tx, job_state state,
 }
 
 
-int store_metric_reserve(store_tx *tx, int64_t job_id, int64_t n, int64_t max, int64_t *granted)
+store_rc store_metric_reserve(store_tx *tx, int64_t job_id, int64_t n, int64_t max, int64_t *granted)
 {
     static const char get[] = "SELECT metric_rows FROM jobs WHERE id = ?1";
     static const char put[] = "UPDATE jobs SET metric_rows = ?2 WHERE id = ?1";
@@ -571,7 +571,7 @@ int store_metric_reserve(store_tx *tx, int64_t job_id, int64_t n, int64_t max, i
             STORE_I(have + *granted)));
 }
 
-int store_metric_insert(store_tx *tx, int64_t job_id, int64_t attempt, int64_t rank,
+store_rc store_metric_insert(store_tx *tx, int64_t job_id, int64_t attempt, int64_t rank,
                         int64_t at, const char *json)
 {
     static const char sql[] =
@@ -591,7 +591,7 @@ static void metric_row(store_st *st, void *out)
 
 STORE_ROWS(metric_rows, store_metric, metric_row)
 
-int store_metric_list(store *s, int64_t job_id, int64_t after, int limit,
+store_rc store_metric_list(store *s, int64_t job_id, int64_t after, int limit,
                       void (*row)(void *arg, const store_metric *m), void *arg)
 {
     static const char sql[] = "SELECT id, attempt, rank, at, data FROM job_metrics"

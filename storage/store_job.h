@@ -97,11 +97,11 @@ typedef struct store_job_filter {
 void store_job_clear(store_job *j);
 
 /* Inserts j (state PENDING) and its submit event; sets j->id and times. */
-int store_job_insert(store_tx *tx, store_job *j);
+store_rc store_job_insert(store_tx *tx, store_job *j);
 /* store_job_insert for the n jobs of js, in fewer statements (up to 16
  * rows each); on any failure returns its code, and the caller undoes
  * the write (the ids set on the jobs before it then name nothing). */
-int store_job_insert_many(store_tx *tx, store_job *const *js, int n);
+store_rc store_job_insert_many(store_tx *tx, store_job *const *js, int n);
 
 /*
  * What a submit names, read at once: the image of that name the tenant may
@@ -109,32 +109,32 @@ int store_job_insert_many(store_tx *tx, store_job *const *js, int n);
  * gets STORE_REF_* of those that exist, each filled; STORE_OK or an error.
  */
 enum { STORE_REF_IMAGE = 1, STORE_REF_SPEC = 2, STORE_REF_WORKSPACE = 4 };
-int store_job_refs(store *s, int64_t tenant_id, const char *image, const char *spec,
+store_rc store_job_refs(store *s, int64_t tenant_id, const char *image, const char *spec,
                    const char *workspace, store_image *im, store_spec *sp, store_volume *ws,
                    int *found);
 /* Inside a write: the tenant's job submitted with this idempotency key. */
-int store_job_by_idem_tx(store_tx *tx, int64_t tenant_id, const char *key, store_job *out);
+store_rc store_job_by_idem_tx(store_tx *tx, int64_t tenant_id, const char *key, store_job *out);
 /* The job id of tenant_id (0: any tenant); the caller clears out. */
-int store_job_get(store *s, int64_t tenant_id, int64_t id, store_job *out);
-int store_job_get_tx(store_tx *tx, int64_t tenant_id, int64_t id, store_job *out);
+store_rc store_job_get(store *s, int64_t tenant_id, int64_t id, store_job *out);
+store_rc store_job_get_tx(store_tx *tx, int64_t tenant_id, int64_t id, store_job *out);
 /* Jobs newest first; row() borrows the job for the call only. */
-int store_job_list(store *s, const store_job_filter *f,
+store_rc store_job_list(store *s, const store_job_filter *f,
                    void (*row)(void *arg, const store_job *j), void *arg);
 /* Moves a job from state from to state to with an event; sets
  * started/finished times as the state implies.  STORE_NOTFOUND when the job
  * is absent or not in state from. */
-int store_job_transition(store_tx *tx, int64_t id, job_state from, job_state to,
+store_rc store_job_transition(store_tx *tx, int64_t id, job_state from, job_state to,
                          const char *reason);
 /* An event that changes no state (from and to are the job's state now):
  * something the job's owner should know, such as its log being cut. */
-int store_job_note(store_tx *tx, int64_t job_id, int64_t attempt, const char *reason);
+store_rc store_job_note(store_tx *tx, int64_t job_id, int64_t attempt, const char *reason);
 /* Deletes a job and its events. */
 /* The tenant's PENDING jobs into *n, counted up to limit at most. */
-int store_job_count_pending(store *s, int64_t tenant_id, int64_t limit, int64_t *n);
+store_rc store_job_count_pending(store *s, int64_t tenant_id, int64_t limit, int64_t *n);
 /* Sets the priority of job id unless it has ended (STORE_NOTFOUND then). */
-int store_job_set_priority(store_tx *tx, int64_t id, int64_t priority, int64_t now_ms);
-int store_job_delete(store_tx *tx, int64_t id);
-int store_job_events(store *s, int64_t job_id, int64_t after, int limit,
+store_rc store_job_set_priority(store_tx *tx, int64_t id, int64_t priority, int64_t now_ms);
+store_rc store_job_delete(store_tx *tx, int64_t id);
+store_rc store_job_events(store *s, int64_t job_id, int64_t after, int limit,
                      void (*row)(void *arg, const store_event *e), void *arg);
 
 /* What the scheduler needs of a job. */
@@ -151,11 +151,11 @@ typedef struct store_job_brief {
 } store_job_brief;
 
 /* Takes the price snapshot at a job's first admission (later ones keep it). */
-int store_job_admit(store_tx *tx, int64_t job_id, int64_t price_per_hour,
+store_rc store_job_admit(store_tx *tx, int64_t job_id, int64_t price_per_hour,
                     int64_t estimated_max, int64_t now_ms);
 
 /* Jobs in state (submit order); row() may not write. */
-int store_job_briefs_tx(store_tx *tx, job_state state,
+store_rc store_job_briefs_tx(store_tx *tx, job_state state,
                         void (*row)(void *arg, const store_job_brief *b), void *arg);
 
 typedef struct store_metric {
@@ -165,11 +165,11 @@ typedef struct store_metric {
 
 /* Takes room for n metric rows of job_id within max in all (migration 017):
  * *granted says how many fit (0 once the job has max). */
-int store_metric_reserve(store_tx *tx, int64_t job_id, int64_t n, int64_t max, int64_t *granted);
-int store_metric_insert(store_tx *tx, int64_t job_id, int64_t attempt, int64_t rank,
+store_rc store_metric_reserve(store_tx *tx, int64_t job_id, int64_t n, int64_t max, int64_t *granted);
+store_rc store_metric_insert(store_tx *tx, int64_t job_id, int64_t attempt, int64_t rank,
                         int64_t at, const char *json);
 /* Metrics of a job with id > after, oldest first. */
-int store_metric_list(store *s, int64_t job_id, int64_t after, int limit,
+store_rc store_metric_list(store *s, int64_t job_id, int64_t after, int limit,
                       void (*row)(void *arg, const store_metric *m), void *arg);
 
 

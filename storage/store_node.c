@@ -56,7 +56,7 @@ static int node_each(store_st *st, void (*row)(void *arg, const store_node *n), 
     return store_each(st, node_rows, &r);
 }
 
-int store_join_token_insert(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN],
+store_rc store_join_token_insert(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN],
                             int64_t expires_at, int64_t max_uses, int64_t *id)
 {
     static const char sql[] =
@@ -80,7 +80,7 @@ int store_join_token_insert(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN],
     " revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?2)"                      \
     " AND (max_uses IS NULL OR uses < max_uses)"
 
-int store_join_token_check(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t now_ms)
+store_rc store_join_token_check(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t now_ms)
 {
     static const char sql[] = "SELECT hash FROM node_join_tokens WHERE hash = ?1 AND" JOIN_LIVE;
     store_st *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN),
@@ -94,7 +94,7 @@ int store_join_token_check(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_
     return rc;
 }
 
-int store_join_token_use(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN], int64_t now_ms,
+store_rc store_join_token_use(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN], int64_t now_ms,
                          int64_t *id)
 {
     static const char sql[] = "UPDATE node_join_tokens SET uses = uses + 1 WHERE hash = ?1 AND"
@@ -124,7 +124,7 @@ static void join_row(store_st *st, void *out)
 
 STORE_ROWS(join_rows, store_join_token, join_row)
 
-int store_join_token_list(store *s, int64_t after, int limit,
+store_rc store_join_token_list(store *s, int64_t after, int limit,
                           void (*row)(void *arg, const store_join_token *t), void *arg)
 {
     static const char sql[] =
@@ -135,14 +135,14 @@ int store_join_token_list(store *s, int64_t after, int limit,
             STORE_I(limit))), join_rows, &r);
 }
 
-int store_join_token_revoke(store_tx *tx, int64_t id, int64_t now_ms)
+store_rc store_join_token_revoke(store_tx *tx, int64_t id, int64_t now_ms)
 {
     static const char sql[] = "UPDATE node_join_tokens SET revoked_at = ?2"
                               " WHERE id = ?1 AND revoked_at IS NULL";
     return store_exec(store_tx_conn(tx), NULL, sql, STORE_ARGS(STORE_I(id), STORE_I(now_ms)));
 }
 
-int store_node_insert(store_tx *tx, store_node *n, const uint8_t token_hash[UTIL_SHA256_LEN])
+store_rc store_node_insert(store_tx *tx, store_node *n, const uint8_t token_hash[UTIL_SHA256_LEN])
 {
     static const char sql[] =
         "INSERT INTO nodes(name, address, cpus, memory_mb, gpus, gpu_type, port_lo, port_hi,"
@@ -185,7 +185,7 @@ static int node_one(store_st *st, store_node *out)
     return rc;
 }
 
-int store_node_by_token(store *s, const uint8_t hash[UTIL_SHA256_LEN], store_node *out)
+store_rc store_node_by_token(store *s, const uint8_t hash[UTIL_SHA256_LEN], store_node *out)
 {
     static const char sql[] = NODE_SELECT " WHERE n.token_hash = ?1 AND n.revoked_at IS NULL"
                                           " GROUP BY n.id";
@@ -195,17 +195,17 @@ int store_node_by_token(store *s, const uint8_t hash[UTIL_SHA256_LEN], store_nod
 
 static const char node_get_sql[] = NODE_SELECT " WHERE n.id = ?1 GROUP BY n.id";
 
-int store_node_get(store *s, int64_t id, store_node *out)
+store_rc store_node_get(store *s, int64_t id, store_node *out)
 {
     return node_one(store_prep(store_reader(s), node_get_sql, STORE_ARGS(STORE_I(id))), out);
 }
 
-int store_node_get_tx(store_tx *tx, int64_t id, store_node *out)
+store_rc store_node_get_tx(store_tx *tx, int64_t id, store_node *out)
 {
     return node_one(store_prep(store_tx_conn(tx), node_get_sql, STORE_ARGS(STORE_I(id))), out);
 }
 
-int store_node_list(store *s, int64_t after, int limit,
+store_rc store_node_list(store *s, int64_t after, int limit,
                     void (*row)(void *arg, const store_node *n), void *arg)
 {
     static const char sql[] = NODE_SELECT " WHERE n.id > ?1 GROUP BY n.id ORDER BY n.id LIMIT ?2";
@@ -213,20 +213,20 @@ int store_node_list(store *s, int64_t after, int limit,
             STORE_I(limit))), row, arg);
 }
 
-int store_node_all_tx(store_tx *tx, void (*row)(void *arg, const store_node *n), void *arg)
+store_rc store_node_all_tx(store_tx *tx, void (*row)(void *arg, const store_node *n), void *arg)
 {
     static const char sql[] = NODE_SELECT " GROUP BY n.id ORDER BY n.id";
     return node_each(store_prep(store_tx_conn(tx), sql, NULL), row, arg);
 }
 
-int store_node_heartbeat(store_tx *tx, int64_t id, int64_t now_ms)
+store_rc store_node_heartbeat(store_tx *tx, int64_t id, int64_t now_ms)
 {
     static const char sql[] = "UPDATE nodes SET last_heartbeat = ?2, state = 'up' WHERE id = ?1"
                               " AND revoked_at IS NULL";
     return store_exec(store_tx_conn(tx), NULL, sql, STORE_ARGS(STORE_I(id), STORE_I(now_ms)));
 }
 
-int store_node_set_drained(store_tx *tx, int64_t id, int drained)
+store_rc store_node_set_drained(store_tx *tx, int64_t id, int drained)
 {
     static const char *const sql[2] = {"UPDATE nodes SET drained = 0 WHERE id = ?1",
                                        "UPDATE nodes SET drained = 1 WHERE id = ?1"};
@@ -234,7 +234,7 @@ int store_node_set_drained(store_tx *tx, int64_t id, int drained)
     return store_tx_exec_id(tx, sql[drained != 0], id);
 }
 
-int store_node_set_network(store_tx *tx, int64_t id, const char *network)
+store_rc store_node_set_network(store_tx *tx, int64_t id, const char *network)
 {
     static const char sql[] = "UPDATE nodes SET network = ?2 WHERE id = ?1";
     store_tx_touch(tx, id); /* its cached row goes */
@@ -242,7 +242,7 @@ int store_node_set_network(store_tx *tx, int64_t id, const char *network)
                       STORE_ARGS(STORE_I(id), STORE_T(!strcmp(network, "job") ? "job" : "host")));
 }
 
-int store_node_revoke(store_tx *tx, int64_t id, int64_t now_ms)
+store_rc store_node_revoke(store_tx *tx, int64_t id, int64_t now_ms)
 {
     static const char sql[] = "UPDATE nodes SET revoked_at = ?2, state = 'down', drained = 1"
                               " WHERE id = ?1 AND revoked_at IS NULL";
@@ -250,7 +250,7 @@ int store_node_revoke(store_tx *tx, int64_t id, int64_t now_ms)
     return store_exec(store_tx_conn(tx), NULL, sql, STORE_ARGS(STORE_I(id), STORE_I(now_ms)));
 }
 
-int store_node_mark_down(store_tx *tx, int64_t cutoff_ms, void (*row)(void *arg, int64_t id),
+store_rc store_node_mark_down(store_tx *tx, int64_t cutoff_ms, void (*row)(void *arg, int64_t id),
                          void *arg)
 {
     static const char sql[] = "UPDATE nodes SET state = 'down'"
@@ -312,7 +312,7 @@ static int worker_each(store_st *st, void (*row)(void *arg, const store_worker *
     return store_each(st, worker_rows, &r);
 }
 
-int store_worker_insert(store_tx *tx, store_worker *w)
+store_rc store_worker_insert(store_tx *tx, store_worker *w)
 {
     static const char sql[] =
         "INSERT INTO workers(job_id, attempt, rank, node_rank, local_rank, node_id, created_at)"
@@ -333,7 +333,7 @@ int store_worker_insert(store_tx *tx, store_worker *w)
     return store_step_change(c, st, &w->id);
 }
 
-int store_worker_list_tx(store_tx *tx, int64_t job_id, int64_t attempt,
+store_rc store_worker_list_tx(store_tx *tx, int64_t job_id, int64_t attempt,
                          void (*row)(void *arg, const store_worker *w), void *arg)
 {
     static const char sql[] = "SELECT " WORKER_COLS " FROM workers"
@@ -342,7 +342,7 @@ int store_worker_list_tx(store_tx *tx, int64_t job_id, int64_t attempt,
             STORE_I(attempt))), row, arg);
 }
 
-int store_worker_list(store *s, int64_t job_id, int64_t attempt, int64_t after, int limit,
+store_rc store_worker_list(store *s, int64_t job_id, int64_t attempt, int64_t after, int limit,
                       void (*row)(void *arg, const store_worker *w), void *arg)
 {
     /* Ids grow with the attempt and, within one placement, with the rank. */
@@ -352,7 +352,7 @@ int store_worker_list(store *s, int64_t job_id, int64_t attempt, int64_t after, 
             STORE_I(attempt), STORE_I(after), STORE_I(limit))), row, arg);
 }
 
-int store_worker_desired(store *s, int64_t node_id,
+store_rc store_worker_desired(store *s, int64_t node_id,
                          void (*row)(void *arg, const store_worker *w), void *arg)
 {
     static const char sql[] = "SELECT " WORKER_COLS " FROM workers WHERE node_id = ?1"
@@ -370,12 +370,12 @@ static int worker_one(store_st *st, int64_t id, store_worker *out)
     return store_get_one(st, worker_row, out);
 }
 
-int store_worker_get(store *s, int64_t id, store_worker *out)
+store_rc store_worker_get(store *s, int64_t id, store_worker *out)
 {
     return worker_one(store_read_stmt(s, worker_get_sql), id, out);
 }
 
-int store_worker_get_tx(store_tx *tx, int64_t id, store_worker *out)
+store_rc store_worker_get_tx(store_tx *tx, int64_t id, store_worker *out)
 {
     return worker_one(store_stmt(store_tx_conn(tx), worker_get_sql), id, out);
 }
@@ -402,7 +402,7 @@ static int worker_then_job(store_tx *tx, int64_t id, int64_t node_id, const char
     return rc == STORE_NOTFOUND ? STORE_OK : rc;
 }
 
-int store_worker_phase(store_tx *tx, int64_t id, int64_t node_id, const char *message)
+store_rc store_worker_phase(store_tx *tx, int64_t id, int64_t node_id, const char *message)
 {
     return worker_then_job(tx, id, node_id, message,
                            "UPDATE workers SET message = ?3 WHERE id = ?1 AND node_id = ?2"
@@ -412,7 +412,7 @@ int store_worker_phase(store_tx *tx, int64_t id, int64_t node_id, const char *me
                            " AND attempt = (SELECT attempt FROM workers WHERE id = ?1)");
 }
 
-int store_worker_digest(store_tx *tx, int64_t id, int64_t node_id, const char *digest)
+store_rc store_worker_digest(store_tx *tx, int64_t id, int64_t node_id, const char *digest)
 {
     return worker_then_job(tx, id, node_id, digest,
                            "UPDATE workers SET image_digest = ?3 WHERE id = ?1 AND node_id = ?2"
@@ -421,7 +421,7 @@ int store_worker_digest(store_tx *tx, int64_t id, int64_t node_id, const char *d
                            " AND id = (SELECT job_id FROM workers WHERE id = ?1)");
 }
 
-int store_worker_report(store_tx *tx, int64_t id, int64_t node_id, const char *state,
+store_rc store_worker_report(store_tx *tx, int64_t id, int64_t node_id, const char *state,
                         int64_t exit_code, int64_t signal, const char *message, int64_t now_ms)
 {
     /* A final state is never left; started_at and finished_at are set once.
@@ -451,7 +451,7 @@ int store_worker_report(store_tx *tx, int64_t id, int64_t node_id, const char *s
     return rc;
 }
 
-int store_worker_usage(store_tx *tx, int64_t id, int64_t node_id, int64_t cpu_us,
+store_rc store_worker_usage(store_tx *tx, int64_t id, int64_t node_id, int64_t cpu_us,
                        int64_t memory_peak)
 {
     static const char sql[] =
@@ -467,7 +467,7 @@ int store_worker_usage(store_tx *tx, int64_t id, int64_t node_id, int64_t cpu_us
     return rc == STORE_NOTFOUND ? STORE_OK : rc;
 }
 
-int store_worker_stop_attempt(store_tx *tx, int64_t job_id, int64_t attempt)
+store_rc store_worker_stop_attempt(store_tx *tx, int64_t job_id, int64_t attempt)
 {
     static const char sql[] = "UPDATE workers SET desired = 'stop'"
                               " WHERE job_id = ?1 AND attempt = ?2 RETURNING node_id";
@@ -482,7 +482,7 @@ int store_worker_stop_attempt(store_tx *tx, int64_t job_id, int64_t attempt)
     return rc == STORE_DONE ? STORE_OK : rc;
 }
 
-int store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms, const char *why,
+store_rc store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms, const char *why,
                            void (*row)(void *arg, int64_t job_id), void *arg)
 {
     static const char sql[] =
@@ -526,7 +526,7 @@ int store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms, const 
     return rc;
 }
 
-int store_usage_tx(store_tx *tx, int64_t since_ms,
+store_rc store_usage_tx(store_tx *tx, int64_t since_ms,
                    void (*row)(void *arg, int64_t tenant_id, int64_t cpus, int64_t gpus,
                                int64_t started_at, int64_t finished_at),
                    void *arg)
@@ -546,7 +546,7 @@ int store_usage_tx(store_tx *tx, int64_t since_ms,
     return rc == STORE_DONE ? STORE_OK : rc;
 }
 
-int store_alloc_tx(store_tx *tx, void (*row)(void *arg, int64_t job_id, int64_t node_id,
+store_rc store_alloc_tx(store_tx *tx, void (*row)(void *arg, int64_t job_id, int64_t node_id,
                                              int64_t workers),
                    void *arg)
 {
@@ -563,7 +563,7 @@ int store_alloc_tx(store_tx *tx, void (*row)(void *arg, int64_t job_id, int64_t 
     return rc == STORE_DONE ? STORE_OK : rc;
 }
 
-int store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_id,
+store_rc store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_id,
                        int64_t attempt, int64_t rank)
 {
     static const char sql[] = "INSERT INTO job_ports(node_id, port, job_id, attempt, rank)"
@@ -572,7 +572,7 @@ int store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_
             STORE_I(job_id), STORE_I(attempt), STORE_I(rank)));
 }
 
-int store_port_list(store *s, int64_t job_id, int64_t attempt,
+store_rc store_port_list(store *s, int64_t job_id, int64_t attempt,
                     void (*row)(void *arg, int64_t rank, const char *address, int64_t port),
                     void *arg)
 {
@@ -591,7 +591,7 @@ int store_port_list(store *s, int64_t job_id, int64_t attempt,
     return rc == STORE_DONE ? STORE_OK : rc;
 }
 
-int store_port_release_idle(store_tx *tx)
+store_rc store_port_release_idle(store_tx *tx)
 {
     static const char sql[] =
         "DELETE FROM job_ports WHERE NOT EXISTS (SELECT 1 FROM workers w"
@@ -633,7 +633,7 @@ int store_job_live_tx(store_tx *tx, int64_t job_id)
     return rc != STORE_NOTFOUND; /* an error counts as live: nothing is deleted */
 }
 
-int store_port_lowest_free(store_tx *tx, int64_t node_id, int64_t lo, int64_t hi, int64_t *port)
+store_rc store_port_lowest_free(store_tx *tx, int64_t node_id, int64_t lo, int64_t hi, int64_t *port)
 {
     static const char sql[] = "SELECT port FROM job_ports WHERE node_id = ?1"
                               " AND port BETWEEN ?2 AND ?3 ORDER BY port";
@@ -673,7 +673,7 @@ static void quota_row(store_st *st, void *out)
 
 STORE_ROWS(quota_rows, store_quota, quota_row)
 
-int store_quota_get(store *s, int64_t tenant_id, store_quota *out)
+store_rc store_quota_get(store *s, int64_t tenant_id, store_quota *out)
 {
     static const char sql[] = "SELECT " QUOTA_COLS " FROM tenant_quotas WHERE tenant_id = ?1";
     store_st *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(tenant_id)));
@@ -685,7 +685,7 @@ int store_quota_get(store *s, int64_t tenant_id, store_quota *out)
     return rc;
 }
 
-int store_quota_all_tx(store_tx *tx, void (*row)(void *arg, const store_quota *q), void *arg)
+store_rc store_quota_all_tx(store_tx *tx, void (*row)(void *arg, const store_quota *q), void *arg)
 {
     static const char sql[] = "SELECT " QUOTA_COLS " FROM tenant_quotas";
     struct quota_rows r = {row, arg};
@@ -700,7 +700,7 @@ static void bind_limit(store_st *st, int i, int64_t v)
         store_bind_null(st, i);
 }
 
-int store_quota_put(store_tx *tx, const store_quota *q)
+store_rc store_quota_put(store_tx *tx, const store_quota *q)
 {
     static const char sql[] =
         "INSERT INTO tenant_quotas(tenant_id, max_running_jobs, max_workers, max_cpus, max_gpus,"
@@ -721,7 +721,7 @@ int store_quota_put(store_tx *tx, const store_quota *q)
     return store_step_change(c, st, NULL);
 }
 
-int store_job_place(store_tx *tx, int64_t job_id, int64_t master_node, int64_t port,
+store_rc store_job_place(store_tx *tx, int64_t job_id, int64_t master_node, int64_t port,
                     int64_t per_node)
 {
     /* The attempt's rendezvous secret (migration 013), drawn here: every
@@ -737,7 +737,7 @@ int store_job_place(store_tx *tx, int64_t job_id, int64_t master_node, int64_t p
             STORE_I(master_node), STORE_I(port), STORE_I(per_node), STORE_T(secret)));
 }
 
-int store_job_next_attempt(store_tx *tx, int64_t job_id)
+store_rc store_job_next_attempt(store_tx *tx, int64_t job_id)
 {
     /* started_at and finished_at are the current attempt's: its timeout counts from its start. */
     static const char sql[] = "UPDATE jobs SET attempt = attempt + 1, master_node_id = NULL,"

@@ -58,118 +58,118 @@ typedef struct store_join_token {
 } store_join_token;
 
 /* expires_at 0: never; max_uses 0: any number of nodes. */
-int store_join_token_insert(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN],
+store_rc store_join_token_insert(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN],
                             int64_t expires_at, int64_t max_uses, int64_t *id);
 /* STORE_OK when the join token still admits a node at now_ms (live, not
  * used up); STORE_NOTFOUND otherwise. */
-int store_join_token_check(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t now_ms);
+store_rc store_join_token_check(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t now_ms);
 /* Counts a node against the token, when it still admits one: STORE_OK
  * with its id, or STORE_NOTFOUND (nothing changed). */
-int store_join_token_use(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN], int64_t now_ms,
+store_rc store_join_token_use(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN], int64_t now_ms,
                          int64_t *id);
-int store_join_token_list(store *s, int64_t after, int limit,
+store_rc store_join_token_list(store *s, int64_t after, int limit,
                           void (*row)(void *arg, const store_join_token *t), void *arg);
 /* STORE_NOTFOUND when there is no such token or it is revoked already. */
-int store_join_token_revoke(store_tx *tx, int64_t id, int64_t now_ms);
+store_rc store_join_token_revoke(store_tx *tx, int64_t id, int64_t now_ms);
 
 /* Inserts n (id, registered_at, last_heartbeat set here). */
-int store_node_insert(store_tx *tx, store_node *n, const uint8_t token_hash[UTIL_SHA256_LEN]);
-int store_node_by_token(store *s, const uint8_t hash[UTIL_SHA256_LEN], store_node *out);
-int store_node_get(store *s, int64_t id, store_node *out);
-int store_node_get_tx(store_tx *tx, int64_t id, store_node *out);
-int store_node_list(store *s, int64_t after, int limit,
+store_rc store_node_insert(store_tx *tx, store_node *n, const uint8_t token_hash[UTIL_SHA256_LEN]);
+store_rc store_node_by_token(store *s, const uint8_t hash[UTIL_SHA256_LEN], store_node *out);
+store_rc store_node_get(store *s, int64_t id, store_node *out);
+store_rc store_node_get_tx(store_tx *tx, int64_t id, store_node *out);
+store_rc store_node_list(store *s, int64_t after, int limit,
                     void (*row)(void *arg, const store_node *n), void *arg);
 /* Every node with its use, for the scheduler (inside its write). */
-int store_node_all_tx(store_tx *tx, void (*row)(void *arg, const store_node *n), void *arg);
-int store_node_heartbeat(store_tx *tx, int64_t id, int64_t now_ms);
-int store_node_set_drained(store_tx *tx, int64_t id, int drained);
+store_rc store_node_all_tx(store_tx *tx, void (*row)(void *arg, const store_node *n), void *arg);
+store_rc store_node_heartbeat(store_tx *tx, int64_t id, int64_t now_ms);
+store_rc store_node_set_drained(store_tx *tx, int64_t id, int drained);
 /* What node id's agent gives jobs: "job" or "host" (migration 014). */
-int store_node_set_network(store_tx *tx, int64_t id, const char *network);
+store_rc store_node_set_network(store_tx *tx, int64_t id, const char *network);
 /* Withdraws trust in node id: its token is refused from now on, it is down
  * and drained, and its row stays.  STORE_NOTFOUND when there is no such
  * node or it is revoked already.  The caller loses its workers. */
-int store_node_revoke(store_tx *tx, int64_t id, int64_t now_ms);
+store_rc store_node_revoke(store_tx *tx, int64_t id, int64_t now_ms);
 /* Marks down every up node silent since before cutoff_ms; row() gets each. */
-int store_node_mark_down(store_tx *tx, int64_t cutoff_ms, void (*row)(void *arg, int64_t id),
+store_rc store_node_mark_down(store_tx *tx, int64_t cutoff_ms, void (*row)(void *arg, int64_t id),
                          void *arg);
 
-int store_worker_insert(store_tx *tx, store_worker *w);
+store_rc store_worker_insert(store_tx *tx, store_worker *w);
 /* The workers of one attempt of a job, in rank order. */
-int store_worker_list_tx(store_tx *tx, int64_t job_id, int64_t attempt,
+store_rc store_worker_list_tx(store_tx *tx, int64_t job_id, int64_t attempt,
                          void (*row)(void *arg, const store_worker *w), void *arg);
 /* A page of a job's workers by attempt and rank: those of attempt (0: every
  * attempt) with an id above after, at most limit. */
-int store_worker_list(store *s, int64_t job_id, int64_t attempt, int64_t after, int limit,
+store_rc store_worker_list(store *s, int64_t job_id, int64_t attempt, int64_t after, int limit,
                       void (*row)(void *arg, const store_worker *w), void *arg);
 /* What should run on a node: workers it holds whose desired state is run. */
-int store_worker_desired(store *s, int64_t node_id,
+store_rc store_worker_desired(store *s, int64_t node_id,
                          void (*row)(void *arg, const store_worker *w), void *arg);
-int store_worker_get_tx(store_tx *tx, int64_t id, store_worker *out);
-int store_worker_get(store *s, int64_t id, store_worker *out);
+store_rc store_worker_get_tx(store_tx *tx, int64_t id, store_worker *out);
+store_rc store_worker_get(store *s, int64_t id, store_worker *out);
 /* Records what the agent reported; times are set when the state first
  * becomes running or final.  STORE_NOTFOUND when the worker is not on the node. */
 /* A worker still starting (pulling its image): its message, and the reason
  * of its job while that is STARTING.  STORE_NOTFOUND when unchanged. */
-int store_worker_phase(store_tx *tx, int64_t id, int64_t node_id, const char *message);
+store_rc store_worker_phase(store_tx *tx, int64_t id, int64_t node_id, const char *message);
 /* The image digest a worker runs, recorded once, and on its job when the
  * job has none yet: the first one pins the job's image (store_job).
  * STORE_NOTFOUND when known already. */
-int store_worker_digest(store_tx *tx, int64_t id, int64_t node_id, const char *digest);
-int store_worker_report(store_tx *tx, int64_t id, int64_t node_id, const char *state,
+store_rc store_worker_digest(store_tx *tx, int64_t id, int64_t node_id, const char *digest);
+store_rc store_worker_report(store_tx *tx, int64_t id, int64_t node_id, const char *state,
                         int64_t exit_code, int64_t signal, const char *message, int64_t now_ms);
 /* The usage a worker's cgroup counted (cpu_us, memory_peak: -1 when not
  * known), recorded once it has ended. */
-int store_worker_usage(store_tx *tx, int64_t id, int64_t node_id, int64_t cpu_us,
+store_rc store_worker_usage(store_tx *tx, int64_t id, int64_t node_id, int64_t cpu_us,
                        int64_t memory_peak);
 /* Asks every worker of the attempt to stop. */
-int store_worker_stop_attempt(store_tx *tx, int64_t job_id, int64_t attempt);
+store_rc store_worker_stop_attempt(store_tx *tx, int64_t job_id, int64_t attempt);
 /* Live workers of a node become lost with message why ("node down");
  * row() gets each job id. */
-int store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms, const char *why,
+store_rc store_worker_lose_node(store_tx *tx, int64_t node_id, int64_t now_ms, const char *why,
                            void (*row)(void *arg, int64_t job_id), void *arg);
 
 /* Workers that ran since since_ms (or still run), with their job's tenant
  * and size, for fair share: row() gets finished_at 0 while running. */
-int store_usage_tx(store_tx *tx, int64_t since_ms,
+store_rc store_usage_tx(store_tx *tx, int64_t since_ms,
                    void (*row)(void *arg, int64_t tenant_id, int64_t cpus, int64_t gpus,
                                int64_t started_at, int64_t finished_at),
                    void *arg);
 
 /* Live workers grouped by job and node: row() gets how many of the job's
  * workers hold that node. */
-int store_alloc_tx(store_tx *tx, void (*row)(void *arg, int64_t job_id, int64_t node_id,
+store_rc store_alloc_tx(store_tx *tx, void (*row)(void *arg, int64_t job_id, int64_t node_id,
                                              int64_t workers),
                    void *arg);
 
 /* Reserves port on node for one rank of an attempt of a job (rank 0: the
  * job's MASTER_PORT); STORE_CONFLICT when taken. */
-int store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_id,
+store_rc store_port_reserve(store_tx *tx, int64_t node_id, int64_t port, int64_t job_id,
                        int64_t attempt, int64_t rank);
 /* The ports reserved for an attempt, by rank: row() gets each with the
  * address of its node. */
-int store_port_list(store *s, int64_t job_id, int64_t attempt,
+store_rc store_port_list(store *s, int64_t job_id, int64_t attempt,
                     void (*row)(void *arg, int64_t rank, const char *address, int64_t port),
                     void *arg);
 /* Frees the ports of attempts none of whose workers is alive any more. */
-int store_port_release_idle(store_tx *tx);
+store_rc store_port_release_idle(store_tx *tx);
 /* 1 when a worker of that attempt is still assigned or running. */
 int store_attempt_live(store *s, int64_t job_id, int64_t attempt);
 /* 1 when a worker of any attempt of the job is still assigned or running. */
 int store_job_live_tx(store_tx *tx, int64_t job_id);
 /* The lowest port of lo..hi that no job holds on node into *port, -1 when
  * every one is held. */
-int store_port_lowest_free(store_tx *tx, int64_t node_id, int64_t lo, int64_t hi, int64_t *port);
+store_rc store_port_lowest_free(store_tx *tx, int64_t node_id, int64_t lo, int64_t hi, int64_t *port);
 
-int store_quota_get(store *s, int64_t tenant_id, store_quota *out);
-int store_quota_put(store_tx *tx, const store_quota *q);
+store_rc store_quota_get(store *s, int64_t tenant_id, store_quota *out);
+store_rc store_quota_put(store_tx *tx, const store_quota *q);
 /* Every tenant's quota (tenants without one are not listed). */
-int store_quota_all_tx(store_tx *tx, void (*row)(void *arg, const store_quota *q), void *arg);
+store_rc store_quota_all_tx(store_tx *tx, void (*row)(void *arg, const store_quota *q), void *arg);
 
 /* Sets the placement of the job's current attempt and draws its rendezvous
  * secret (store_job.rdzv_secret). */
-int store_job_place(store_tx *tx, int64_t job_id, int64_t master_node, int64_t port,
+store_rc store_job_place(store_tx *tx, int64_t job_id, int64_t master_node, int64_t port,
                     int64_t per_node);
 /* Bumps the attempt of a job going back to PENDING. */
-int store_job_next_attempt(store_tx *tx, int64_t job_id);
+store_rc store_job_next_attempt(store_tx *tx, int64_t job_id);
 
 #endif

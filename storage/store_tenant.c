@@ -29,7 +29,7 @@ static void user_only(store_st *st, void *out)
 
 STORE_ROWS(user_rows, store_user, user_only)
 
-int store_token_lookup(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t now_ms,
+store_rc store_token_lookup(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t now_ms,
                        store_principal *out)
 {
     static const char sql[] =
@@ -58,7 +58,7 @@ int store_token_lookup(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t no
     return rc;
 }
 
-int store_tenant_insert(store_tx *tx, const char *name, int64_t *id)
+store_rc store_tenant_insert(store_tx *tx, const char *name, int64_t *id)
 {
     static const char sql[] = "INSERT INTO tenants(name, created_at) VALUES (?1, ?2) RETURNING id";
     return store_exec(store_tx_conn(tx), id, sql, STORE_ARGS(STORE_T(name),
@@ -76,7 +76,7 @@ static void tenant_row(store_st *st, void *out)
 
 STORE_ROWS(tenant_rows, store_tenant, tenant_row)
 
-int store_tenant_by_name(store *s, const char *name, store_tenant *out)
+store_rc store_tenant_by_name(store *s, const char *name, store_tenant *out)
 {
     static const char sql[] =
         "SELECT id, name, is_platform, created_at FROM tenants WHERE name = ?1";
@@ -84,7 +84,7 @@ int store_tenant_by_name(store *s, const char *name, store_tenant *out)
                          out);
 }
 
-int store_tenant_list(store *s, int64_t after, int limit,
+store_rc store_tenant_list(store *s, int64_t after, int limit,
                       void (*row)(void *arg, const store_tenant *t), void *arg)
 {
     static const char sql[] = "SELECT id, name, is_platform, created_at FROM tenants"
@@ -94,7 +94,7 @@ int store_tenant_list(store *s, int64_t after, int limit,
             STORE_I(limit))), tenant_rows, &r);
 }
 
-int store_user_insert(store_tx *tx, int64_t tenant_id, const char *name, const char *role,
+store_rc store_user_insert(store_tx *tx, int64_t tenant_id, const char *name, const char *role,
                       int64_t *id)
 {
     static const char sql[] =
@@ -104,14 +104,14 @@ int store_user_insert(store_tx *tx, int64_t tenant_id, const char *name, const c
             STORE_T(role), STORE_I(util_now_ms())));
 }
 
-int store_user_get(store *s, int64_t id, store_user *out)
+store_rc store_user_get(store *s, int64_t id, store_user *out)
 {
     static const char sql[] = "SELECT " USER_COLS " FROM users u"
                               " JOIN tenants t ON t.id = u.tenant_id WHERE u.id = ?1";
     return store_get_one(store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(id))), user_only, out);
 }
 
-int store_user_list(store *s, int64_t tenant_id, int64_t after, int limit,
+store_rc store_user_list(store *s, int64_t tenant_id, int64_t after, int limit,
                     void (*row)(void *arg, const store_user *u), void *arg)
 {
     static const char sql[] = "SELECT " USER_COLS " FROM users u"
@@ -122,19 +122,19 @@ int store_user_list(store *s, int64_t tenant_id, int64_t after, int limit,
             STORE_I(after), STORE_I(limit))), user_rows, &r);
 }
 
-int store_platform_admin_count(store *s, int64_t *n)
+store_rc store_platform_admin_count(store *s, int64_t *n)
 {
     static const char sql[] = "SELECT count(*) FROM users WHERE role = 'platform_admin'";
     return store_int64(store_reader(s), n, sql, NULL);
 }
 
-int store_platform_tenant_tx(store_tx *tx, int64_t *id)
+store_rc store_platform_tenant_tx(store_tx *tx, int64_t *id)
 {
     static const char sql[] = "SELECT id FROM tenants WHERE is_platform = 1";
     return store_int64(store_tx_conn(tx), id, sql, NULL);
 }
 
-int store_token_insert(store_tx *tx, int64_t user_id, const char *name,
+store_rc store_token_insert(store_tx *tx, int64_t user_id, const char *name,
                        const uint8_t hash[UTIL_SHA256_LEN], int64_t expires_at, int64_t *id)
 {
     static const char sql[] = "INSERT INTO api_tokens(user_id, name, hash, created_at, expires_at)"
@@ -167,21 +167,21 @@ static void token_row(store_st *st, void *out)
 
 STORE_ROWS(token_rows, store_token, token_row)
 
-int store_token_get(store *s, int64_t id, store_token *out)
+store_rc store_token_get(store *s, int64_t id, store_token *out)
 {
     static const char sql[] = "SELECT " TOKEN_COLS " FROM api_tokens k"
                               " JOIN users u ON u.id = k.user_id WHERE k.id = ?1";
     return store_get_one(store_prep(store_reader(s), sql, STORE_ARGS(STORE_I(id))), token_row, out);
 }
 
-int store_token_count_live(store *s, int64_t user_id, int64_t now_ms, int64_t *n)
+store_rc store_token_count_live(store *s, int64_t user_id, int64_t now_ms, int64_t *n)
 {
     static const char sql[] = "SELECT count(*) FROM api_tokens WHERE user_id = ?1"
                               " AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?2)";
     return store_int64(store_reader(s), n, sql, STORE_ARGS(STORE_I(user_id), STORE_I(now_ms)));
 }
 
-int store_token_list(store *s, int64_t user_id, int64_t after, int limit,
+store_rc store_token_list(store *s, int64_t user_id, int64_t after, int limit,
                      void (*row)(void *arg, const store_token *t), void *arg)
 {
     static const char sql[] = "SELECT " TOKEN_COLS " FROM api_tokens k"
@@ -192,7 +192,7 @@ int store_token_list(store *s, int64_t user_id, int64_t after, int limit,
             STORE_I(limit))), token_rows, &r);
 }
 
-int store_token_revoke(store_tx *tx, int64_t id, int64_t now_ms)
+store_rc store_token_revoke(store_tx *tx, int64_t id, int64_t now_ms)
 {
     static const char sql[] =
         "UPDATE api_tokens SET revoked_at = ?2 WHERE id = ?1 AND revoked_at IS NULL";

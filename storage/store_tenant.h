@@ -46,33 +46,33 @@ typedef struct store_principal {
 
 /* Finds the live (not revoked, not expired at now_ms) token with this hash;
  * the hash is compared again in constant time.  STORE_NOTFOUND otherwise. */
-int store_token_lookup(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t now_ms,
+store_rc store_token_lookup(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t now_ms,
                        store_principal *out);
 
-int store_tenant_insert(store_tx *tx, const char *name, int64_t *id);
-int store_tenant_by_name(store *s, const char *name, store_tenant *out);
+store_rc store_tenant_insert(store_tx *tx, const char *name, int64_t *id);
+store_rc store_tenant_by_name(store *s, const char *name, store_tenant *out);
 /* Lists tenants with id > after, at most limit, in id order (platform tenant excluded). */
-int store_tenant_list(store *s, int64_t after, int limit,
+store_rc store_tenant_list(store *s, int64_t after, int limit,
                       void (*row)(void *arg, const store_tenant *t), void *arg);
 
-int store_user_insert(store_tx *tx, int64_t tenant_id, const char *name, const char *role,
+store_rc store_user_insert(store_tx *tx, int64_t tenant_id, const char *name, const char *role,
                       int64_t *id);
-int store_user_get(store *s, int64_t id, store_user *out);
-int store_user_list(store *s, int64_t tenant_id, int64_t after, int limit,
+store_rc store_user_get(store *s, int64_t id, store_user *out);
+store_rc store_user_list(store *s, int64_t tenant_id, int64_t after, int limit,
                     void (*row)(void *arg, const store_user *u), void *arg);
 /* Number of platform admins: 0 on a fresh database. */
-int store_platform_admin_count(store *s, int64_t *n);
+store_rc store_platform_admin_count(store *s, int64_t *n);
 /* Inside a write: the platform tenant's id. */
-int store_platform_tenant_tx(store_tx *tx, int64_t *id);
+store_rc store_platform_tenant_tx(store_tx *tx, int64_t *id);
 
-int store_token_insert(store_tx *tx, int64_t user_id, const char *name,
+store_rc store_token_insert(store_tx *tx, int64_t user_id, const char *name,
                        const uint8_t hash[UTIL_SHA256_LEN], int64_t expires_at, int64_t *id);
-int store_token_get(store *s, int64_t id, store_token *out);
+store_rc store_token_get(store *s, int64_t id, store_token *out);
 /* The user's tokens live at now_ms (not revoked, not expired) into *n. */
-int store_token_count_live(store *s, int64_t user_id, int64_t now_ms, int64_t *n);
-int store_token_list(store *s, int64_t user_id, int64_t after, int limit,
+store_rc store_token_count_live(store *s, int64_t user_id, int64_t now_ms, int64_t *n);
+store_rc store_token_list(store *s, int64_t user_id, int64_t after, int limit,
                      void (*row)(void *arg, const store_token *t), void *arg);
 /* Revokes a live token; STORE_NOTFOUND when absent or already revoked. */
-int store_token_revoke(store_tx *tx, int64_t id, int64_t now_ms);
+store_rc store_token_revoke(store_tx *tx, int64_t id, int64_t now_ms);
 
 #endif

@@ -47,7 +47,7 @@ void store_vol_row(store_st *st, void *out)
 
 STORE_ROWS(vol_rows, store_volume, store_vol_row)
 
-int store_volume_get(store *s, store_vol_kind k, int64_t tenant_id, const char *name,
+store_rc store_volume_get(store *s, store_vol_kind k, int64_t tenant_id, const char *name,
                      int with_public, store_volume *out)
 {
     store_st *st = store_read_stmt(s, get_sql[k]);
@@ -60,7 +60,7 @@ int store_volume_get(store *s, store_vol_kind k, int64_t tenant_id, const char *
     return store_get_one(st, store_vol_row, out);
 }
 
-int store_volume_list(store *s, store_vol_kind k, int64_t tenant_id, int with_public,
+store_rc store_volume_list(store *s, store_vol_kind k, int64_t tenant_id, int with_public,
                       int64_t after, int limit, void (*row)(void *arg, const store_volume *v),
                       void *arg)
 {
@@ -76,14 +76,14 @@ int store_volume_list(store *s, store_vol_kind k, int64_t tenant_id, int with_pu
     return store_each(st, vol_rows, &r);
 }
 
-int store_volume_insert(store_tx *tx, store_vol_kind k, int64_t tenant_id, const char *name,
+store_rc store_volume_insert(store_tx *tx, store_vol_kind k, int64_t tenant_id, const char *name,
                         int64_t *id)
 {
     return store_exec(store_tx_conn(tx), id, insert_sql[k], STORE_ARGS(STORE_I(tenant_id),
             STORE_T(name), STORE_I(util_now_ms())));
 }
 
-int store_volume_count(store *s, store_vol_kind k, int64_t tenant_id, int64_t *n)
+store_rc store_volume_count(store *s, store_vol_kind k, int64_t tenant_id, int64_t *n)
 {
     static const char *const sql[2] = {
         "SELECT count(*) FROM datasets WHERE tenant_id = ?1",
@@ -91,12 +91,12 @@ int store_volume_count(store *s, store_vol_kind k, int64_t tenant_id, int64_t *n
     return store_int64(store_reader(s), n, sql[k == STORE_WORKSPACE], STORE_ARGS(STORE_I(tenant_id)));
 }
 
-int store_volume_delete(store_tx *tx, store_vol_kind k, int64_t id)
+store_rc store_volume_delete(store_tx *tx, store_vol_kind k, int64_t id)
 {
     return store_tx_exec_id(tx, delete_sql[k], id);
 }
 
-int store_dataset_seal(store_tx *tx, int64_t id)
+store_rc store_dataset_seal(store_tx *tx, int64_t id)
 {
     static const char sql[] = "UPDATE datasets SET sealed = 1 WHERE id = ?1";
     return store_tx_exec_id(tx, sql, id);

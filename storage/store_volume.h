@@ -25,18 +25,18 @@ typedef struct store_volume {
 
 /* The tenant's own volume called name; with with_public also a public
  * dataset of that name when the tenant has none. */
-int store_volume_get(store *s, store_vol_kind k, int64_t tenant_id, const char *name,
+store_rc store_volume_get(store *s, store_vol_kind k, int64_t tenant_id, const char *name,
                      int with_public, store_volume *out);
 /* The tenant's volumes (and with with_public the public datasets) with
  * id > after, in id order, at most limit. */
-int store_volume_list(store *s, store_vol_kind k, int64_t tenant_id, int with_public,
+store_rc store_volume_list(store *s, store_vol_kind k, int64_t tenant_id, int with_public,
                       int64_t after, int limit, void (*row)(void *arg, const store_volume *v),
                       void *arg);
-int store_volume_insert(store_tx *tx, store_vol_kind k, int64_t tenant_id, const char *name,
+store_rc store_volume_insert(store_tx *tx, store_vol_kind k, int64_t tenant_id, const char *name,
                         int64_t *id);
-int store_volume_delete(store_tx *tx, store_vol_kind k, int64_t id);
+store_rc store_volume_delete(store_tx *tx, store_vol_kind k, int64_t id);
 /* The tenant's volumes of kind k into *n. */
-int store_volume_count(store *s, store_vol_kind k, int64_t tenant_id, int64_t *n);
-int store_dataset_seal(store_tx *tx, int64_t id);
+store_rc store_volume_count(store *s, store_vol_kind k, int64_t tenant_id, int64_t *n);
+store_rc store_dataset_seal(store_tx *tx, int64_t id);
 
 #endif
