@@ -331,22 +331,18 @@ static int job_code_path(api_ctx *ctx, const store_volume *ws, const char *path,
 static int tenant_may_add_a_job(api_ctx *ctx, int64_t tenant, api_resp *rs)
 {
     store_quota q;
-    int64_t quota = stuse_quota(ctx->stuse, tenant), used = stuse_used(ctx->stuse, tenant);
-    if (quota >= 0 && used > quota) {
-        api_error(rs, 507, "storage_quota_exceeded", NULL,
-                  "the tenant's workspaces and datasets hold %lld bytes, past its quota of "
-                  "%lld: free some before submitting (GET /v1/quota)",
-                  (long long)used, (long long)quota);
-        return -1;
-    }
-    int64_t files = stuse_files(ctx->stuse, tenant), max_files = stuse_max_files(ctx->stuse);
-    if (max_files >= 0 && files > max_files) {
-        api_error(rs, 507, "storage_quota_exceeded", NULL,
-                  "the tenant's workspaces and datasets hold %lld files and directories, past "
-                  "the bound of %lld: remove some before submitting (GET /v1/quota)",
-                  (long long)files, (long long)max_files);
-        return -1;
-    }
+    /* bytes, then files and directories: what it holds, against its bound */
+    const int64_t held[2] = {stuse_used(ctx->stuse, tenant), stuse_files(ctx->stuse, tenant)};
+    const int64_t bound[2] = {stuse_quota(ctx->stuse, tenant), stuse_max_files(ctx->stuse)};
+    static const char *const what[2] = {"bytes", "files and directories"};
+    for (int i = 0; i < 2; i++)
+        if (bound[i] >= 0 && held[i] > bound[i]) {
+            api_error(rs, 507, "storage_quota_exceeded", NULL,
+                      "the tenant's workspaces and datasets hold %lld %s, past its bound of "
+                      "%lld: free some before submitting (GET /v1/quota)",
+                      (long long)held[i], what[i], (long long)bound[i]);
+            return -1;
+        }
     int rc = store_quota_get(ctx->st, tenant, &q);
     int64_t max = rc == STORE_OK && q.max_pending_jobs >= 0 ? q.max_pending_jobs
                                                             : ctx->default_max_pending;

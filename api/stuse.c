@@ -54,15 +54,22 @@ static struct tenant_use *entry(stuse *u, int64_t tenant)
     return &u->t[u->n++];
 }
 
-int64_t stuse_used(stuse *u, int64_t tenant)
+/* The tenant's bytes (files 0) or entries (files 1) as of the last walk
+ * plus what landed since. */
+static int64_t use_of(stuse *u, int64_t tenant, int files)
 {
     if (!u)
         return 0;
     pthread_mutex_lock(&u->lock);
     struct tenant_use *e = entry(u, tenant);
-    int64_t v = e ? e->walked + e->added : 0;
+    int64_t v = !e ? 0 : files ? e->files_walked + e->files_added : e->walked + e->added;
     pthread_mutex_unlock(&u->lock);
     return v < 0 ? 0 : v;
+}
+
+int64_t stuse_used(stuse *u, int64_t tenant)
+{
+    return use_of(u, tenant, 0);
 }
 
 void stuse_add(stuse *u, int64_t tenant, int64_t delta)
@@ -93,13 +100,7 @@ int stuse_take(stuse *u, int64_t tenant, int64_t n, int64_t quota)
 
 int64_t stuse_files(stuse *u, int64_t tenant)
 {
-    if (!u)
-        return 0;
-    pthread_mutex_lock(&u->lock);
-    struct tenant_use *e = entry(u, tenant);
-    int64_t v = e ? e->files_walked + e->files_added : 0;
-    pthread_mutex_unlock(&u->lock);
-    return v < 0 ? 0 : v;
+    return use_of(u, tenant, 1);
 }
 
 int64_t stuse_max_files(const stuse *u)
