@@ -51,6 +51,7 @@ struct worker {
     int64_t job_id, attempt, local_rank;
     char phase[200];    /* while starting: what its shim is doing */
     char digest[80];    /* the image digest it runs, once known */
+    dev_t ws_dev;       /* the file system of its workspace; 0: not known */
 };
 
 struct sup {
@@ -386,10 +387,77 @@ static void fail_launch(sup *s, struct worker *w, const char *why)
 
 /* Hands a launch spec to a new cohort-shim: one posix_spawn and one write,
  * so a batch of workers starts without the agent touching their files. */
+/* ---- what a worker hides from the storage walk ---- */
+
+#define HIDDEN_FDS_MAX 65536 /* descriptors looked at per worker and report */
+#define HIDDEN_FILES_MAX 256 /* distinct deleted files counted */
+
+/* One process's open descriptors (dir: /proc/PID/fd): the blocks of the
+ * regular files on dev that no name points at any more, each (dev, ino)
+ * once (seen, n of them). */
+static int64_t hidden_in(DIR *dir, dev_t dev, ino_t *seen, int *n, int *looked)
+{
+    int64_t bytes = 0;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL && *looked < HIDDEN_FDS_MAX) {
+        struct stat sb;
+        if (e->d_name[0] == '.' || fstatat(dirfd(dir), e->d_name, &sb, 0) != 0)
+            continue;
+        (*looked)++;
+        if (!S_ISREG(sb.st_mode) || sb.st_nlink != 0 || sb.st_dev != dev)
+            continue;
+        int known = 0;
+        for (int i = 0; i < *n && !known; i++)
+            known = seen[i] == sb.st_ino;
+        if (known || *n == HIDDEN_FILES_MAX)
+            continue;
+        seen[(*n)++] = sb.st_ino;
+        bytes += (int64_t)sb.st_blocks * 512;
+    }
+    return bytes;
+}
+
+/*
+ * The bytes a worker holds on its workspace's file system in files it has
+ * deleted and keeps open: no walk of the volumes sees them, and a job could
+ * fill the node's disk that way past its tenant's quota.  Its processes
+ * are those of its cgroup (none known: 0).
+ */
+static int64_t hidden_bytes(const sup *s, const struct worker *w)
+{
+    const cg_root *cg = s->cfg.cgroup;
+    char procs[CG_PATH_MAX + 64], path[64];
+    ino_t seen[HIDDEN_FILES_MAX];
+    int n = 0, looked = 0;
+    int64_t bytes = 0;
+    if (!w->ws_dev || !cg || !cg_used(cg))
+        return 0;
+    const char *base = cg->path[0] ? cg->path : cg->v1[CG_V1_PIDS];
+    if (!base[0])
+        return 0;
+    fmt_cut(procs, sizeof procs, "%s/w%lld/cgroup.procs", base, (long long)w->id);
+    FILE *f = fopen(procs, "re");
+    long long pid;
+    while (f && fscanf(f, "%lld", &pid) == 1 && looked < HIDDEN_FDS_MAX) {
+        fmt_cut(path, sizeof path, "/proc/%lld/fd", pid);
+        DIR *d = opendir(path);
+        if (d) {
+            bytes += hidden_in(d, w->ws_dev, seen, &n, &looked);
+            closedir(d);
+        }
+    }
+    if (f)
+        fclose(f);
+    return bytes;
+}
+
 static void launch(sup *s, struct worker *w, const cJSON *spec)
 {
     char dir[4200], err[300] = "";
     int pfd[2] = {-1, -1};
+    struct stat ws;
+    const char *workspace = jget_str(spec, "workspace");
+    w->ws_dev = workspace && stat(workspace, &ws) == 0 ? ws.st_dev : 0;
     fmt_cut(dir, sizeof dir, "%s/%lld", s->cfg.dir, (long long)w->id);
     const char *image = jget_str(spec, "image"), *fw = jget_str(spec, "framework");
     cJSON *req = cJSON_CreateObject();
@@ -810,6 +878,9 @@ cJSON *sup_report(sup *s)
         }
         if (w->state == W_RUNNING || !w->log_done) {
             cJSON_AddStringToObject(o, "state", "running");
+            int64_t hidden = w->state == W_RUNNING ? hidden_bytes(s, w) : 0;
+            if (hidden > 0)
+                cJSON_AddNumberToObject(o, "hidden_bytes", (double)hidden);
         } else if (w->state == W_EXITED) {
             cJSON_AddStringToObject(o, "state", "exited");
             if (w->signal)

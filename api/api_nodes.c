@@ -516,7 +516,7 @@ struct report {
     char network[8]; /* to store: the agent says another than the node's; "" */
     int n;
     struct {
-        int64_t id, exit_code, signal, cpu_us, memory_peak;
+        int64_t id, exit_code, signal, cpu_us, memory_peak, hidden;
         char state[12];
         char message[256];
         char digest[80]; /* "" when not reported */
@@ -596,11 +596,12 @@ static store_rc heartbeat_write(store_tx *tx, void *arg)
  * -1 answered. */
 static int report_worker(const cJSON *w, struct report *r, api_resp *rs)
 {
-    static const char *const wfields[] = {"id",     "state",  "exit_code", "signal",
-                                          "message", "cpu_us", "memory_peak",
-                                          "image_digest", NULL};
+    static const char *const wfields[] = {"id",           "state",       "exit_code",
+                                          "signal",       "message",     "cpu_us",
+                                          "memory_peak",  "image_digest", "hidden_bytes",
+                                          NULL};
     const char *state, *msg = NULL, *digest = NULL;
-    int64_t id, code = -1, sig = 0, cpu_us = -1, mem_peak = -1;
+    int64_t id, code = -1, sig = 0, cpu_us = -1, mem_peak = -1, hidden = 0;
     if (r->n == REPORT_MAX) {
         api_error(rs, 413, "too_large", "workers", "at most %d workers a heartbeat", REPORT_MAX);
         return -1;
@@ -615,7 +616,8 @@ static int report_worker(const cJSON *w, struct report *r, api_resp *rs)
         api_int(w, "signal", 0, 0, 64, &sig, rs) < 0 || api_str(w, "message", 0, 255, &msg, rs) < 0 ||
         api_int(w, "cpu_us", 0, 0, INT64_MAX / 2, &cpu_us, rs) < 0 ||
         api_int(w, "memory_peak", 0, 0, INT64_MAX / 2, &mem_peak, rs) < 0 ||
-        api_str(w, "image_digest", 0, UTIL_DIGEST_LEN, &digest, rs) < 0)
+        api_str(w, "image_digest", 0, UTIL_DIGEST_LEN, &digest, rs) < 0 ||
+        api_int(w, "hidden_bytes", 0, 0, INT64_MAX / 2, &hidden, rs) < 0)
         return -1;
     if (strcmp(state, "running") && strcmp(state, "exited") && strcmp(state, "failed") &&
         strcmp(state, "starting")) {
@@ -633,6 +635,7 @@ static int report_worker(const cJSON *w, struct report *r, api_resp *rs)
     r->w[r->n].signal = sig;
     r->w[r->n].cpu_us = cpu_us;
     r->w[r->n].memory_peak = mem_peak;
+    r->w[r->n].hidden = hidden;
     fmt_cut(r->w[r->n].state, sizeof r->w[r->n].state, "%s", state);
     fmt_cut(r->w[r->n].message, sizeof r->w[r->n].message, "%s", msg ? msg : "");
     r->n++;
@@ -670,6 +673,29 @@ static int report_read(const api_req *rq, struct report *r, cJSON **in, api_resp
     return 0;
 }
 
+/* What the node's running workers hide in deleted, open files, to their
+ * tenants' storage use (stuse_hidden); a worker that hides nothing (any
+ * more) drops out.  Only this node's own workers count. */
+static void report_hidden(api_ctx *ctx, const struct report *r)
+{
+    int64_t now = util_now_ms();
+    for (int i = 0; i < r->n; i++) {
+        store_worker w;
+        store_job j;
+        if (strcmp(r->w[i].state, "running"))
+            continue;
+        if (r->w[i].hidden <= 0) {
+            stuse_hidden(ctx->stuse, r->w[i].id, 0, 0, now);
+            continue;
+        }
+        if (store_worker_get(ctx->st, r->w[i].id, &w) != STORE_OK || w.node_id != r->node_id ||
+            store_job_get(ctx->st, 0, w.job_id, &j) != STORE_OK)
+            continue;
+        stuse_hidden(ctx->stuse, r->w[i].id, j.tenant_id, r->w[i].hidden, now);
+        store_job_clear(&j);
+    }
+}
+
 void api_agent_heartbeat(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     cJSON *in = NULL;
@@ -692,6 +718,7 @@ void api_agent_heartbeat(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_store_error(rs, rc, "heartbeat");
         goto out;
     }
+    report_hidden(ctx, r);
     if (!up)
         api_nodes_forget(&r->node_id, 1); /* it is up again */
     if (r->changed)

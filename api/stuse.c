@@ -25,9 +25,18 @@ struct tenant_use {
     int64_t files_walked, files_added; /* entries, likewise */
 };
 
+/* What a running worker hides in deleted, open files (stuse_hidden). */
+struct hidden {
+    int64_t worker, tenant, bytes, at_ms;
+};
+
+#define HIDDEN_MAX 4096 /* workers hiding bytes at once, all nodes together */
+
 struct stuse {
     api_ctx *ctx;
     int64_t interval_ms, default_quota, max_files;
+    struct hidden hid[HIDDEN_MAX];
+    int nhid;
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -54,15 +63,49 @@ static struct tenant_use *entry(stuse *u, int64_t tenant)
     return &u->t[u->n++];
 }
 
-/* The tenant's bytes (files 0) or entries (files 1) as of the last walk
- * plus what landed since. */
+/* Under u->lock: what the tenant's running workers hide now, entries gone
+ * stale dropped on the way. */
+static int64_t hidden_of(stuse *u, int64_t tenant, int64_t now_ms)
+{
+    int64_t ttl = 3000 * (u->ctx->heartbeat_s > 0 ? u->ctx->heartbeat_s : 10), sum = 0;
+    for (int i = 0; i < u->nhid;) {
+        if (u->hid[i].at_ms < now_ms - ttl) {
+            u->hid[i] = u->hid[--u->nhid];
+            continue;
+        }
+        if (u->hid[i].tenant == tenant)
+            sum += u->hid[i].bytes;
+        i++;
+    }
+    return sum;
+}
+
+void stuse_hidden(stuse *u, int64_t worker, int64_t tenant, int64_t bytes, int64_t now_ms)
+{
+    if (!u)
+        return;
+    pthread_mutex_lock(&u->lock);
+    int i = 0;
+    while (i < u->nhid && u->hid[i].worker != worker)
+        i++;
+    if (bytes <= 0 && i < u->nhid)
+        u->hid[i] = u->hid[--u->nhid];
+    else if (bytes > 0 && (i < u->nhid || u->nhid < HIDDEN_MAX))
+        u->hid[i == u->nhid ? u->nhid++ : i] = (struct hidden){worker, tenant, bytes, now_ms};
+    pthread_mutex_unlock(&u->lock);
+}
+
+/* The tenant's bytes (files 0: with what its workers hide) or entries
+ * (files 1) as of the last walk plus what landed since. */
 static int64_t use_of(stuse *u, int64_t tenant, int files)
 {
     if (!u)
         return 0;
     pthread_mutex_lock(&u->lock);
     struct tenant_use *e = entry(u, tenant);
-    int64_t v = !e ? 0 : files ? e->files_walked + e->files_added : e->walked + e->added;
+    int64_t v = !e ? 0
+                : files ? e->files_walked + e->files_added
+                        : e->walked + e->added + hidden_of(u, tenant, util_now_ms());
     pthread_mutex_unlock(&u->lock);
     return v < 0 ? 0 : v;
 }
@@ -235,6 +278,7 @@ static void walk_all(stuse *u)
             t->added -= added;
             t->files_added -= files_added;
         }
+        walk_sum += hidden_of(u, tenant, util_now_ms()); /* for the stops below */
         pthread_mutex_unlock(&u->lock);
         store_read_begin(u->ctx->st);
         int64_t quota = stuse_quota(u, tenant);

@@ -40,6 +40,13 @@ int stuse_take(stuse *u, int64_t tenant, int64_t n, int64_t quota);
  * none.  Reads the store (a read snapshot of the caller's). */
 int64_t stuse_quota(stuse *u, int64_t tenant);
 
+/* A running worker of tenant holds bytes on the volumes' file system in
+ * files it deleted and keeps open, which no walk sees (its agent measures
+ * them, agent/sup.c): they count in the tenant's use, for quotas and the
+ * walk's stops alike, until a heartbeat says otherwise (bytes 0: the
+ * tenant is not read) or none comes for three heartbeats. */
+void stuse_hidden(stuse *u, int64_t worker, int64_t tenant, int64_t bytes, int64_t now_ms);
+
 /* The tenant's entries as of the last walk plus uploads since, and the
  * bound on them (-1: none). */
 int64_t stuse_files(stuse *u, int64_t tenant);
