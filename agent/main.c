@@ -897,10 +897,45 @@ static void wind_down(const struct config *cfg, client *cl, sup *s)
     heartbeat(cl, s, &ln, &hb_ms, &lease_ms);
 }
 
+/*
+ * The data dir made, resolved into data_dir (PATH_MAX; cfg->data_dir then
+ * points there) and locked for this agent alone: the lock's descriptor, or
+ * -1 said on stderr.  Every path the agent makes lies under it, in buffers
+ * of 4,200 bytes or more: bounded here, once, to AGENT_DIR_MAX, they all
+ * fit (fmt_cut says so where they are made).
+ */
+static int lock_data_dir(struct config *cfg, char *data_dir)
+{
+    char path[PATH_MAX + 64];
+    if (mkdir(cfg->data_dir, 0700) != 0 && errno != EEXIST) {
+        fprintf(stderr, "cohort-agent: %s: %s\n", cfg->data_dir, strerror(errno));
+        return -1;
+    }
+    if (!realpath(cfg->data_dir, data_dir)) {
+        fprintf(stderr, "cohort-agent: %s: %s\n", cfg->data_dir, strerror(errno));
+        return -1;
+    }
+    cfg->data_dir = data_dir;
+    if (strlen(data_dir) > AGENT_DIR_MAX) {
+        fprintf(stderr, "cohort-agent: the data dir's path is longer than %d bytes: %s\n",
+                AGENT_DIR_MAX, data_dir);
+        return -1;
+    }
+    fmt_cut(path, sizeof path, "%s/agent.lock", cfg->data_dir);
+    int lock = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) != 0) {
+        fprintf(stderr, "cohort-agent: another agent is using %s\n", cfg->data_dir);
+        if (lock >= 0)
+            close(lock);
+        return -1;
+    }
+    return lock;
+}
+
 int main(int argc, char **argv)
 {
     struct config cfg = {0};
-    char err[512], path[PATH_MAX + 64], token[128];
+    char err[512], token[128];
     long long node_id = 0;
     int rc = 1;
     client *cl = NULL;
@@ -926,29 +961,10 @@ int main(int argc, char **argv)
     chld.sa_flags = SA_NOCLDWAIT;
     sigaction(SIGCHLD, &chld, NULL);
 
-    if (mkdir(cfg.data_dir, 0700) != 0 && errno != EEXIST) {
-        fprintf(stderr, "cohort-agent: %s: %s\n", cfg.data_dir, strerror(errno));
+    static char data_dir[PATH_MAX];
+    int lock = lock_data_dir(&cfg, data_dir);
+    if (lock < 0)
         return 1;
-    }
-    char data_dir[PATH_MAX];
-    if (!realpath(cfg.data_dir, data_dir)) {
-        fprintf(stderr, "cohort-agent: %s: %s\n", cfg.data_dir, strerror(errno));
-        return 1;
-    }
-    cfg.data_dir = data_dir;
-    /* Every path the agent makes lies under it, in buffers of 4,200 bytes
-     * or more: bounded here, once, they all fit (fmt_cut below says so). */
-    if (strlen(data_dir) > AGENT_DIR_MAX) {
-        fprintf(stderr, "cohort-agent: the data dir's path is longer than %d bytes: %s\n",
-                AGENT_DIR_MAX, data_dir);
-        return 2;
-    }
-    fmt_cut(path, sizeof path, "%s/agent.lock", cfg.data_dir);
-    int lock = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) != 0) {
-        fprintf(stderr, "cohort-agent: another agent is using %s\n", cfg.data_dir);
-        return 1;
-    }
     if (mkdir(cfg.mount_root, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "cohort-agent: cannot create the mount root %s: %s\n", cfg.mount_root,
                 strerror(errno));
