@@ -264,7 +264,8 @@ static int upload_fits(api_ctx *ctx, const api_req *rq, api_resp *rs, int64_t te
     const char *cl = rq->header(rq->h, "Content-Length");
     if (*quota >= 0 && (*used >= *quota || (cl && strtoll(cl, NULL, 10) > *quota - *used))) {
         api_error(rs, 507, "storage_quota_exceeded", NULL,
-                  "the tenant's workspaces and datasets hold %lld bytes of its %lld-byte quota: "
+                  "the tenant's workspaces, datasets and logs hold %lld bytes of its "
+                  "%lld-byte quota: "
                   "this file does not fit (GET /v1/quota)",
                   (long long)*used, (long long)*quota);
         return -1;

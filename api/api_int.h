@@ -260,6 +260,10 @@ int api_volume_root(api_ctx *ctx, store_vol_kind k, const store_volume *v, int c
  * not fit (out is "" then). */
 int api_volume_path(api_ctx *ctx, store_vol_kind k, const store_volume *v, char *out, size_t n)
     __attribute__((warn_unused_result));
+/* Removes everything under parent/name, following no symbolic link. */
+void api_rm_tree(int parent, const char *name);
+/* Bytes of a job's logs on disk (DATA_DIR/logs/<job>). */
+int64_t api_logs_job_bytes(api_ctx *ctx, int64_t job);
 /* Opens path (already validated) beneath root without following any
  * symlink; returns an fd for a regular file opened O_RDONLY, or -errno. */
 int api_open_beneath(int root, const char *path);

@@ -338,7 +338,7 @@ static int tenant_may_add_a_job(api_ctx *ctx, int64_t tenant, api_resp *rs)
     for (int i = 0; i < 2; i++)
         if (bound[i] >= 0 && held[i] > bound[i]) {
             api_error(rs, 507, "storage_quota_exceeded", NULL,
-                      "the tenant's workspaces and datasets hold %lld %s, past its bound of "
+                      "the tenant's workspaces, datasets (and logs) hold %lld %s, past its bound of "
                       "%lld: free some before submitting (GET /v1/quota)",
                       (long long)held[i], what[i], (long long)bound[i]);
             return -1;
@@ -607,6 +607,7 @@ struct job_change {
     int64_t id;
     char reason[STORE_REASON_MAX + 1];
     store_job after;
+    int deleting; /* a delete: its logs go too once it is done */
 };
 
 static store_rc job_cancel_write(store_tx *tx, void *arg)
@@ -616,6 +617,20 @@ static store_rc job_cancel_write(store_tx *tx, void *arg)
     if (rc == STORE_OK)
         rc = store_job_get_tx(tx, c->tenant_id, c->id, &c->after);
     return rc;
+}
+
+/* DATA_DIR/logs/<job> removed, with every attempt's logs. */
+static void logs_remove(api_ctx *ctx, int64_t job)
+{
+    char dir[sizeof ctx->data_dir + 16], name[24];
+    int fd = fmt_path(dir, sizeof dir, ctx->data_dir, "logs") == 0
+                 ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+                 : -1;
+    if (fd < 0)
+        return;
+    fmt_cut(name, sizeof name, "%lld", (long long)job);
+    api_rm_tree(fd, name);
+    close(fd);
 }
 
 static void job_change_done(api_ctx *ctx, api_resp *rs, void *arg, int rc)
@@ -640,6 +655,8 @@ static void job_change_done(api_ctx *ctx, api_resp *rs, void *arg, int rc)
         api_json(rs, 200, job_json(&c->after, 0, NULL));
     else
         rs->status = 204;
+    if (rc == STORE_OK && !c->after.id && c->deleting)
+        logs_remove(ctx, c->id); /* they count in the tenant's storage until then */
     if (rc == STORE_OK)
         sched_wake(ctx->sched); /* the store tells the agents of its workers */
     store_job_clear(&c->after);
@@ -691,6 +708,7 @@ static void job_change(api_ctx *ctx, const api_req *rq, api_resp *rs, store_writ
     }
     c->tenant_id = api_is_platform_admin(rq->who) ? 0 : api_tenant_of(rq->who);
     c->id = id;
+    c->deleting = fn == job_delete_write;
     fmt_cut(c->reason, sizeof c->reason, "%s by %s/%s",
              fn == job_retry_write ? "retried" : "cancelled", rq->who->user.tenant,
              rq->who->user.name);

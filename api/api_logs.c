@@ -94,8 +94,8 @@ void api_logs_close(api_ctx *ctx)
     ctx->logs = NULL;
 }
 
-/* Bytes of a job's logs on disk: logs/<job>/<attempt>/<rank>.log. */
-static int64_t job_log_bytes(api_ctx *ctx, int64_t job)
+/* logs/<job>/<attempt>/<rank>.log */
+int64_t api_logs_job_bytes(api_ctx *ctx, int64_t job)
 {
     char dir[4200];
     int64_t sum = 0;
@@ -136,7 +136,7 @@ static int64_t budget_take(api_ctx *ctx, int64_t job, int64_t n)
     pthread_mutex_lock(&b->lock);
     if (b->slot[i].job != job) {
         pthread_mutex_unlock(&b->lock);
-        int64_t on_disk = job_log_bytes(ctx, job); /* outside the lock: a directory walk */
+        int64_t on_disk = api_logs_job_bytes(ctx, job); /* outside the lock: a directory walk */
         pthread_mutex_lock(&b->lock);
         if (b->slot[i].job != job) {
             b->slot[i].job = job;

@@ -69,8 +69,7 @@ int api_volume_root(api_ctx *ctx, store_vol_kind k, const store_volume *v, int c
     return open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
-/* Removes everything under dirfd/name without following symlinks. */
-static void rm_tree(int parent, const char *name)
+void api_rm_tree(int parent, const char *name)
 {
     if (unlinkat(parent, name, 0) == 0 || errno == ENOENT)
         return;
@@ -86,7 +85,7 @@ static void rm_tree(int parent, const char *name)
     while ((e = readdir(d)) != NULL) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
-        rm_tree(dirfd(d), e->d_name);
+        api_rm_tree(dirfd(d), e->d_name);
     }
     closedir(d);
     unlinkat(parent, name, AT_REMOVEDIR);
@@ -269,7 +268,7 @@ static void volume_delete(api_ctx *ctx, const api_req *rq, api_resp *rs, store_v
                   ? open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
                   : -1;
     if (pfd >= 0) {
-        rm_tree(pfd, name);
+        api_rm_tree(pfd, name);
         close(pfd);
     }
     rs->status = 204;

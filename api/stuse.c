@@ -23,6 +23,13 @@
 struct tenant_use {
     int64_t tenant, walked, added; /* bytes at the last walk, uploads since */
     int64_t files_walked, files_added; /* entries, likewise */
+    int64_t logs; /* bytes of its jobs' logs at the last walk */
+};
+
+/* A job's tenant, remembered for the walk of the logs (a job never
+ * changes tenant): an open-addressed table, job 0 empty. */
+struct job_tenant {
+    int64_t job, tenant;
 };
 
 /* What a running worker hides in deleted, open files (stuse_hidden). */
@@ -37,6 +44,8 @@ struct stuse {
     int64_t interval_ms, default_quota, max_files;
     struct hidden hid[HIDDEN_MAX];
     int nhid;
+    struct job_tenant *jt; /* the walker's own: no lock */
+    size_t njt, capjt;
     pthread_t thread;
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -59,7 +68,7 @@ static struct tenant_use *entry(stuse *u, int64_t tenant)
         u->t = p;
         u->cap = cap;
     }
-    u->t[u->n] = (struct tenant_use){tenant, 0, 0, 0, 0};
+    u->t[u->n] = (struct tenant_use){tenant, 0, 0, 0, 0, 0};
     return &u->t[u->n++];
 }
 
@@ -105,7 +114,7 @@ static int64_t use_of(stuse *u, int64_t tenant, int files)
     struct tenant_use *e = entry(u, tenant);
     int64_t v = !e ? 0
                 : files ? e->files_walked + e->files_added
-                        : e->walked + e->added + hidden_of(u, tenant, util_now_ms());
+                        : e->walked + e->added + e->logs + hidden_of(u, tenant, util_now_ms());
     pthread_mutex_unlock(&u->lock);
     return v < 0 ? 0 : v;
 }
@@ -233,9 +242,9 @@ static store_rc stop_write(store_tx *tx, void *arg)
         char why[256];
         if (o->quota >= 0 && o->used > o->quota)
             fmt_cut(why, sizeof why,
-                     "storage_quota_exceeded: the tenant's workspaces and datasets hold %" PRId64
-                     " bytes, past its quota of %" PRId64 " (GET /v1/quota)",
-                     o->used, o->quota);
+                    "storage_quota_exceeded: the tenant's workspaces, datasets and logs hold "
+                    "%" PRId64 " bytes, past its quota of %" PRId64 " (GET /v1/quota)",
+                    o->used, o->quota);
         else
             fmt_cut(why, sizeof why,
                      "storage_quota_exceeded: the tenant's workspaces and datasets hold %" PRId64
@@ -248,9 +257,89 @@ static store_rc stop_write(store_tx *tx, void *arg)
     return rc;
 }
 
+/* ---- the logs' walk ---- */
+
+static size_t jt_slot(const stuse *u, int64_t job)
+{
+    size_t i = (size_t)(((uint64_t)job * 11400714819323198485ull) >> 20) & (u->capjt - 1);
+    while (u->jt[i].job && u->jt[i].job != job)
+        i = (i + 1) & (u->capjt - 1);
+    return i;
+}
+
+/* The tenant of job: remembered, or read from the store (and remembered);
+ * 0 for a job the store no longer has. */
+static int64_t tenant_of_job(stuse *u, int64_t job)
+{
+    if (u->njt * 2 >= u->capjt) { /* grow, and place every entry again */
+        size_t cap = u->capjt ? u->capjt * 2 : 1024;
+        struct job_tenant *old = u->jt, *t = calloc(cap, sizeof *t);
+        if (!t)
+            return 0;
+        size_t oldcap = u->capjt;
+        u->jt = t;
+        u->capjt = cap;
+        for (size_t i = 0; i < oldcap; i++)
+            if (old[i].job)
+                u->jt[jt_slot(u, old[i].job)] = old[i];
+        free(old);
+    }
+    size_t i = jt_slot(u, job);
+    if (u->jt[i].job)
+        return u->jt[i].tenant;
+    store_job j;
+    store_read_begin(u->ctx->st);
+    int rc = store_job_get(u->ctx->st, 0, job, &j);
+    store_read_end(u->ctx->st);
+    if (rc != STORE_OK)
+        return 0;
+    u->jt[i] = (struct job_tenant){job, j.tenant_id};
+    u->njt++;
+    store_job_clear(&j);
+    return u->jt[i].tenant;
+}
+
+/* Every job's logs (DATA_DIR/logs/<job>) added up by tenant, into each
+ * tenant's logs: logs count in its storage use, and go when it deletes
+ * the job. */
+static void walk_logs(stuse *u)
+{
+    char root[sizeof u->ctx->data_dir + 16];
+    util_i64s tenants = {0}, bytes = {0};
+    DIR *d = fmt_path(root, sizeof root, u->ctx->data_dir, "logs") == 0 ? opendir(root) : NULL;
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        char *end;
+        long long job = strtoll(e->d_name, &end, 10);
+        int64_t tenant = *end || job <= 0 ? 0 : tenant_of_job(u, job);
+        if (tenant <= 0)
+            continue;
+        size_t k = 0;
+        while (k < tenants.n && tenants.v[k] != tenant)
+            k++;
+        if (k == tenants.n && (util_i64s_push(&tenants, tenant) || util_i64s_push(&bytes, 0)))
+            break;
+        bytes.v[k] += api_logs_job_bytes(u->ctx, job);
+    }
+    if (d)
+        closedir(d);
+    pthread_mutex_lock(&u->lock);
+    for (size_t i = 0; i < u->n; i++)
+        u->t[i].logs = 0;
+    for (size_t k = 0; k < tenants.n && k < bytes.n; k++) {
+        struct tenant_use *t = entry(u, tenants.v[k]);
+        if (t)
+            t->logs = bytes.v[k];
+    }
+    pthread_mutex_unlock(&u->lock);
+    free(tenants.v);
+    free(bytes.v);
+}
+
 /* One walk of every tenant's volumes, then the stops it calls for. */
 static void walk_all(stuse *u)
 {
+    walk_logs(u);
     char root[4200], dir[4500];
     DIR *d = fmt_path(root, sizeof root, u->ctx->data_dir, "volumes") == 0 ? opendir(root) : NULL;
     struct dirent *e;
@@ -278,7 +367,8 @@ static void walk_all(stuse *u)
             t->added -= added;
             t->files_added -= files_added;
         }
-        walk_sum += hidden_of(u, tenant, util_now_ms()); /* for the stops below */
+        /* for the stops below: its logs and what its workers hide too */
+        walk_sum += (t ? t->logs : 0) + hidden_of(u, tenant, util_now_ms());
         pthread_mutex_unlock(&u->lock);
         store_read_begin(u->ctx->st);
         int64_t quota = stuse_quota(u, tenant);
@@ -365,5 +455,6 @@ void stuse_stop(stuse *u)
     pthread_mutex_destroy(&u->lock);
     pthread_cond_destroy(&u->wake);
     free(u->t);
+    free(u->jt);
     free(u);
 }

@@ -5,6 +5,8 @@
  * (regular files' allocated blocks; no link followed, no other file system
  * entered) and keeps each tenant's bytes in memory; uploads add theirs as
  * they land, so a tenant is not let past its quota between two walks.
+ * Its jobs' logs (DATA_DIR/logs/<job>) count in a tenant's bytes too, and
+ * go when it deletes the job (api_jobs.c).
  * The walk counts each tenant's entries too (files, directories, links),
  * bounded by the platform's max_files.  After each walk, a tenant over its
  * quota (tenant_quotas.max_storage_bytes, or the platform's default) or

@@ -1089,3 +1089,12 @@ const char *th_shared_image_cache(void)
     snprintf(path, sizeof path, "%s/test-image-cache", build);
     return path;
 }
+
+void th_put_quota(th_daemon *d, const char *tenant, const char *json)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/v1/tenants/%s/quota", tenant);
+    th_resp r = th_req(d, "PUT", path, TH_ADMIN, "application/json", json, strlen(json), NULL);
+    cr_assert_eq(r.status, 200, "%s", r.body);
+    th_free(&r);
+}

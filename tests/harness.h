@@ -86,6 +86,8 @@ th_resp th_post(th_daemon *d, const char *path, const char *token, const char *j
 th_resp th_put_file(th_daemon *d, const char *path, const char *token, const void *data,
                     size_t len);
 void th_free(th_resp *r);
+/* PUT /v1/tenants/TENANT/quota with json, as the platform admin; asserts 200. */
+void th_put_quota(th_daemon *d, const char *tenant, const char *json);
 /* The body (or the parsed JSON) of r, which is the caller's to free, and the
  * rest of r freed. */
 char *th_take_body(th_resp *r);

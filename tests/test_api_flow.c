@@ -1114,11 +1114,8 @@ Test(api_flow, storage_and_pending_quotas_hold)
     th_restart(&d, args);
     th_user(&d, "acme", "alice", "member", tok);
     make_volumes(tok);
-    static const char quota[] = "{\"max_storage_bytes\":300000,\"max_pending_jobs\":2}";
-    th_resp r = th_req(&d, "PUT", "/v1/tenants/acme/quota", TH_ADMIN, "application/json", quota,
-                       sizeof quota - 1, NULL);
-    cr_assert_eq(r.status, 200, "%s", r.body);
-    th_free(&r);
+    th_put_quota(&d, "acme", "{\"max_storage_bytes\":300000,\"max_pending_jobs\":2}");
+    th_resp r;
     r = put_bytes(tok, "a.bin", 200000);
     cr_expect_eq(r.status, 201, "%s", r.body);
     th_free(&r);
@@ -1273,19 +1270,95 @@ Test(api_flow, tokens_and_workspaces_are_bounded, .timeout = 120)
  * stay in the log only, and the job's events say so once.  Sent through
  * the agents' log API, as an agent ships a rank's output.
  */
+/* A one-worker job of tok's placed on the node registered as name at
+ * address (its token into node): the job's id, and its worker's in *wid. */
+static long job_on_fake_node(const char *tok, const char *name, const char *address, char *node,
+                             long *wid)
+{
+    char body[400];
+    register_at(name, address, "host", node);
+    snprintf(body, sizeof body,
+             "{\"name\":\"%s\",\"image\":\"native\",\"workspace\":\"ws\",\"code_path\":"
+             "\"bin/train\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,\"worker_spec\":"
+             "\"cpu-small\",\"worker_count\":1}",
+             name);
+    long id = th_submit(&d, tok, body);
+    cJSON *w = desired_worker(node);
+    *wid = (long)cJSON_GetNumberValue(cJSON_GetObjectItem(w, "id"));
+    cJSON_Delete(w);
+    return id;
+}
+
+/* The storage use of a tenant as /v1/quota says it. */
+static double storage_used(const char *tok)
+{
+    th_resp r = th_get(&d, "/v1/quota", tok);
+    double used = cJSON_GetNumberValue(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(r.json, "storage_bytes"), "used"));
+    th_free(&r);
+    return used;
+}
+
+/* A job's logs count in its tenant's storage (bounded per job by
+ * --log-limit, they were not per tenant): past the quota the job is
+ * stopped and nothing more is submitted; deleting the job removes them and
+ * gives the room back. */
+Test(api_flow, a_jobs_logs_count_in_its_tenants_storage, .timeout = 120)
+{
+    char tok[80], node[80], p[128], body[160];
+    th_stop(&d);
+    const char *args[] = {"--storage-scan", "200", NULL};
+    th_restart(&d, args);
+    th_user(&d, "acme", "alice", "member", tok);
+    make_volumes(tok);
+    th_put_quota(&d, "acme", "{\"max_storage_bytes\":600000}");
+    th_resp r;
+    long wid, id = job_on_fake_node(tok, "l", "192.0.2.41", node, &wid);
+    static char chunk[400000];
+    memset(chunk, 'x', sizeof chunk);
+    double before = storage_used(tok);
+    snprintf(p, sizeof p, "/v1/agent/logs/%ld?offset=0", wid);
+    th_must(th_req(&d, "PUT", p, node, "application/octet-stream", chunk, 300000, NULL), 200);
+    usleep(700 * 1000); /* a walk or two */
+    double with_logs = storage_used(tok);
+    cr_expect(with_logs >= before + 300000, "300,000 bytes of log not counted: %g, then %g",
+              before, with_logs);
+    snprintf(p, sizeof p, "/v1/agent/logs/%ld?offset=300000", wid);
+    th_must(th_req(&d, "PUT", p, node, "application/octet-stream", chunk, 400000, NULL), 200);
+    char seen[16];
+    cr_expect(th_wait_state(&d, tok, id, "FAILED", 10000, seen), "past the quota the job is %s",
+              seen);
+    snprintf(p, sizeof p, "/v1/jobs/%ld", id);
+    r = th_get(&d, p, tok);
+    cr_expect(strstr(r.body, "logs") && strstr(r.body, "storage_quota_exceeded"), "%s", r.body);
+    th_free(&r);
+    /* the worker ends, the job is deleted: its logs go, and the room comes back */
+    snprintf(body, sizeof body, "{\"workers\":[{\"id\":%ld,\"state\":\"exited\","
+                                "\"exit_code\":143}]}", wid);
+    th_must(th_post(&d, "/v1/agent/heartbeat", node, body), 200);
+    th_resp del = th_del(&d, p, tok);
+    for (int i = 0; i < 50 && del.status == 409; i++) { /* its worker's end, written */
+        th_free(&del);
+        usleep(100 * 1000);
+        del = th_del(&d, p, tok);
+    }
+    cr_expect_eq(del.status, 204, "%s", del.body);
+    th_free(&del);
+    usleep(700 * 1000);
+    double after = storage_used(tok);
+    cr_expect(after < with_logs - 250000, "the deleted job's logs still count: %g", after);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/logs/%ld", d.dir, id);
+    struct stat sb;
+    cr_expect_neq(stat(dir, &sb), 0, "%s is still there", dir);
+}
+
 Test(api_flow, a_jobs_metric_rows_are_bounded, .timeout = 120)
 {
     char tok[80], node[80], p[128];
     th_user(&d, "acme", "alice", "member", tok);
     make_volumes(tok);
-    register_at("m", "192.0.2.40", "host", node);
-    long id = th_submit(&d, tok,
-                        "{\"name\":\"m\",\"image\":\"native\",\"workspace\":\"ws\",\"code_path\":"
-                        "\"bin/train\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,\"worker_spec\":"
-                        "\"cpu-small\",\"worker_count\":1}");
-    cJSON *w = desired_worker(node);
-    long wid = (long)cJSON_GetNumberValue(cJSON_GetObjectItem(w, "id"));
-    cJSON_Delete(w);
+    long wid, id = job_on_fake_node(tok, "m", "192.0.2.40", node, &wid);
     static char chunk[1024 * 40];
     size_t n = 0;
     for (int i = 0; i < 1024; i++)

@@ -1849,16 +1849,6 @@ Test(containers, a_file_named_in_bytes_not_utf8_leaves_the_listing_json)
 /* A job that writes past its tenant's storage quota inside its workspace
  * is stopped within a walk of the volumes, saying why, and the tenant may
  * submit nothing more until it frees some; another tenant runs on. */
-/* acme's storage quota set to 1 MiB. */
-static void acme_quota_1mib(void)
-{
-    static const char quota[] = "{\"max_storage_bytes\":1048576}";
-    th_resp r = th_req(&d, "PUT", "/v1/tenants/acme/quota", TH_ADMIN, "application/json", quota,
-                       sizeof quota - 1, NULL);
-    cr_assert_eq(r.status, 200, "%s", r.body);
-    th_free(&r);
-}
-
 /* A job that writes past its tenant's quota into a file it deleted and
  * keeps open, which no walk of the volumes sees, is stopped all the same:
  * its agent counts such files in every heartbeat (found by a probe: 1 GiB
@@ -1869,7 +1859,7 @@ Test(containers, a_deleted_open_file_counts_in_the_storage_quota, .timeout = 120
     const char *args[] = {"--storage-scan", "300", "--heartbeat", "1", NULL};
     cohortd_args = args;
     platform(NULL);
-    acme_quota_1mib();
+    th_put_quota(&d, "acme", "{\"max_storage_bytes\":1048576}");
     th_resp r;
     th_put_text(&d, tok, "ws", "hide.sh",
                 "#!/bin/sh\nexec 7>hidden.bin\nrm -f hidden.bin\n"
@@ -1889,7 +1879,7 @@ Test(containers, a_job_that_writes_past_the_storage_quota_is_stopped, .timeout =
     const char *args[] = {"--storage-scan", "300", NULL};
     cohortd_args = args;
     platform(NULL);
-    acme_quota_1mib();
+    th_put_quota(&d, "acme", "{\"max_storage_bytes\":1048576}");
     th_resp r;
     th_put_text(&d, tok, "ws", "fill.sh",
                 "#!/bin/sh\ndd if=/dev/zero of=big bs=1048576 count=3 2>/dev/null\nsleep 60\n",
@@ -1952,11 +1942,8 @@ Test(containers, on_btrfs_a_write_past_the_quota_fails_in_the_job, .timeout = 15
     const char *args[] = {"--storage-scan", "60000", NULL}; /* the walk stays out of it */
     cohortd_args = args;
     platform(NULL);
-    static const char quota[] = "{\"max_storage_bytes\":2097152}";
-    th_resp r = th_req(&d, "PUT", "/v1/tenants/acme/quota", TH_ADMIN, "application/json", quota,
-                       sizeof quota - 1, NULL);
-    cr_assert_eq(r.status, 200, "%s", r.body);
-    th_free(&r);
+    th_put_quota(&d, "acme", "{\"max_storage_bytes\":2097152}");
+    th_resp r;
     /* What it says goes to its log: the workspace, full, takes nothing more. */
     th_put_text(&d, tok, "ws", "fill.sh",
                 "#!/bin/sh\ndd if=/dev/zero of=big bs=1048576 count=5 conv=fsync\n"
