@@ -466,6 +466,15 @@ static int dev_entry(const char *path, const struct stat *sb, int flag, struct F
             return 0;
         }
         dev_walk.err = errno;
+    } else if (!S_ISLNK(sb->st_mode) && (sb->st_mode & (S_ISUID | S_ISGID))) {
+        /* a directory or a FIFO: its set-ID bits are harmless, but none
+         * stays, whatever the kind (found by a probe) */
+        if (fchmodat(AT_FDCWD, path, sb->st_mode & 07777 & ~(mode_t)(S_ISUID | S_ISGID), 0) ==
+            0) {
+            dev_walk.disarmed++;
+            return 0;
+        }
+        dev_walk.err = errno;
     } else {
         return 0;
     }

@@ -682,9 +682,7 @@ static void report_hidden(api_ctx *ctx, const struct report *r)
     for (int i = 0; i < r->n; i++) {
         store_worker w;
         store_job j;
-        if (strcmp(r->w[i].state, "running"))
-            continue;
-        if (r->w[i].hidden <= 0) {
+        if (strcmp(r->w[i].state, "running") || r->w[i].hidden <= 0) { /* ended, or hides none */
             stuse_hidden(ctx->stuse, r->w[i].id, 0, 0, now);
             continue;
         }

@@ -6,6 +6,10 @@
  *
  * `rendezvous udp ADDRESS PORT` instead sends one datagram there (busybox's
  * nc speaks no UDP): exits 0 once it is sent.
+ *
+ * `rendezvous hold-mapped FILE BYTES SECONDS` writes BYTES into FILE,
+ * deletes it, keeps it mapped, closes its descriptor and sleeps: a file
+ * nobody can name, held by a mapping alone (the storage quota's test).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -13,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,10 +41,31 @@ static int send_udp(const char *address, const char *port)
     return n == 10 ? 0 : 1;
 }
 
+static int hold_mapped(const char *path, long bytes, int seconds)
+{
+    static char block[65536];
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || unlink(path) != 0)
+        return 1;
+    memset(block, 'x', sizeof block);
+    for (long done = 0; done < bytes; done += (long)sizeof block)
+        if (write(fd, block, sizeof block) != (ssize_t)sizeof block)
+            return 1;
+    fsync(fd);
+    void *m = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED)
+        return 1;
+    close(fd);
+    sleep((unsigned)seconds);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 4 && !strcmp(argv[1], "udp"))
         return send_udp(argv[2], argv[3]);
+    if (argc == 5 && !strcmp(argv[1], "hold-mapped"))
+        return hold_mapped(argv[2], atol(argv[3]), atoi(argv[4]));
     int rank = env_int("RANK"), world = env_int("WORLD_SIZE"), port = env_int("MASTER_PORT");
     const char *addr = getenv("MASTER_ADDR");
     char line[256];
