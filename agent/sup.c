@@ -69,6 +69,21 @@ static struct worker *find(sup *s, int64_t id)
     return NULL;
 }
 
+/* The LOCAL_RANK of a launch spec's environment (cohortd writes it as the
+ * decimal text the worker reads): 0 .. LAUNCH_MAX_PER_NODE - 1, or -1 for
+ * anything else, which the worker would refuse too (worker/comm.c). */
+static int64_t spec_local_rank(const cJSON *spec)
+{
+    const cJSON *lr = cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(spec, "env"), LAUNCH_NAME(LOCAL_RANK));
+    const char *t = cJSON_GetStringValue(lr);
+    char *end;
+    if (!t || !*t || strspn(t, "0123456789") != strlen(t) || strlen(t) > 6)
+        return -1;
+    long long v = strtoll(t, &end, 10);
+    return *end == '\0' && v >= 0 && v < LAUNCH_MAX_PER_NODE ? (int64_t)v : -1;
+}
+
 /* dir/id/name's first line into out: 0, or -1. */
 /* Paths under the agent's workers dir fit their buffers: its data dir is
  * at most AGENT_DIR_MAX (fileutil.h), so fmt_cut never cuts them. */
@@ -290,12 +305,10 @@ static void adopt_gpu_worker(const char *dir, struct worker *w)
     fclose(f);
     text[n] = '\0';
     cJSON *spec = cJSON_Parse(text);
-    const cJSON *lr = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(spec, "env"), LAUNCH_NAME(LOCAL_RANK));
     w->job_id = jget_int(spec, "job_id", -1);
     w->attempt = jget_int(spec, "attempt", -1);
-    if (cJSON_IsString(lr))
-        w->local_rank = strtoll(lr->valuestring, NULL, 10);
+    int64_t lr = spec_local_rank(spec);
+    w->local_rank = lr >= 0 ? lr : 0; /* adopted: it runs already, whatever it says */
     cJSON_Delete(spec);
 }
 
@@ -693,13 +706,14 @@ void sup_reconcile(sup *s, const cJSON *workers)
         if (!w && nf < RECONCILE_BATCH && (w = add(s, id)) != NULL) {
             w->job_id = jget_int(spec, "job_id", -1);
             w->attempt = jget_int(spec, "attempt", -1);
-            const cJSON *lr = cJSON_GetObjectItemCaseSensitive(
-                cJSON_GetObjectItemCaseSensitive(spec, "env"), LAUNCH_NAME(LOCAL_RANK));
-            if (cJSON_IsString(lr))
-                w->local_rank = strtoll(lr->valuestring, NULL, 10);
-            w->state = W_STARTING; /* holds its GPUs from now on */
-            fresh[nf] = w;
-            specs[nf++] = cJSON_Duplicate(spec, 1);
+            w->local_rank = spec_local_rank(spec);
+            if (w->local_rank < 0) { /* refused with a reason, never read as 0 */
+                fail_launch(s, w, "the launch spec's LOCAL_RANK is not a rank of this node");
+            } else {
+                w->state = W_STARTING; /* holds its GPUs from now on */
+                fresh[nf] = w;
+                specs[nf++] = cJSON_Duplicate(spec, 1);
+            }
         }
         if (w)
             w->desired = 1;
