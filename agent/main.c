@@ -406,7 +406,15 @@ static int parse_args(int argc, char **argv, struct config *c)
     return 0;
 }
 
-/* Loads the node identity, or registers and saves it. */
+/* The node as cohortd knows it: its id, and its token, kept at path and
+ * used by both connections. */
+struct self {
+    char path[PATH_MAX];
+    long long node_id;
+    char token[128];
+    struct poller *pl; /* the desired-state thread */
+};
+
 /* The node's identity kept at path (node.json): 0 with *node_id and token
  * filled, or -1 when there is none (said when it is damaged). */
 static int identity_load(const char *path, char *token, size_t tn, long long *node_id)
@@ -469,11 +477,14 @@ static cJSON *register_body(const struct config *c)
 
 /* The node's identity: the one kept in its data dir, or a new one from
  * registering with the join token (kept then).  0, or -1 said. */
-static int identity(struct config *c, client *cl, char *token, size_t tn, long long *node_id)
+static int identity(struct config *c, client *cl, struct self *me)
 {
     static char addr[256]; /* c->address points here from now on */
-    char path[PATH_MAX], err[512];
-    fmt_cut(path, sizeof path, "%s/node.json", c->data_dir);
+    char err[512], *token = me->token;
+    size_t tn = sizeof me->token;
+    long long *node_id = &me->node_id;
+    const char *path = me->path;
+    fmt_cut(me->path, sizeof me->path, "%s/node.json", c->data_dir);
     if (identity_load(path, token, tn, node_id) == 0)
         return 0;
     if (!c->join_token) {
@@ -529,6 +540,7 @@ static int identity(struct config *c, client *cl, char *token, size_t tn, long l
 struct link {
     client *cl;
     int down;
+    struct self *me; /* takes a new node token from a heartbeat's answer */
 };
 
 static int64_t ship_log(void *arg, int64_t id, int64_t offset, const char *buf, size_t n)
@@ -570,15 +582,52 @@ struct poller {
     cJSON *latest;        /* newest desired state not yet taken; owned */
     int unknown_node;     /* cohortd answered 401 */
     int64_t answered_at;  /* monotonic ms of the last answer */
+    char token[128];      /* the node token to call with, and its generation */
+    unsigned token_gen;
 };
+
+/* The node token the desired-state thread calls with from its next call. */
+static void poller_set_token(struct poller *p, const char *token)
+{
+    pthread_mutex_lock(&p->lock);
+    fmt_cut(p->token, sizeof p->token, "%s", token);
+    p->token_gen++;
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* The poller's connection takes its newest token: the generation used. */
+static unsigned poller_token(struct poller *p, unsigned used)
+{
+    pthread_mutex_lock(&p->lock);
+    if (p->token_gen != used) {
+        client_set_token(p->cl, p->token);
+        used = p->token_gen;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return used;
+}
+
+/* After a 401: 1 when the token was replaced since the call began (the
+ * refusal was of the old one: call again), else 0 and the node is unknown. */
+static int poller_refused(struct poller *p, unsigned used)
+{
+    pthread_mutex_lock(&p->lock);
+    int renewed = p->token_gen != used;
+    if (!renewed)
+        p->unknown_node = 1;
+    pthread_cond_signal(&p->arrived);
+    pthread_mutex_unlock(&p->lock);
+    return renewed;
+}
 
 static void *poller_main(void *arg)
 {
     struct poller *p = arg;
     char path[128], err[512], version[32] = "0";
-    unsigned moves = client_moves(p->cl);
+    unsigned moves = client_moves(p->cl), gen = 0;
     while (!stopping) {
         cJSON *out = NULL;
+        gen = poller_token(p, gen);
         /* Versions are one cohortd's own: at another, start again from none. */
         if (client_moves(p->cl) != moves) {
             moves = client_moves(p->cl);
@@ -600,10 +649,8 @@ static void *poller_main(void *arg)
         }
         cJSON_Delete(out);
         if (st == 401) {
-            pthread_mutex_lock(&p->lock);
-            p->unknown_node = 1;
-            pthread_cond_signal(&p->arrived);
-            pthread_mutex_unlock(&p->lock);
+            if (poller_refused(p, gen))
+                continue;
             return NULL;
         }
         struct timespec ts = {0, 500 * 1000000L}; /* cohortd away: try again soon */
@@ -781,9 +828,9 @@ static int start_poller(const struct config *cfg, const char *token, struct poll
         fprintf(stderr, "cohort-agent: %s\n", err);
         return -1;
     }
-    client_set_token(pl->cl, token);
     pthread_mutex_init(&pl->lock, NULL);
     pthread_cond_init(&pl->arrived, NULL);
+    poller_set_token(pl, token);
     if (pthread_create(&t, NULL, poller_main, pl) != 0) {
         fprintf(stderr, "cohort-agent: cannot start the desired-state thread\n");
         return -1;
@@ -792,8 +839,29 @@ static int start_poller(const struct config *cfg, const char *token, struct poll
     return 0;
 }
 
+/* A new node token from a heartbeat's answer: kept in node.json first,
+ * then used by both connections; its first use makes cohortd refuse the
+ * old one.  One that cannot be kept is not used, and cohortd sends
+ * another with the next heartbeat. */
+static void take_token(client *cl, struct self *me, const cJSON *out)
+{
+    const cJSON *t = cJSON_GetObjectItem(out, "node_token");
+    const char *v = cJSON_GetStringValue(t);
+    if (!v || strlen(v) != UTIL_TOKEN_LEN || strncmp(v, UTIL_TOKEN_PREFIX, 4) ||
+        strspn(v + 4, "0123456789abcdef") != UTIL_TOKEN_LEN - 4 || !strcmp(v, me->token))
+        return;
+    if (identity_save(me->path, me->node_id, v) != 0)
+        return;
+    fmt_cut(me->token, sizeof me->token, "%s", v);
+    client_set_token(cl, me->token);
+    poller_set_token(me->pl, me->token);
+    printf("cohort-agent: node token rotated (the old one is refused from its first use)\n");
+    fflush(stdout);
+}
+
 /* One heartbeat with the workers' report; on 200 takes cohortd's heartbeat
- * and lease periods and returns 1, else 0 (ln->down when unreachable). */
+ * and lease periods (and a new node token, when sent) and returns 1, else
+ * 0 (ln->down when unreachable). */
 static int heartbeat(client *cl, sup *s, struct link *ln, int64_t *hb_ms, int64_t *lease_ms)
 {
     char err[512];
@@ -812,6 +880,7 @@ static int heartbeat(client *cl, sup *s, struct link *ln, int64_t *hb_ms, int64_
             *lease_ms = (int64_t)l->valuedouble * 1000;
             sup_set_lease(s, *lease_ms);
         }
+        take_token(cl, ln->me, out);
         sup_reported(s);
     } else if (st == 0) {
         fprintf(stderr, "cohort-agent: %s\n", err);
@@ -824,12 +893,13 @@ static int heartbeat(client *cl, sup *s, struct link *ln, int64_t *hb_ms, int64_
 /* The agent's loop, until a stop signal or cohortd forgets the node:
  * desired state in, workers reconciled and watched, logs out, heartbeats,
  * and every worker stopped once cohortd has been silent past the lease. */
-static void serve(const struct config *cfg, client *cl, sup *s, struct poller *pl)
+static void serve(const struct config *cfg, client *cl, sup *s, struct self *me)
 {
+    struct poller *pl = me->pl;
     int64_t hb_ms = 2000, lease_ms = 30000;
     int64_t now = util_mono_ms(), last_contact = now, next_hb = 0, next_sweep = 0;
     int lease_lost = 0;
-    struct link ln = {cl, 0};
+    struct link ln = {cl, 0, me};
     /* A worker keeps the lease in force when it was launched: learn
      * cohortd's before the first desired state can launch any (else the
      * first workers would outlive a dead agent by the 30 s default). */
@@ -880,7 +950,7 @@ static void serve(const struct config *cfg, client *cl, sup *s, struct poller *p
 
 /* Stopping: every worker gets SIGTERM, then SIGKILL after the grace
  * period; what they printed is shipped and their ends reported. */
-static void wind_down(const struct config *cfg, client *cl, sup *s)
+static void wind_down(const struct config *cfg, client *cl, sup *s, struct self *me)
 {
     int64_t hb_ms, lease_ms;
     sup_stop_all(s);
@@ -892,7 +962,7 @@ static void wind_down(const struct config *cfg, client *cl, sup *s)
         sleep_ms(POLL_MS);
     }
     sup_scan(s);
-    struct link ln = {cl, 0};
+    struct link ln = {cl, 0, me};
     sup_ship_logs(s, ship_log, &ln);
     heartbeat(cl, s, &ln, &hb_ms, &lease_ms);
 }
@@ -935,8 +1005,8 @@ static int lock_data_dir(struct config *cfg, char *data_dir)
 int main(int argc, char **argv)
 {
     struct config cfg = {0};
-    char err[512], token[128];
-    long long node_id = 0;
+    char err[512];
+    static struct self me;          /* the node's id and token */
     int rc = 1;
     client *cl = NULL;
     sup *s = NULL;
@@ -973,18 +1043,19 @@ int main(int argc, char **argv)
     if (open_workers_cgroup(&cfg, &cg) != 0)
         goto out;
     cl = client_new(cfg.server, err, sizeof err);
-    if (!cl || identity(&cfg, cl, token, sizeof token, &node_id) != 0)
+    if (!cl || identity(&cfg, cl, &me) != 0)
         goto out;
-    client_set_token(cl, token);
+    client_set_token(cl, me.token);
+    me.pl = &pl;
     if (!(s = open_sup(&cfg, &cg, &paths, &container, &eg)))
         goto out;
-    printf("cohort-agent: node %lld serving %s (mount root %s)\n", node_id, cfg.server,
+    printf("cohort-agent: node %lld serving %s (mount root %s)\n", me.node_id, cfg.server,
            cfg.mount_root);
     fflush(stdout);
-    if (start_poller(&cfg, token, &pl) != 0)
+    if (start_poller(&cfg, me.token, &pl) != 0)
         goto out;
-    serve(&cfg, cl, s, &pl);
-    wind_down(&cfg, cl, s);
+    serve(&cfg, cl, s, &me);
+    wind_down(&cfg, cl, s, &me);
     printf("cohort-agent: stopped\n");
     rc = 0;
 out:

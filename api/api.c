@@ -67,6 +67,7 @@ static const api_route routes[] = {
     R(DELETE, "/v1/nodes/{}", api_node_delete, NONE, 1),
     R(POST, "/v1/nodes/{}/drain", api_node_drain, NONE, 1),
     R(POST, "/v1/nodes/{}/undrain", api_node_undrain, NONE, 1),
+    R(POST, "/v1/nodes/{}/rotate-token", api_node_rotate_token, NONE, 1),
     R(GET, "/v1/tenants/{}/quota", api_quota_get, NONE, 1),
     R(PUT, "/v1/tenants/{}/quota", api_quota_put, JSON, 1),
     R(POST, "/v1/tenants/{}/credits", api_credit_add, JSON, 1),

@@ -36,6 +36,7 @@ typedef struct api_ctx {
     sched_service *sched;    /* woken by submits and reports; NULL: none */
     int64_t heartbeat_s;     /* what agents are told */
     int64_t lease_s;
+    int64_t node_token_rotate_s; /* a node token this old is rotated; 0: only when asked */
     int64_t min_hold_s;      /* the scheduler's, for quotes */
     int64_t budget_grace_s;
     int web_fd;              /* the console's web root (api_web_open); -1: none */

@@ -186,6 +186,7 @@ void api_node_list(api_ctx *, const api_req *, api_resp *);
 void api_node_get(api_ctx *, const api_req *, api_resp *);
 void api_node_drain(api_ctx *, const api_req *, api_resp *);
 void api_node_undrain(api_ctx *, const api_req *, api_resp *);
+void api_node_rotate_token(api_ctx *, const api_req *, api_resp *);
 void api_quota_get(api_ctx *, const api_req *, api_resp *);
 void api_quota_put(api_ctx *, const api_req *, api_resp *);
 void api_agent_register(api_ctx *, const api_req *, api_resp *);

@@ -50,6 +50,13 @@ static cJSON *node_json(const store_node *n)
         cJSON_AddNumberToObject(o, "join_token_id", (double)n->join_token_id);
     else
         cJSON_AddNullToObject(o, "join_token_id");
+    api_add_time(o, "token_issued_at", n->token_issued_at);
+    /* sent: a new token is out, the old one works until it is used;
+     * asked: the next heartbeat sends one */
+    if (n->token_next || n->token_rotate)
+        cJSON_AddStringToObject(o, "token_rotation", n->token_next ? "sent" : "asked");
+    else
+        cJSON_AddNullToObject(o, "token_rotation");
     return o;
 }
 
@@ -257,6 +264,33 @@ void api_node_delete(api_ctx *ctx, const api_req *rq, api_resp *rs)
     api_json(rs, 200, node_json(&n));
 }
 
+static store_rc rotate_ask_write(store_tx *tx, void *arg)
+{
+    return store_node_token_ask(tx, *(const int64_t *)arg);
+}
+
+/* Asks for a new token for a node: its agent gets one with its next
+ * heartbeat, and the old one is refused once the new one is used.  For a
+ * token known to be leaked, revoke the node instead: whoever holds a
+ * token is handed its successor. */
+void api_node_rotate_token(api_ctx *ctx, const api_req *rq, api_resp *rs)
+{
+    store_node n;
+    if (node_find(ctx, rq, &n, rs))
+        return;
+    if (n.revoked_at) {
+        api_error(rs, 409, "conflict", NULL, "node %lld is revoked", (long long)n.id);
+        return;
+    }
+    if (api_write(ctx, rs, rotate_ask_write, &n.id, "node"))
+        return;
+    if (store_node_get(ctx->st, n.id, &n) != STORE_OK) {
+        api_store_error(rs, STORE_EIO, "node");
+        return;
+    }
+    api_json(rs, 202, node_json(&n));
+}
+
 void api_node_drain(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     node_set_drained(ctx, rq, rs, 1);
@@ -390,6 +424,22 @@ void api_on_nodes(void *arg, const int64_t *ids, size_t n)
     sched_nodes_changed(ctx->sched, ids, n);
 }
 
+static store_rc promote_write(store_tx *tx, void *arg)
+{
+    int64_t id;
+    return store_node_token_promote(tx, arg, util_now_ms(), &id);
+}
+
+/* A token that is no node's own may be a node's next one, sent with a
+ * heartbeat: its first use makes it the node's token (and the old one is
+ * refused from then on).  STORE_OK then, else STORE_NOTFOUND. */
+static store_rc node_token_promote(api_ctx *ctx, uint8_t h[UTIL_SHA256_LEN])
+{
+    int64_t id;
+    store_rc rc = store_node_by_next_token(ctx->st, h, &id);
+    return rc == STORE_OK ? store_write(ctx->st, promote_write, h) : rc;
+}
+
 int api_authenticate_node(api_ctx *ctx, const char *authorization, store_node *node,
                           api_resp *rs)
 {
@@ -404,6 +454,8 @@ int api_authenticate_node(api_ctx *ctx, const char *authorization, store_node *n
     if (api_cache_get(&nodes, h, now, node))
         return 0;
     int rc = store_node_by_token(ctx->st, h, node);
+    if (rc == STORE_NOTFOUND && node_token_promote(ctx, h) == STORE_OK)
+        rc = store_node_by_token(ctx->st, h, node);
     if (rc == STORE_NOTFOUND) {
         api_error(rs, 401, "unauthorized", NULL, "unknown node token");
         return -1;
@@ -694,6 +746,37 @@ static void report_hidden(api_ctx *ctx, const struct report *r)
     }
 }
 
+struct token_next {
+    int64_t id;
+    uint8_t hash[UTIL_SHA256_LEN];
+};
+
+static store_rc token_next_write(store_tx *tx, void *arg)
+{
+    struct token_next *t = arg;
+    return store_node_token_next(tx, t->id, t->hash);
+}
+
+/* A node whose token rotation is asked for, or due by its age, is sent a
+ * new token in its heartbeat's answer o ("node_token").  Until the agent
+ * uses it, every heartbeat sends another (the one before is forgotten),
+ * so an answer lost on the way costs nothing; nothing is sent when the
+ * new token cannot be made or kept. */
+static void token_hand_out(api_ctx *ctx, const store_node *n, cJSON *o)
+{
+    char secret[UTIL_TOKEN_LEN + 1];
+    struct token_next t = {n->id, {0}};
+    int64_t age_ms = util_now_ms() - n->token_issued_at;
+    if (!n->token_rotate &&
+        (ctx->node_token_rotate_s <= 0 || age_ms < ctx->node_token_rotate_s * 1000))
+        return;
+    if (util_token_new(secret) != 0)
+        return;
+    util_sha256(secret, strlen(secret), t.hash);
+    if (store_write(ctx->st, token_next_write, &t) == STORE_OK)
+        cJSON_AddStringToObject(o, "node_token", secret);
+}
+
 void api_agent_heartbeat(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     cJSON *in = NULL;
@@ -724,6 +807,7 @@ void api_agent_heartbeat(api_ctx *ctx, const api_req *rq, api_resp *rs)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "heartbeat_seconds", (double)ctx->heartbeat_s);
     cJSON_AddNumberToObject(o, "lease_seconds", (double)ctx->lease_s);
+    token_hand_out(ctx, rq->node, o);
     api_json(rs, 200, o);
 out:
     cJSON_Delete(in);

@@ -264,26 +264,38 @@ static int node_id_of(cli *c, const char *spec, int64_t *id)
 
 int cmd_node(cli *c, int argc, char **argv)
 {
+    /* what each action posts (NULL: DELETE of the node), and what it says */
+    static const struct {
+        const char *verb, *post, *said;
+    } acts[] = {
+        {"drain", "drain", "drained"},
+        {"undrain", "undrain", "undrained"},
+        {"rm", NULL, "removed"},
+        {"rotate-token", "rotate-token",
+         "a new token is sent with its next heartbeat; the old one is refused once it is used"},
+    };
+    size_t a = 0;
+    while (argc == 3 && a < sizeof acts / sizeof *acts && strcmp(argv[1], acts[a].verb))
+        a++;
+    if (argc != 3 || a == sizeof acts / sizeof *acts)
+        return cli_usage("node drain|undrain|rm|rotate-token NODE (its id or name)");
     int64_t id;
-    if (argc != 3 || (strcmp(argv[1], "drain") && strcmp(argv[1], "undrain") && strcmp(argv[1], "rm")))
-        return cli_usage("node drain|undrain|rm NODE (its id or name)");
     int rc = node_id_of(c, argv[2], &id);
     if (rc)
         return rc;
     char path[64];
-    if (!strcmp(argv[1], "rm")) {
+    if (!acts[a].post) {
         fmt_cut(path, sizeof path, "/v1/nodes/%lld", (long long)id);
         cli_resp r;
         cli_req rq = CLI_REQ("DELETE", path);
         rc = cli_request(c, &rq, &r);
         cli_resp_free(&r);
     } else {
-        fmt_cut(path, sizeof path, "/v1/nodes/%lld/%s", (long long)id, argv[1]);
+        fmt_cut(path, sizeof path, "/v1/nodes/%lld/%s", (long long)id, acts[a].post);
         rc = cli_post_json(c, path, NULL, NULL);
     }
     if (rc == CLI_OK)
-        printf("node %s: %s\n", argv[2],
-               !strcmp(argv[1], "rm") ? "removed" : !strcmp(argv[1], "drain") ? "drained" : "undrained");
+        printf("node %s: %s\n", argv[2], acts[a].said);
     return rc;
 }
 

@@ -92,7 +92,7 @@ static const struct command {
      "  Makes an API token for USER (an id, a name in your tenant, or TENANT/NAME;\n"
      "  default yourself) and prints it alone on stdout: it is shown once.\n"},
     {"nodes", cmd_nodes, 1, "cohort nodes\n  Nodes with their capacity in use (platform admin).\n"},
-    {"node", cmd_node, 1, "cohort node drain|undrain|rm NODE\n  NODE is an id or a name (platform admin).\n"},
+    {"node", cmd_node, 1, "cohort node drain|undrain|rm|rotate-token NODE\n  NODE is an id or a name (platform admin).\n"},
     {"join-token", cmd_join_token, 1,
      "cohort join-token [create] [--uses N] [--expires SECONDS] | ls | revoke ID\n"
      "  Tokens with which agents register (platform admin); create prints it once.\n"},

@@ -47,6 +47,7 @@ struct config {
     int64_t node_timeout_s;
     int64_t heartbeat_s;
     int64_t lease_s;
+    int64_t node_token_rotate_s;
     int64_t min_hold_s;
     int64_t budget_grace_s;
     const char *web_dir;   /* NULL: the built-in default, when it exists */
@@ -82,6 +83,9 @@ static void usage(FILE *f)
             "  --heartbeat SECONDS    how often agents report (default 2)\n"
             "  --node-timeout SECONDS a node silent this long is down (default 10)\n"
             "  --lease SECONDS        an agent cut off this long stops its workers (default 30)\n"
+            "  --node-token-rotate SECONDS\n"
+            "                         a node token this old is replaced at the node's next\n"
+            "                         heartbeat (default 2592000, 30 days; 0: only when asked)\n"
             "  --min-hold SECONDS     a job without max_runtime_seconds is admitted holding\n"
             "                         this long's price (default %d)\n"
             "  --budget-grace SECONDS such jobs are stopped (SIGTERM) while this long's price is\n"
@@ -184,6 +188,7 @@ static const struct opt options[] = {
     {"heartbeat", OPT_I64, OPT_AT(heartbeat_s), 1, 3600, "seconds"},
     {"node-timeout", OPT_I64, OPT_AT(node_timeout_s), 1, 3600, "seconds"},
     {"lease", OPT_I64, OPT_AT(lease_s), 1, 3600, "seconds"},
+    {"node-token-rotate", OPT_I64, OPT_AT(node_token_rotate_s), 0, 10LL * 365 * 86400, "seconds"},
     {"min-hold", OPT_I64, OPT_AT(min_hold_s), 1, 7 * 86400, "seconds"},
     {"budget-grace", OPT_I64, OPT_AT(budget_grace_s), 1, 7 * 86400, "seconds"},
     {"rate-limit", OPT_DBL, OPT_AT(rate_per_s), 0, 1000000, "a second"},
@@ -246,6 +251,7 @@ static void config_defaults(struct config *c)
     c->heartbeat_s = 2;
     c->node_timeout_s = 10;
     c->lease_s = 30;
+    c->node_token_rotate_s = 30 * 86400;
     c->min_hold_s = SCHED_MIN_HOLD_S;
     c->budget_grace_s = SCHED_BUDGET_GRACE_S;
     c->max_conns = HTTP_DEFAULT_MAX_CONNS;
@@ -598,6 +604,7 @@ static api_ctx *ctx_open(const struct config *cfg)
     ctx->web_fd = -1;
     ctx->heartbeat_s = cfg->heartbeat_s;
     ctx->lease_s = cfg->lease_s;
+    ctx->node_token_rotate_s = cfg->node_token_rotate_s;
     ctx->min_hold_s = cfg->min_hold_s;
     ctx->budget_grace_s = cfg->budget_grace_s;
     ctx->body_limit = cfg->body_limit;

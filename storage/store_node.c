@@ -18,7 +18,9 @@
     "SELECT n.id, n.name, n.address, n.cpus, n.memory_mb, n.gpus, coalesce(n.gpu_type, ''),"  \
     " n.port_lo, n.port_hi, n.state, n.drained, n.registered_at, n.last_heartbeat,"          \
     " coalesce(sum(j.cpus), 0), coalesce(sum(j.memory_mb), 0), coalesce(sum(j.gpus), 0),"     \
-    " count(w.id), n.network, coalesce(n.revoked_at, 0), coalesce(n.join_token_id, 0)"       \
+    " count(w.id), n.network, coalesce(n.revoked_at, 0), coalesce(n.join_token_id, 0),"      \
+    " coalesce(n.token_issued_at, n.registered_at), n.token_rotate,"                          \
+    " CASE WHEN n.next_token_hash IS NULL THEN 0 ELSE 1 END"                                  \
     " FROM nodes n LEFT JOIN workers w ON w.node_id = n.id"                                   \
     "  AND w.state IN ('assigned', 'running')"                                                \
     " LEFT JOIN jobs j ON j.id = w.job_id"
@@ -46,6 +48,9 @@ static void node_row(store_st *st, void *out)
     store_col_copy(st, 17, n->network, sizeof n->network);
     n->revoked_at = store_col_int64(st, 18);
     n->join_token_id = store_col_int64(st, 19);
+    n->token_issued_at = store_col_int64(st, 20);
+    n->token_rotate = store_col_int(st, 21);
+    n->token_next = store_col_int(st, 22);
 }
 
 STORE_ROWS(node_rows, store_node, node_row)
@@ -244,10 +249,54 @@ store_rc store_node_set_network(store_tx *tx, int64_t id, const char *network)
 
 store_rc store_node_revoke(store_tx *tx, int64_t id, int64_t now_ms)
 {
-    static const char sql[] = "UPDATE nodes SET revoked_at = ?2, state = 'down', drained = 1"
-                              " WHERE id = ?1 AND revoked_at IS NULL";
+    static const char sql[] = "UPDATE nodes SET revoked_at = ?2, state = 'down', drained = 1,"
+                              " next_token_hash = NULL WHERE id = ?1 AND revoked_at IS NULL";
     store_tx_touch(tx, id); /* its cached token goes */
     return store_exec(store_tx_conn(tx), NULL, sql, STORE_ARGS(STORE_I(id), STORE_I(now_ms)));
+}
+
+store_rc store_node_token_ask(store_tx *tx, int64_t id)
+{
+    static const char sql[] = "UPDATE nodes SET token_rotate = 1 WHERE id = ?1"
+                              " AND revoked_at IS NULL";
+    store_tx_touch(tx, id); /* its cached row goes */
+    return store_tx_exec_id(tx, sql, id);
+}
+
+store_rc store_node_token_next(store_tx *tx, int64_t id, const uint8_t hash[UTIL_SHA256_LEN])
+{
+    static const char sql[] = "UPDATE nodes SET next_token_hash = ?2 WHERE id = ?1"
+                              " AND revoked_at IS NULL";
+    store_tx_touch(tx, id);
+    return store_exec(store_tx_conn(tx), NULL, sql,
+                      STORE_ARGS(STORE_I(id), STORE_B(hash, UTIL_SHA256_LEN)));
+}
+
+store_rc store_node_by_next_token(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t *id)
+{
+    static const char sql[] = "SELECT id FROM nodes WHERE next_token_hash = ?1"
+                              " AND revoked_at IS NULL";
+    return store_int64(store_reader(s), id, sql, STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN)));
+}
+
+store_rc store_node_token_promote(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN],
+                                  int64_t now_ms, int64_t *id)
+{
+    static const char sql[] =
+        "UPDATE nodes SET token_hash = next_token_hash, next_token_hash = NULL,"
+        " token_rotate = 0, token_issued_at = ?2"
+        " WHERE next_token_hash = ?1 AND revoked_at IS NULL RETURNING id";
+    store_st *st = store_prep(store_tx_conn(tx), sql,
+                              STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN), STORE_I(now_ms)));
+    if (!st)
+        return STORE_EIO;
+    int rc = store_step_row(st);
+    if (rc == STORE_OK) {
+        *id = store_col_int64(st, 0);
+        store_tx_touch(tx, *id); /* its old token's cached row goes */
+    }
+    store_reset(st);
+    return rc;
 }
 
 store_rc store_node_mark_down(store_tx *tx, int64_t cutoff_ms, void (*row)(void *arg, int64_t id),

@@ -24,6 +24,11 @@ typedef struct store_node {
     char network[8]; /* what its agent gives jobs: host | job (migration 014) */
     int64_t revoked_at;    /* 0: trusted; else its token is refused (migration 015) */
     int64_t join_token_id; /* the join token that registered it; 0: not known */
+    /* Its token's rotation (migration 018): when the token in use was
+     * issued, whether a platform admin asked for a new one, and whether a
+     * new one is out, waiting for its first use. */
+    int64_t token_issued_at;
+    int token_rotate, token_next;
     int64_t registered_at, last_heartbeat;
     /* Held by live workers (assigned or running): derived on reads. */
     int64_t used_cpus, used_memory_mb, used_gpus, used_workers;
@@ -89,6 +94,20 @@ store_rc store_node_set_network(store_tx *tx, int64_t id, const char *network);
  * and drained, and its row stays.  STORE_NOTFOUND when there is no such
  * node or it is revoked already.  The caller loses its workers. */
 store_rc store_node_revoke(store_tx *tx, int64_t id, int64_t now_ms);
+/* A rotation of node id's token is asked for: the next heartbeat hands
+ * its agent a new one.  STORE_NOTFOUND when there is no such node or it is
+ * revoked. */
+store_rc store_node_token_ask(store_tx *tx, int64_t id);
+/* hash is node id's next token, handed out now; any earlier one out is
+ * forgotten.  STORE_NOTFOUND when revoked. */
+store_rc store_node_token_next(store_tx *tx, int64_t id, const uint8_t hash[UTIL_SHA256_LEN]);
+/* The node whose next token hash is: its id, or STORE_NOTFOUND. */
+store_rc store_node_by_next_token(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t *id);
+/* The first use of a next token: it becomes the node's token, issued at
+ * now_ms, and the one before is refused from then on.  STORE_OK with the
+ * node's id, or STORE_NOTFOUND (nothing changed). */
+store_rc store_node_token_promote(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN],
+                                  int64_t now_ms, int64_t *id);
 /* Marks down every up node silent since before cutoff_ms; row() gets each. */
 store_rc store_node_mark_down(store_tx *tx, int64_t cutoff_ms, void (*row)(void *arg, int64_t id),
                          void *arg);

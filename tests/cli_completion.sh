@@ -85,7 +85,7 @@ expect "" cohort jobs -o ""
 expect "ls push pull rm" cohort ws ""
 expect "ls push pull seal rm" cohort ds ""
 expect "seal" cohort ds se
-expect "drain undrain rm" cohort node ""
+expect "drain undrain rm rotate-token" cohort node ""
 expect "" cohort node drain ""
 expect "create ls revoke" cohort join-token ""
 expect "create" cohort join-token --uses 3 c

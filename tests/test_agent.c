@@ -1282,6 +1282,55 @@ Test(agent, a_restarted_agent_adopts_its_running_workers)
     free(t);
 }
 
+/* The node token kept in agent a's node.json into out[80] ("" if none). */
+static void kept_token(const th_agent *a, char *out)
+{
+    char path[512], text[512];
+    snprintf(path, sizeof path, "%s/node.json", a->dir);
+    out[0] = '\0';
+    if (th_read_text(path, text, sizeof text) < 0)
+        return;
+    cJSON *o = cJSON_Parse(text);
+    const char *t = cJSON_GetStringValue(cJSON_GetObjectItem(o, "node_token"));
+    snprintf(out, 80, "%s", t ? t : "");
+    cJSON_Delete(o);
+}
+
+/*
+ * A real agent takes the new node token a heartbeat sends, keeps it in its
+ * node.json and goes on with it.  With cohortd rotating tokens every 2 s, a
+ * job of 6 s runs through several rotations, the agent's long poll never
+ * loses the node (a 401 there would end the agent), its old token is
+ * refused, and a job after that still runs.
+ */
+Test(agent, an_agent_goes_on_through_node_token_rotations, .timeout = 90)
+{
+    const char *const args[] = {"--node-token-rotate", "2", "--heartbeat", "1", NULL};
+    char first[80], last[80], log[512], text[65536];
+    platform(args);
+    agents(1, "8");
+    kept_token(&ag[0], first);
+    cr_assert(first[0], "no node token in node.json");
+    long id = submit_sh("rot", "rot.sh", "#!/bin/sh\nsleep 6\necho rotated through\n", 1, NULL);
+    th_resp r = succeeded_log(id, 40000);
+    cr_expect(strstr(r.body, "rotated through") != NULL, "%s", r.body);
+    th_free(&r);
+    kept_token(&ag[0], last);
+    cr_expect_str_neq(last, first, "the agent never took a new token");
+    th_expect(th_post(&d, "/v1/agent/heartbeat", first, "{\"workers\":[]}"), 401);
+    snprintf(log, sizeof log, "%s.log", ag[0].dir);
+    cr_assert(th_read_text(log, text, sizeof text) >= 0);
+    int n = 0;
+    for (const char *at = text; (at = strstr(at, "node token rotated")); at++)
+        n++;
+    cr_expect(n >= 2, "%d rotations in 6 s of job:\n%s", n, text);
+    cr_expect(strstr(text, "does not know this node") == NULL, "%s", text);
+    cr_expect_eq(kill(ag[0].pid, 0), 0, "the agent ended");
+    id = submit_sh("after", "after.sh", "#!/bin/sh\necho still here\n", 1, NULL);
+    r = succeeded_log(id, 30000);
+    th_free(&r);
+}
+
 /* Bytes written to, and bytes on disk of, every output.log of an agent's
  * workers; returns how many there are. */
 static int node_logs(const th_agent *a, long *written, long *disk)

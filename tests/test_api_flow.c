@@ -926,6 +926,88 @@ Test(api_flow, join_tokens_expire_are_used_up_and_nodes_are_revoked)
     th_expect(th_req(&d, "DELETE", "/v1/nodes/1", tok, NULL, NULL, 0, NULL), 403);
 }
 
+/* A heartbeat by node token tok: the new token it was sent into out[80]
+ * (or "" when none); the status. */
+static long beat(const char *tok, char *out)
+{
+    th_resp r = th_post(&d, "/v1/agent/heartbeat", tok, "{\"workers\":[]}");
+    long st = r.status;
+    const char *t = st == 200 ? th_str(&r, "node_token") : NULL;
+    snprintf(out, 80, "%s", t ? t : "");
+    th_free(&r);
+    return st;
+}
+
+/* Node 1's token_rotation: "" for none. */
+static void rotation_of_node1(char *out, size_t n)
+{
+    th_resp r = th_get(&d, "/v1/nodes/1", TH_ADMIN);
+    const char *v = th_str(&r, "token_rotation");
+    snprintf(out, n, "%s", v ? v : "");
+    th_free(&r);
+}
+
+/*
+ * A node token is rotated when a platform admin asks, or when it is older
+ * than --node-token-rotate: the next heartbeat's answer carries a new one.
+ * The old one works until the new one is first used, then is refused at
+ * once; an answer lost on the way (the old token used again) gets another
+ * new token and the lost one is forgotten.  A revoked node cannot ask.
+ */
+Test(api_flow, a_node_token_is_rotated_and_the_old_one_refused_on_first_use)
+{
+    char join[80], t1[80], t2[80], t3[80], t4[80], got[80], state[16], member[80];
+    join_token(NULL, join);
+    cr_assert_eq(register_with(join, "a", t1), 201);
+    cr_expect_eq(beat(t1, got), 200);
+    cr_expect_str_eq(got, "", "a fresh token was rotated unasked");
+    rotation_of_node1(state, sizeof state);
+    cr_expect_str_eq(state, "");
+    th_user(&d, "acme", "alice", "member", member);
+    th_expect(th_post(&d, "/v1/nodes/1/rotate-token", member, NULL), 403);
+    th_expect(th_post(&d, "/v1/nodes/9/rotate-token", TH_ADMIN, NULL), 404);
+    th_resp r = th_post(&d, "/v1/nodes/1/rotate-token", TH_ADMIN, NULL);
+    cr_assert_eq(r.status, 202, "%s", r.body);
+    cr_expect_str_eq(th_str(&r, "token_rotation"), "asked");
+    th_free(&r);
+
+    /* sent, and the answer lost: the old token is still the node's */
+    cr_expect_eq(beat(t1, t2), 200);
+    cr_assert_eq(strlen(t2), strlen(t1), "no new token was sent");
+    cr_expect_str_neq(t2, t1);
+    rotation_of_node1(state, sizeof state);
+    cr_expect_str_eq(state, "sent");
+    cr_expect_eq(beat(t1, t3), 200, "the old token was refused before the new one was used");
+    cr_assert_eq(strlen(t3), strlen(t1), "a lost answer's token was not sent again");
+    cr_expect_str_neq(t3, t2);
+    cr_expect_eq(beat(t2, got), 401, "a token sent before the last one still works");
+
+    /* the first use of the newest one makes it the node's */
+    cr_expect_eq(beat(t3, got), 200);
+    cr_expect_str_eq(got, "", "a rotation went on after its token was used");
+    th_expect(th_get(&d, "/v1/agent/desired", t1), 401);
+    cr_expect_eq(beat(t1, got), 401, "the old token works after the new one was used");
+    th_expect(th_get(&d, "/v1/agent/desired", t3), 200);
+    rotation_of_node1(state, sizeof state);
+    cr_expect_str_eq(state, "");
+
+    /* by age: a token older than --node-token-rotate is replaced unasked */
+    const char *const args[] = {"--node-token-rotate", "1", NULL};
+    cr_assert_eq(th_stop(&d), 0);
+    th_restart(&d, args);
+    usleep(1100 * 1000);
+    cr_expect_eq(beat(t3, t4), 200);
+    cr_assert_eq(strlen(t4), strlen(t1), "a token past its age was not rotated");
+    cr_expect_eq(beat(t4, got), 200);
+    cr_expect_eq(beat(t3, got), 401);
+
+    /* a revoked node's token stays refused, and no rotation is asked */
+    th_must(th_req(&d, "DELETE", "/v1/nodes/1", TH_ADMIN, NULL, NULL, 0, NULL), 200);
+    cr_expect_eq(beat(t4, got), 401);
+    th_expect_error(th_post(&d, "/v1/nodes/1/rotate-token", TH_ADMIN, NULL), 409, "conflict",
+                    NULL);
+}
+
 /* A priority past 1000 is a tier across tenants: a platform admin's only. */
 Test(api_flow, only_a_platform_admin_sets_a_tier)
 {

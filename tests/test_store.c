@@ -132,7 +132,7 @@ Test(store, schema_7_with_a_ledger_upgrades_and_keeps_its_charges)
     store *s = store_open(db, err, sizeof err);
     cr_assert(s, "%s", err);
     cr_expect_eq(store_schema_version(s), store_schema_known());
-    cr_expect_eq(store_schema_known(), 17);
+    cr_expect_eq(store_schema_known(), 18);
     store_close(s);
     sql("SELECT balance, charged FROM accounts WHERE tenant_id = 1", out, sizeof out);
     cr_expect_str_eq(out, "947|53\n");

@@ -1,0 +1,15 @@
+-- 018: a node's token can be rotated.
+--
+-- A rotation is asked for (token_rotate, by a platform admin) or due (the
+-- token is older than cohortd's --node-token-rotate, counted from
+-- token_issued_at; NULL: from registered_at).  At the node's next
+-- heartbeat cohortd makes a new token, keeps its hash in next_token_hash
+-- and hands it to the agent in the answer.  The old token works until the
+-- new one is first used; that use makes it the node's token (token_hash),
+-- and the old one is refused from then on.  An agent that lost the answer
+-- goes on with the old token and is handed another new one.
+ALTER TABLE nodes ADD COLUMN next_token_hash BYTEA;
+ALTER TABLE nodes ADD COLUMN token_issued_at BIGINT;
+ALTER TABLE nodes ADD COLUMN token_rotate INTEGER NOT NULL DEFAULT 0;
+CREATE UNIQUE INDEX nodes_next_token ON nodes(next_token_hash)
+    WHERE next_token_hash IS NOT NULL;
