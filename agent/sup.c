@@ -290,12 +290,15 @@ static struct worker *add(sup *s, int64_t id)
 }
 
 
-/* A GPU worker a previous run of the agent started: its job, attempt and
- * local rank from its spec.json, so that workers of its attempt started
- * later see the same CUDA_VISIBLE_DEVICES (assign_gpus). */
-static void adopt_gpu_worker(const char *dir, struct worker *w)
+/* A worker a previous run of the agent started, from its spec.json: the
+ * file system of its workspace, so that its deleted open files count as a
+ * worker's launched now do (hidden_bytes); and for a GPU worker its job,
+ * attempt and local rank, so that workers of its attempt started later see
+ * the same CUDA_VISIBLE_DEVICES (assign_gpus). */
+static void adopt_worker(const char *dir, struct worker *w, int gpu)
 {
     char path[4200];
+    struct stat ws;
     fmt_cut(path, sizeof path, "%s/%lld/spec.json", dir, (long long)w->id);
     FILE *f = fopen(path, "re");
     if (!f)
@@ -305,10 +308,14 @@ static void adopt_gpu_worker(const char *dir, struct worker *w)
     fclose(f);
     text[n] = '\0';
     cJSON *spec = cJSON_Parse(text);
-    w->job_id = jget_int(spec, "job_id", -1);
-    w->attempt = jget_int(spec, "attempt", -1);
-    int64_t lr = spec_local_rank(spec);
-    w->local_rank = lr >= 0 ? lr : 0; /* adopted: it runs already, whatever it says */
+    const char *workspace = jget_str(spec, "workspace");
+    w->ws_dev = workspace && stat(workspace, &ws) == 0 ? ws.st_dev : 0;
+    if (gpu) {
+        w->job_id = jget_int(spec, "job_id", -1);
+        w->attempt = jget_int(spec, "attempt", -1);
+        int64_t lr = spec_local_rank(spec);
+        w->local_rank = lr >= 0 ? lr : 0; /* adopted: it runs already, whatever it says */
+    }
     cJSON_Delete(spec);
 }
 
@@ -337,10 +344,10 @@ sup *sup_open(const sup_config *cfg, char *err, size_t errlen)
         struct worker *w = add(s, id);
         if (w) {
             char g[32];
-            if (read_small(cfg->dir, id, "gpus", g, sizeof g) == 0) {
+            int gpu = read_small(cfg->dir, id, "gpus", g, sizeof g) == 0;
+            if (gpu)
                 w->gpus = strtoull(g, NULL, 16);
-                adopt_gpu_worker(cfg->dir, w);
-            }
+            adopt_worker(cfg->dir, w, gpu);
             refresh(s, w);
         }
     }

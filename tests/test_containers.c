@@ -1847,9 +1847,6 @@ Test(containers, a_file_named_in_bytes_not_utf8_leaves_the_listing_json)
     th_free(&r);
 }
 
-/* A job that writes past its tenant's storage quota inside its workspace
- * is stopped within a walk of the volumes, saying why, and the tenant may
- * submit nothing more until it frees some; another tenant runs on. */
 /* A job that writes past its tenant's quota into a file it deleted and
  * keeps open, which no walk of the volumes sees, is stopped all the same:
  * its agent counts such files in every heartbeat (found by a probe: 1 GiB
@@ -1897,6 +1894,40 @@ Test(containers, a_deleted_open_file_counts_in_the_storage_quota, .timeout = 180
     }
 }
 
+/* A worker its agent adopted after a restart is measured as one it
+ * launched: a deleted file it holds open from then on counts, and stops
+ * it past the quota (before, the agent knew a workspace's file system only
+ * from a launch, and an adopted worker hid what it liked). */
+Test(containers, an_adopted_workers_deleted_open_file_counts_too, .timeout = 120)
+{
+    char seen[16], p[64];
+    const char *args[] = {"--storage-scan", "300", "--heartbeat", "1", NULL};
+    cohortd_args = args;
+    platform(NULL);
+    th_put_text(&d, tok, "ws", "later.sh",
+                "#!/bin/sh\nwhile [ ! -e go ]; do sleep 0.2; done\nexec 7>hidden.bin\n"
+                "rm -f hidden.bin\ndd if=/dev/zero bs=1048576 count=3 >&7 2>/dev/null\nsync\n"
+                "sleep 60\n",
+                "755");
+    th_put_quota(&d, "acme", "{\"max_storage_bytes\":2097152}");
+    long id = submit_as(tok, "later.sh", "native", NULL);
+    cr_assert(th_wait_state(&d, tok, id, "RUNNING", 40000, seen), "the job is %s", seen);
+    th_agent_kill9(&ag);
+    usleep(300 * 1000);
+    th_agent_restart(&ag, &d, NULL);
+    th_put_text(&d, tok, "ws", "go", "", "644");
+    cr_expect(th_wait_state(&d, tok, id, "FAILED", 40000, seen), "the job is %s", seen);
+    snprintf(p, sizeof p, "/v1/jobs/%ld", id);
+    th_resp r = th_get(&d, p, tok);
+    cr_expect(strstr(r.body, "storage_quota_exceeded") != NULL, "%s", r.body);
+    cr_expect_eq(th_num(&r, "attempt"), 1, "the worker was started again, not adopted: %s",
+                 r.body);
+    th_free(&r);
+}
+
+/* A job that writes past its tenant's storage quota inside its workspace
+ * is stopped within a walk of the volumes, saying why, and the tenant may
+ * submit nothing more until it frees some; another tenant runs on. */
 Test(containers, a_job_that_writes_past_the_storage_quota_is_stopped, .timeout = 120)
 {
     char seen[16], p[64];
