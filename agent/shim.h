@@ -34,10 +34,14 @@
 
 #include "agent/cgroup.h"
 #include "agent/image.h"
+#include "lib/launch.h"
 
 #define SHIM_MAX_DATASETS 32
 #define SHIM_MAX_HIDE 64  /* paths hidden from a host-runtime worker; more is refused */
 #define SHIM_MAX_ARGS 298 /* a worker's arguments after its program; more is refused */
+/* They hold whatever the contract allows (lib/launch.h). */
+_Static_assert(SHIM_MAX_ARGS >= LAUNCH_MAX_ARGS, "the shim's arguments hold a launch spec's");
+_Static_assert(SHIM_MAX_DATASETS >= LAUNCH_MAX_DATASETS, "the shim's datasets hold a spec's");
 
 typedef struct shim_spec {
     const char *program;    /* path inside the workspace */

@@ -45,7 +45,8 @@ static const char **gpu_devices(const cJSON *spec, shim_req *r)
     const char **list = r->gpu_list;
     int n = 0;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(spec, "env"), "CUDA_VISIBLE_DEVICES");
+        cJSON_GetObjectItemCaseSensitive(spec, LAUNCH_KEY(env)),
+        LAUNCH_NAME(CUDA_VISIBLE_DEVICES));
     if (!cJSON_IsString(v) || !v->valuestring[0])
         return NULL;
     for (const char *p = v->valuestring; *p && n < 64;) {
@@ -72,7 +73,7 @@ static const char **gpu_devices(const cJSON *spec, shim_req *r)
 /* The value of name in the spec's env as a number, or -1. */
 static long long env_number(const cJSON *spec, const char *name)
 {
-    const char *v = jget_str(cJSON_GetObjectItemCaseSensitive(spec, "env"), name);
+    const char *v = jget_str(cJSON_GetObjectItemCaseSensitive(spec, LAUNCH_KEY(env)), name);
     char *end;
     long long n = v ? strtoll(v, &end, 10) : -1;
     return v && *v && !*end ? n : -1;
@@ -152,7 +153,7 @@ static int job_network(const cJSON *ct, const cJSON *spec, shim_req *r, char *er
                        size_t errlen)
 {
     const char *net = jget_str(ct, "network"), *prefix = jget_str(ct, "netns_prefix");
-    const cJSON *jn = cJSON_GetObjectItemCaseSensitive(spec, "job_network");
+    const cJSON *jn = cJSON_GetObjectItemCaseSensitive(spec, LAUNCH_KEY(job_network));
     r->sp.ip = jget_str(ct, "ip");
     r->sp.bridge = jget_str(ct, "bridge");
     long long world = env_number(spec, LAUNCH_NAME(WORLD_SIZE)),
@@ -166,7 +167,8 @@ static int job_network(const cJSON *ct, const cJSON *spec, shim_req *r, char *er
                                 "drain one of the two kinds of node, or run all with "
                                 "--network job");
     if (!prefix || !r->sp.ip || r->sp.ip[0] != '/' ||
-        netns_name(prefix, jget_int(spec, "job_id", 0), jget_int(spec, "attempt", 0), r->netns,
+        netns_name(prefix, jget_int(spec, LAUNCH_KEY(job_id), 0),
+                   jget_int(spec, LAUNCH_KEY(attempt), 0), r->netns,
                    sizeof r->netns) != 0)
         return bad(err, errlen, "the agent's job network settings are incomplete");
     r->sp.netns = r->netns;
@@ -231,8 +233,8 @@ static int container_setup(const cJSON *ct, const cJSON *spec, shim_req *r, char
 {
     shim_spec *sp = &r->sp;
     char host[256];
-    const char *want = jget_str(spec, "image_ref"), *reg = jget_str(ct, "registry");
-    int64_t uid_base = jget_int(spec, "uid_base", 0);
+    const char *want = jget_str(spec, LAUNCH_KEY(image_ref)), *reg = jget_str(ct, "registry");
+    int64_t uid_base = jget_int(spec, LAUNCH_KEY(uid_base), 0);
     sp->crun = jget_str(ct, "crun");
     sp->crun_root = jget_str(ct, "crun_root");
     sp->init = jget_str(ct, "init");
@@ -248,7 +250,7 @@ static int container_setup(const cJSON *ct, const cJSON *spec, shim_req *r, char
         return bad(err, errlen, "the agent's container settings are incomplete");
     if (!want)
         return bad(err, errlen, "image %.64s has no reference: register it with one",
-                   jget_str(spec, "image") ? jget_str(spec, "image") : "?");
+                   jget_str(spec, LAUNCH_KEY(image)) ? jget_str(spec, LAUNCH_KEY(image)) : "?");
     if (strlen(want) > IMG_REF_MAX || (reg && strlen(reg) > 255))
         return bad(err, errlen, "image reference %.64s... is too long", want);
     /* bounded just above: both fit r->ref */
@@ -258,7 +260,7 @@ static int container_setup(const cJSON *ct, const cJSON *spec, shim_req *r, char
         fmt_cut(r->ref, sizeof r->ref, "%s", want);
     /* The digest the job's first rank resolved: every later rank and
      * attempt runs it, whatever the tag points at now. */
-    const char *pin = jget_str(spec, "image_digest");
+    const char *pin = jget_str(spec, LAUNCH_KEY(image_digest));
     if (pin) {
         char tagged[sizeof r->ref];
         memcpy(tagged, r->ref, sizeof tagged);
@@ -275,8 +277,8 @@ static int container_setup(const cJSON *ct, const cJSON *spec, shim_req *r, char
     sp->image.reference = r->ref;
     sp->image.insecure = jget_has_string(cJSON_GetObjectItemCaseSensitive(ct, "insecure"), host);
     sp->uid_base = (uint32_t)uid_base;
-    sp->framework = jget_str(spec, "framework");
-    const cJSON *res = cJSON_GetObjectItemCaseSensitive(spec, "resources");
+    sp->framework = jget_str(spec, LAUNCH_KEY(framework));
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(spec, LAUNCH_KEY(resources));
     /* PyTorch's DataLoader and NCCL want a large /dev/shm: half the memory. */
     sp->shm_mb = jget_int(res, "memory_mb", 128) / 2;
     if (sp->shm_mb < 64)
@@ -300,7 +302,7 @@ static int environment(const cJSON *spec, shim_req *r, char *err, size_t errlen)
     static const char *const base[] = {
         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8",
         "PYTHONUNBUFFERED=1", NULL};
-    const cJSON *env = cJSON_GetObjectItemCaseSensitive(spec, "env"), *d;
+    const cJSON *env = cJSON_GetObjectItemCaseSensitive(spec, LAUNCH_KEY(env)), *d;
     if (env && !cJSON_IsObject(env))
         return bad(err, errlen, "the launch spec's env is not an object");
     cJSON_ArrayForEach(d, env)
@@ -365,7 +367,7 @@ static int lists(const cJSON *spec, shim_req *r, char *err, size_t errlen)
 {
     const cJSON *d;
     int na = 0;
-    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "datasets"))
+    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, LAUNCH_KEY(datasets)))
     {
         const char *name = jget_str(d, "name"), *path = jget_str(d, "path");
         if (!name || !util_name_valid(name) || !path || r->sp.ndatasets == SHIM_MAX_DATASETS)
@@ -373,7 +375,7 @@ static int lists(const cJSON *spec, shim_req *r, char *err, size_t errlen)
         r->sp.ds_name[r->sp.ndatasets] = name;
         r->sp.ds_path[r->sp.ndatasets++] = path;
     }
-    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "hide"))
+    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, LAUNCH_KEY(hide)))
     {
         if (!cJSON_IsString(d) || d->valuestring[0] != '/')
             return bad(err, errlen, "a path to hide is not an absolute path");
@@ -384,7 +386,7 @@ static int lists(const cJSON *spec, shim_req *r, char *err, size_t errlen)
     }
     if (jget_str(r->json, "agent_dir"))
         r->sp.hide[r->sp.nhide++] = jget_str(r->json, "agent_dir");
-    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, "args"))
+    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(spec, LAUNCH_KEY(args)))
     {
         if (!cJSON_IsString(d))
             return bad(err, errlen, "argument %d of the worker is not a string", na + 1);
@@ -402,12 +404,13 @@ static int lists(const cJSON *spec, shim_req *r, char *err, size_t errlen)
  * or -1 with err. */
 static int credentials(const cJSON *spec, shim_req *r, char *err, size_t errlen)
 {
-    r->auth = cJSON_DetachItemFromObjectCaseSensitive((cJSON *)spec, "registry_auth");
-    while (cJSON_GetObjectItemCaseSensitive(spec, "registry_auth"))
-        cJSON_DeleteItemFromObjectCaseSensitive((cJSON *)spec, "registry_auth");
-    r->token = cJSON_DetachItemFromObjectCaseSensitive((cJSON *)spec, "registry_token");
-    while (cJSON_GetObjectItemCaseSensitive(spec, "registry_token"))
-        cJSON_DeleteItemFromObjectCaseSensitive((cJSON *)spec, "registry_token");
+    const char *ak = LAUNCH_KEY(registry_auth), *tk = LAUNCH_KEY(registry_token);
+    r->auth = cJSON_DetachItemFromObjectCaseSensitive((cJSON *)spec, ak);
+    while (cJSON_GetObjectItemCaseSensitive(spec, ak))
+        cJSON_DeleteItemFromObjectCaseSensitive((cJSON *)spec, ak);
+    r->token = cJSON_DetachItemFromObjectCaseSensitive((cJSON *)spec, tk);
+    while (cJSON_GetObjectItemCaseSensitive(spec, tk))
+        cJSON_DeleteItemFromObjectCaseSensitive((cJSON *)spec, tk);
     if (r->token && (!cJSON_IsString(r->token) || strlen(r->token->valuestring) > 8192 ||
                      strspn(r->token->valuestring, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrs"
                                                    "tuvwxyz0123456789-_.") !=
@@ -423,18 +426,18 @@ static int credentials(const cJSON *spec, shim_req *r, char *err, size_t errlen)
  * the supervision's timings: 0, or -1 with err. */
 static int resources(const cJSON *spec, shim_req *r, char *err, size_t errlen)
 {
-    const cJSON *res = cJSON_GetObjectItemCaseSensitive(spec, "resources");
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(spec, LAUNCH_KEY(resources));
     const cJSON *cg = cJSON_GetObjectItemCaseSensitive(r->json, "cgroup");
     r->sp.agent_lock = jget_str(r->json, "agent_lock");
     r->sp.lease_ms = jget_int(r->json, "lease_ms", 30000);
     r->sp.grace_ms = jget_int(r->json, "grace_ms", 10000);
     if (cJSON_IsObject(cg) && cgroup_setup(cg, &r->sp, err, errlen) != 0)
         return -1;
-    r->sp.id = jget_int(spec, "id", 0);
+    r->sp.id = jget_int(spec, LAUNCH_KEY(id), 0);
     r->sp.cpu_milli = jget_int(res, "cpus", 0);
     r->sp.memory_mb = jget_int(res, "memory_mb", 0);
-    if (r->sp.cpu_milli < 0 || r->sp.cpu_milli > 1000000 || r->sp.memory_mb < 0 ||
-        r->sp.memory_mb > ((int64_t)1 << 40))
+    if (r->sp.cpu_milli < 0 || r->sp.cpu_milli > LAUNCH_MAX_CPUS || r->sp.memory_mb < 0 ||
+        r->sp.memory_mb > LAUNCH_MAX_MEMORY_MB)
         return bad(err, errlen, "the worker spec's resources are out of range");
     r->sp.cpu_milli *= 1000;
     return 0;
@@ -451,10 +454,10 @@ int shim_req_parse(const char *text, shim_req *r, char *err, size_t errlen)
     spec = cJSON_GetObjectItemCaseSensitive(r->json, "spec");
     if (!r->dir || !r->dir[0] || !cJSON_IsObject(spec))
         return bad(err, errlen, "the launch request is unreadable");
-    fw = jget_str(spec, "framework");
-    r->sp.program = jget_str(spec, "program");
-    r->sp.mount_root = jget_str(spec, "mount_root");
-    r->sp.workspace = jget_str(spec, "workspace");
+    fw = jget_str(spec, LAUNCH_KEY(framework));
+    r->sp.program = jget_str(spec, LAUNCH_KEY(program));
+    r->sp.mount_root = jget_str(spec, LAUNCH_KEY(mount_root));
+    r->sp.workspace = jget_str(spec, LAUNCH_KEY(workspace));
     r->sp.launcher = jget_str(r->json, "launcher");
     if (r->sp.mount_root && strlen(r->sp.mount_root) > SHIM_MOUNT_ROOT_MAX)
         return bad(err, errlen, "the mount root is longer than %d bytes", SHIM_MOUNT_ROOT_MAX);
@@ -466,7 +469,7 @@ int shim_req_parse(const char *text, shim_req *r, char *err, size_t errlen)
         return -1;
     if (!r->sp.crun && strcmp(fw, "native") && !r->sp.launcher)
         return bad(err, errlen, "no launcher on this node for image %.60s (see --launcher)",
-                   jget_str(spec, "image") ? jget_str(spec, "image") : fw);
+                   jget_str(spec, LAUNCH_KEY(image)) ? jget_str(spec, LAUNCH_KEY(image)) : fw);
     if (lists(spec, r, err, errlen) != 0 || environment(spec, r, err, errlen) != 0 ||
         (r->sp.netns && !r->sp.overlay && loopback_env(r, err, errlen)) ||
         resources(spec, r, err, errlen) != 0 || credentials(spec, r, err, errlen) != 0)

@@ -37,6 +37,7 @@
  * path under it the shim makes then fits its buffer of 4,200 bytes. */
 #define SHIM_MOUNT_ROOT_MAX 1024
 #define SHIM_REQ_MAX_ENV 280   /* the job's and the platform's variables */
+_Static_assert(SHIM_REQ_MAX_ENV >= LAUNCH_MAX_ENV, "the shim's environment holds a spec's");
 
 typedef struct shim_req {
     const char *dir; /* the worker's state directory, once known (even on failure) */

@@ -21,7 +21,7 @@
 #include "agent/fileutil.h"
 #include "agent/jget.h"
 #include "agent/netns.h"
-#include "lib/launch.h"
+#include "lib/launch_spec.h"
 #include "lib/util.h"
 
 #define MAX_WORKERS LAUNCH_MAX_NODE_WORKERS
@@ -71,17 +71,14 @@ static struct worker *find(sup *s, int64_t id)
 
 /* The LOCAL_RANK of a launch spec's environment (cohortd writes it as the
  * decimal text the worker reads): 0 .. LAUNCH_MAX_PER_NODE - 1, or -1 for
- * anything else, which the worker would refuse too (worker/comm.c). */
+ * anything else, which launch_spec_check refuses (as the worker would). */
 static int64_t spec_local_rank(const cJSON *spec)
 {
     const cJSON *lr = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(spec, "env"), LAUNCH_NAME(LOCAL_RANK));
-    const char *t = cJSON_GetStringValue(lr);
-    char *end;
-    if (!t || !*t || strspn(t, "0123456789") != strlen(t) || strlen(t) > 6)
-        return -1;
-    long long v = strtoll(t, &end, 10);
-    return *end == '\0' && v >= 0 && v < LAUNCH_MAX_PER_NODE ? (int64_t)v : -1;
+        cJSON_GetObjectItemCaseSensitive(spec, LAUNCH_KEY(env)), LAUNCH_NAME(LOCAL_RANK));
+    long long v;
+    return launch_int_text(cJSON_GetStringValue(lr), 0, LAUNCH_MAX_PER_NODE - 1, &v) == 0 ? v
+                                                                                        : -1;
 }
 
 /* dir/id/name's first line into out: 0, or -1. */
@@ -308,11 +305,11 @@ static void adopt_worker(const char *dir, struct worker *w, int gpu)
     fclose(f);
     text[n] = '\0';
     cJSON *spec = cJSON_Parse(text);
-    const char *workspace = jget_str(spec, "workspace");
+    const char *workspace = jget_str(spec, LAUNCH_KEY(workspace));
     w->ws_dev = workspace && stat(workspace, &ws) == 0 ? ws.st_dev : 0;
     if (gpu) {
-        w->job_id = jget_int(spec, "job_id", -1);
-        w->attempt = jget_int(spec, "attempt", -1);
+        w->job_id = jget_int(spec, LAUNCH_KEY(job_id), -1);
+        w->attempt = jget_int(spec, LAUNCH_KEY(attempt), -1);
         int64_t lr = spec_local_rank(spec);
         w->local_rank = lr >= 0 ? lr : 0; /* adopted: it runs already, whatever it says */
     }
@@ -492,10 +489,10 @@ static void launch(sup *s, struct worker *w, const cJSON *spec)
     char dir[4200], err[300] = "";
     int pfd[2] = {-1, -1};
     struct stat ws;
-    const char *workspace = jget_str(spec, "workspace");
+    const char *workspace = jget_str(spec, LAUNCH_KEY(workspace));
     w->ws_dev = workspace && stat(workspace, &ws) == 0 ? ws.st_dev : 0;
     fmt_cut(dir, sizeof dir, "%s/%lld", s->cfg.dir, (long long)w->id);
-    const char *image = jget_str(spec, "image"), *fw = jget_str(spec, "framework");
+    const char *image = jget_str(spec, LAUNCH_KEY(image)), *fw = jget_str(spec, LAUNCH_KEY(framework));
     cJSON *req = cJSON_CreateObject();
     cJSON_AddStringToObject(req, "dir", dir);
     cJSON_AddItemReferenceToObject(req, "spec", (cJSON *)spec);
@@ -706,16 +703,18 @@ void sup_reconcile(sup *s, const cJSON *workers)
     const cJSON *spec;
     cJSON_ArrayForEach(spec, workers)
     {
-        int64_t id = jget_int(spec, "id", -1);
+        int64_t id = jget_int(spec, LAUNCH_KEY(id), -1);
         if (id < 1)
             continue;
         struct worker *w = find(s, id);
         if (!w && nf < RECONCILE_BATCH && (w = add(s, id)) != NULL) {
-            w->job_id = jget_int(spec, "job_id", -1);
-            w->attempt = jget_int(spec, "attempt", -1);
+            w->job_id = jget_int(spec, LAUNCH_KEY(job_id), -1);
+            w->attempt = jget_int(spec, LAUNCH_KEY(attempt), -1);
+            char bad[200], msg[256];
             w->local_rank = spec_local_rank(spec);
-            if (w->local_rank < 0) { /* refused with a reason, never read as 0 */
-                fail_launch(s, w, "the launch spec's LOCAL_RANK is not a rank of this node");
+            if (launch_spec_check(spec, bad, sizeof bad) != 0) { /* refused, never guessed at */
+                fmt_cut(msg, sizeof msg, "cohortd's launch spec is refused: %s", bad);
+                fail_launch(s, w, msg);
             } else {
                 w->state = W_STARTING; /* holds its GPUs from now on */
                 fresh[nf] = w;

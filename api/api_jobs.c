@@ -21,11 +21,11 @@
 #include "storage/store_node.h"
 
 #define MAX_WORKERS API_MAX_WORKERS
-#define MAX_DATASETS 32
-#define MAX_ARGS 256
+#define MAX_DATASETS LAUNCH_MAX_DATASETS
+#define MAX_ARGS LAUNCH_MAX_JOB_ARGS
 #define MAX_ARG_LEN 4096
-#define MAX_ENV 64
-#define MAX_ENV_VALUE 4096
+#define MAX_ENV LAUNCH_MAX_JOB_ENV
+#define MAX_ENV_VALUE LAUNCH_MAX_ENV_VALUE
 #define MAX_RUNTIME API_MAX_RUNTIME
 
 /* UTF-8 without control characters. */
@@ -373,9 +373,9 @@ static int job_fields(const api_req *rq, const cJSON *in, store_job *j, struct j
         api_name(in, "image", 1, &nm->image, rs) < 0 ||
         api_name(in, "workspace", 1, &nm->ws, rs) < 0 ||
         api_str(in, "code_path", 1, UTIL_PATH_MAX, &nm->code_path, rs) < 0 ||
-        api_int(in, "epochs", 1, 1, 1000000, &j->epochs, rs) < 0 ||
-        api_num(in, "lr", 1, 0, 1000, &j->lr, rs) < 0 ||
-        api_int(in, "batch_size", 1, 1, 1 << 24, &j->batch_size, rs) < 0 ||
+        api_int(in, "epochs", 1, 1, LAUNCH_MAX_EPOCHS, &j->epochs, rs) < 0 ||
+        api_num(in, "lr", 1, 0, LAUNCH_MAX_LR, &j->lr, rs) < 0 ||
+        api_int(in, "batch_size", 1, 1, LAUNCH_MAX_BATCH, &j->batch_size, rs) < 0 ||
         api_name(in, "worker_spec", 1, &nm->spec, rs) < 0 ||
         api_int(in, "worker_count", 1, 1, MAX_WORKERS, &j->worker_count, rs) < 0 ||
         api_int(in, "workers_per_node", 0, 1, LAUNCH_MAX_PER_NODE, &j->workers_per_node, rs) < 0 ||

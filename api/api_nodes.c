@@ -910,7 +910,7 @@ static void add_pull_token(api_ctx *ctx, const store_job *j, const char *ref, cJ
     fmt_cut(subject, sizeof subject, "job/%lld", (long long)j->id);
     char *t = api_registry_pull_token(ctx, subject, repo);
     if (t)
-        cJSON_AddStringToObject(o, "registry_token", t);
+        cJSON_AddStringToObject(o, LAUNCH_KEY(registry_token), t);
     free(t);
 }
 
@@ -924,13 +924,13 @@ static void launch_volumes(api_ctx *ctx, const store_job *j, cJSON *o, util_buf 
     /* Volumes, by their host paths; the agent binds them under mount_root. */
     if (store_volume_get(ctx->st, STORE_WORKSPACE, j->tenant_id, j->workspace, 0, &ws) == STORE_OK) {
         if (api_volume_path(ctx, STORE_WORKSPACE, &ws, path, sizeof path) == 0)
-            cJSON_AddStringToObject(o, "workspace", path);
+            cJSON_AddStringToObject(o, LAUNCH_KEY(workspace), path);
         else
-            cJSON_AddNullToObject(o, "workspace"); /* the shim refuses it, saying so */
+            cJSON_AddNullToObject(o, LAUNCH_KEY(workspace)); /* the agent refuses it, saying so */
     } else {
-        cJSON_AddNullToObject(o, "workspace");
+        cJSON_AddNullToObject(o, LAUNCH_KEY(workspace));
     }
-    cJSON *ds = cJSON_AddArrayToObject(o, "datasets");
+    cJSON *ds = cJSON_AddArrayToObject(o, LAUNCH_KEY(datasets));
     cJSON *names = cJSON_Parse(j->datasets_json);
     const cJSON *d;
     cJSON_ArrayForEach(d, names)
@@ -952,7 +952,7 @@ static void launch_volumes(api_ctx *ctx, const store_job *j, cJSON *o, util_buf 
     }
     cJSON_Delete(names);
     /* Storage the worker must not see: every tenant's volumes. */
-    cJSON *hide = cJSON_AddArrayToObject(o, "hide");
+    cJSON *hide = cJSON_AddArrayToObject(o, LAUNCH_KEY(hide));
     if (fmt_path(path, sizeof path, ctx->data_dir, "volumes") == 0)
         cJSON_AddItemToArray(hide, cJSON_CreateString(path));
 
@@ -965,7 +965,7 @@ static void launch_env(api_ctx *ctx, const store_worker *w, const store_job *j,
 {
     char buf[64], ov[24];
     /* The worker contract's environment, then the job's own variables. */
-    cJSON *env = cJSON_AddObjectToObject(o, "env");
+    cJSON *env = cJSON_AddObjectToObject(o, LAUNCH_KEY(env));
     env_add(env, API_ENV(MASTER_ADDR), jobnet_map(net, master->address, ov, sizeof ov));
     env_addi(env, API_ENV(MASTER_PORT), j->master_port);
     env_addi(env, API_ENV(WORLD_SIZE), j->worker_count);
@@ -1009,7 +1009,7 @@ static void launch_args(const store_worker *w, const store_job *j, cJSON *o)
 {
     char buf[64];
     /* Arguments after the program: --local_rank=N as torch.distributed.launch does. */
-    cJSON *args = cJSON_AddArrayToObject(o, "args");
+    cJSON *args = cJSON_AddArrayToObject(o, LAUNCH_KEY(args));
     if (strcmp(j->framework, "tensorflow")) {
         fmt_cut(buf, sizeof buf, "--local_rank=%lld", (long long)w->local_rank);
         cJSON_AddItemToArray(args, cJSON_CreateString(buf));
@@ -1029,21 +1029,21 @@ static cJSON *launch_spec(api_ctx *ctx, const store_worker *w, const store_job *
 {
     util_buf dl = {0}; /* the datasets' names, for DATASETS */
     cJSON *o = api_object(w->id, NULL);
-    cJSON_AddNumberToObject(o, "job_id", (double)j->id);
-    cJSON_AddNumberToObject(o, "attempt", (double)w->attempt);
-    cJSON_AddNumberToObject(o, "rank", (double)w->rank);
-    cJSON_AddStringToObject(o, "image", j->image);
-    cJSON_AddStringToObject(o, "framework", j->framework);
+    cJSON_AddNumberToObject(o, LAUNCH_KEY(job_id), (double)j->id);
+    cJSON_AddNumberToObject(o, LAUNCH_KEY(attempt), (double)w->attempt);
+    cJSON_AddNumberToObject(o, LAUNCH_KEY(rank), (double)w->rank);
+    cJSON_AddStringToObject(o, LAUNCH_KEY(image), j->image);
+    cJSON_AddStringToObject(o, LAUNCH_KEY(framework), j->framework);
     /* The image as the job's tenant sees it (its own private one first);
      * credentials go only to the agent that pulls it. */
     store_image im;
     if (store_image_get(ctx->st, j->tenant_id, j->image, &im) == STORE_OK && im.reference[0]) {
-        cJSON_AddStringToObject(o, "image_ref", im.reference);
+        cJSON_AddStringToObject(o, LAUNCH_KEY(image_ref), im.reference);
         if (!im.username[0])
             add_pull_token(ctx, j, im.reference, o);
         char plain[STORE_CRED_SEALED_MAX + 1] = "";
         if (im.username[0] && open_password(ctx, &im, plain, sizeof plain) == 0) {
-            cJSON *auth = cJSON_AddObjectToObject(o, "registry_auth");
+            cJSON *auth = cJSON_AddObjectToObject(o, LAUNCH_KEY(registry_auth));
             cJSON_AddStringToObject(auth, "username", im.username);
             cJSON_AddStringToObject(auth, "password", plain);
         }
@@ -1053,14 +1053,15 @@ static cJSON *launch_spec(api_ctx *ctx, const store_worker *w, const store_job *
     /* Pinned by the first rank that resolved it: a re-tag mid-job changes
      * nothing for the ranks and attempts still to start. */
     if (j->image_digest[0])
-        cJSON_AddStringToObject(o, "image_digest", j->image_digest);
+        cJSON_AddStringToObject(o, LAUNCH_KEY(image_digest), j->image_digest);
     /* The tenant's own host uid range: container root is API_UID_BASE +
      * tenant id x 65536 on the host, a range no other tenant shares. */
     if (j->tenant_id > 0 && j->tenant_id < API_UID_TENANTS)
-        cJSON_AddNumberToObject(o, "uid_base", (double)(API_UID_BASE + j->tenant_id * 65536LL));
-    cJSON_AddStringToObject(o, "program", j->code_path);
-    cJSON_AddStringToObject(o, "mount_root", API_MOUNT_ROOT);
-    cJSON *res = cJSON_AddObjectToObject(o, "resources");
+        cJSON_AddNumberToObject(o, LAUNCH_KEY(uid_base),
+                                (double)(API_UID_BASE + j->tenant_id * 65536LL));
+    cJSON_AddStringToObject(o, LAUNCH_KEY(program), j->code_path);
+    cJSON_AddStringToObject(o, LAUNCH_KEY(mount_root), API_MOUNT_ROOT);
+    cJSON *res = cJSON_AddObjectToObject(o, LAUNCH_KEY(resources));
     cJSON_AddNumberToObject(res, "cpus", (double)j->cpus);
     cJSON_AddNumberToObject(res, "memory_mb", (double)j->memory_mb);
     cJSON_AddNumberToObject(res, "gpus", (double)j->gpus);
@@ -1090,7 +1091,7 @@ static void desired_row(void *arg, const store_worker *w)
         cJSON *spec = launch_spec(d->ctx, w, &j, &master, &d->net);
         cJSON *net = jobnet_spec(&d->net, w->node_rank);
         if (net)
-            cJSON_AddItemToObject(spec, "job_network", net);
+            cJSON_AddItemToObject(spec, LAUNCH_KEY(job_network), net);
         cJSON_AddItemToArray(d->items, spec);
     } else {
         d->failed = 1;

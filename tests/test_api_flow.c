@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lib/launch_spec.h"
 #include "lib/util.h"
 #include "tests/harness.h"
 
@@ -636,6 +637,51 @@ Test(api_flow, a_placement_wakes_the_long_poll_of_its_node_only)
     cr_expect(strstr(ps.r.body, "\"workers\":[]") != NULL, "%s", ps.r.body);
     th_free(&ps.r);
     th_free(&pl.r);
+}
+
+/* Every launch spec node token tok is sent passes the one check the agent
+ * makes (lib/launch_spec.h); how many there were. */
+static int desired_specs_pass(const char *tok)
+{
+    char why[256];
+    cJSON *j = th_get_json(&d, "/v1/agent/desired", tok);
+    const cJSON *w;
+    int n = 0;
+    cJSON_ArrayForEach(w, cJSON_GetObjectItem(j, "workers"))
+    {
+        why[0] = '\0';
+        cr_expect_eq(launch_spec_check(w, why, sizeof why), 0, "refused: %s", why);
+        n++;
+    }
+    cJSON_Delete(j);
+    return n;
+}
+
+/*
+ * What cohortd sends an agent is what the agent takes: every launch spec of
+ * a native job of 4 ranks, 2 a node, with datasets, arguments and variables
+ * of its own, and of a TensorFlow job (TF_CONFIG), passes the agent's check.
+ */
+Test(api_flow, the_launch_specs_cohortd_writes_pass_the_agents_check)
+{
+    char tok[80], n1[80], n2[80], seen[16];
+    th_user(&d, "acme", "alice", "member", tok);
+    make_volumes(tok);
+    register_node("a", 8, n1);
+    register_node("b", 8, n2);
+    long a = th_submit(&d, tok,
+                       "{\"name\":\"four\",\"image\":\"native\",\"workspace\":\"ws\","
+                       "\"datasets\":[\"mnist\"],\"code_path\":\"bin/train\",\"epochs\":3,"
+                       "\"lr\":1e-05,\"batch_size\":64,\"args\":[\"--x\",\"y z\"],"
+                       "\"env\":{\"MINE\":\"1\"},\"worker_spec\":\"cpu-small\","
+                       "\"worker_count\":4,\"workers_per_node\":2}");
+    long b = th_submit(&d, tok,
+                       "{\"name\":\"tf\",\"image\":\"tensorflow\",\"workspace\":\"ws\","
+                       "\"code_path\":\"bin/train\",\"epochs\":1,\"lr\":0.5,\"batch_size\":8,"
+                       "\"worker_spec\":\"cpu-small\",\"worker_count\":2}");
+    cr_assert(th_wait_state(&d, tok, a, "STARTING", 10000, seen), "job a is %s", seen);
+    cr_assert(th_wait_state(&d, tok, b, "STARTING", 10000, seen), "job b is %s", seen);
+    cr_expect_eq(desired_specs_pass(n1) + desired_specs_pass(n2), 6);
 }
 
 /* Whether the desired state answered to node token tok says drained. */

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "storage/store_bill.h"
+#include "lib/launch_spec.h"
 #include "lib/util.h"
 
 Test(util, relpath_accepts_plain_relative_paths)
@@ -790,4 +791,97 @@ Test(cgroup, a_v2_workers_devices_are_an_allow_list)
     cg_worker_end(&w, &u, 1000);
     cg_close(&root);
     rmdir(base);
+}
+
+/* A launch spec as cohortd writes one: rank 1 of 4, two a node. */
+static const char launch_ok[] =
+    "{\"id\":7,\"job_id\":3,\"attempt\":1,\"rank\":1,\"image\":\"native\","
+    "\"framework\":\"native\",\"program\":\"bin/train\",\"mount_root\":\"/cohort\","
+    "\"workspace\":\"/data/volumes/1/ws\",\"datasets\":[{\"name\":\"ds\",\"path\":\"/data/d\"}],"
+    "\"hide\":[\"/data/volumes\"],\"args\":[\"--local_rank=1\"],"
+    "\"resources\":{\"cpus\":1,\"memory_mb\":2048,\"gpus\":0},"
+    "\"image_digest\":\"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\","
+    "\"env\":{\"MASTER_ADDR\":\"10.0.0.1\",\"MASTER_PORT\":\"29500\",\"WORLD_SIZE\":\"4\","
+    "\"RANK\":\"1\",\"LOCAL_RANK\":\"1\",\"NODE_RANK\":\"0\",\"WORKER_PER_NODE\":\"2\","
+    "\"BACKEND\":\"gloo\",\"DATASETS_PATH\":\"/cohort/datasets\",\"DATASETS\":\"ds\","
+    "\"WORKSPACE\":\"/cohort/workspace\",\"EPOCHS\":\"2\",\"LR\":\"0.1\",\"BATCH_SIZE\":\"8\"}}";
+
+/* launch_ok with obj[key] (obj: "" for the spec, or one of its objects)
+ * set to the JSON value, or removed when value is NULL; why it is refused
+ * into why ("" when it is not). */
+static void launch_fault(const char *obj, const char *key, const char *value, char *why,
+                         size_t n)
+{
+    cJSON *spec = cJSON_Parse(launch_ok);
+    cJSON *in = obj[0] ? cJSON_GetObjectItemCaseSensitive(spec, obj) : spec;
+    cJSON_DeleteItemFromObjectCaseSensitive(in, key);
+    if (value)
+        cJSON_AddItemToObject(in, key, cJSON_Parse(value));
+    why[0] = '\0';
+    if (launch_spec_check(spec, why, n) == 0)
+        why[0] = '\0';
+    cJSON_Delete(spec);
+}
+
+/* One check of what cohortd sends and the agent takes: each fault is
+ * refused with a reason that names it (the agent fails the worker with it),
+ * and a spec as cohortd writes it passes (api_flow checks cohortd's own). */
+Test(launch, each_fault_of_a_launch_spec_is_refused_by_name)
+{
+    char why[256], many[4096];
+    size_t at = 0;
+    for (int i = 0; i < LAUNCH_MAX_ARGS + 1; i++)
+        at += (size_t)snprintf(many + at, sizeof many - at, "%s\"a\"", i ? "," : "[");
+    snprintf(many + at, sizeof many - at, "]");
+    static const struct {
+        const char *obj, *key, *value, *want;
+    } faults[] = {
+        {"", "workspace", NULL, "no workspace (is the workspace gone?)"},
+        {"", "workspace", "null", "no workspace"},
+        {"", "id", "\"7\"", "its id is not a whole number"},
+        {"", "rank", "1.5", "its rank is not a whole number"},
+        {"", "attempt", "0", "its attempt is not above 0"},
+        {"", "env", "[]", "its env is not an object"},
+        {"", "program", "\"../x\"", "program is not a path inside"},
+        {"", "workspace", "\"rel/ws\"", "workspace is not an absolute path"},
+        {"", "image_digest", "\"sha256:zz\"", "image_digest"},
+        {"", "datasets", "[{\"name\":\"ds\",\"path\":null}]", "dataset ds is missing"},
+        {"", "args", "[1]", "an argument is not text"},
+        {"", "hide", "[\"rel\"]", "a path to hide"},
+        {"resources", "cpus", "-1", "resources' cpus"},
+        {"resources", "memory_mb", NULL, "resources' memory_mb"},
+        {"env", "LOCAL_RANK", "\"abc\"", "LOCAL_RANK='abc'"},
+        {"env", "LOCAL_RANK", "\"2\"", "LOCAL_RANK='2' is not a whole number from 0 to 1"},
+        {"env", "LOCAL_RANK", "\"+1\"", "LOCAL_RANK='+1'"},
+        {"env", "RANK", "\"3\"", "RANK 3 is not NODE_RANK 0 x WORKER_PER_NODE 2 + LOCAL_RANK 1"},
+        {"env", "RANK", "\"4\"", "RANK='4' is not a whole number from 0 to 3"},
+        {"env", "WORLD_SIZE", "\"5\"", "WORLD_SIZE 5 is not a multiple of WORKER_PER_NODE 2"},
+        {"env", "WORLD_SIZE", "\"10001\"", "WORLD_SIZE='10001'"},
+        {"env", "NODE_RANK", "\"2\"", "NODE_RANK='2' is not a whole number from 0 to 1"},
+        {"env", "BACKEND", "\"mpi\"", "BACKEND='mpi' is not gloo or nccl"},
+        {"env", "LR", "\"0\"", "LR='0'"},
+        {"env", "LR", "\"0.1x\"", "LR='0.1x'"},
+        {"env", "MASTER_PORT", "\"70000\"", "MASTER_PORT='70000'"},
+        {"env", "MASTER_ADDR", "\"a b\"", "MASTER_ADDR='a b'"},
+        {"env", "EPOCHS", NULL, "EPOCHS is not set"},
+        {"env", "BATCH_SIZE", "\"0\"", "BATCH_SIZE='0'"},
+        {"env", "X", "5", "variable X is not NAME=text"},
+    };
+    launch_fault("", "nothing", NULL, why, sizeof why);
+    cr_expect_str_eq(why, "", "a valid spec was refused");
+    for (size_t i = 0; i < sizeof faults / sizeof *faults; i++) {
+        launch_fault(faults[i].obj, faults[i].key, faults[i].value, why, sizeof why);
+        cr_expect(strstr(why, faults[i].want) != NULL, "%s.%s=%s: got '%s'", faults[i].obj,
+                  faults[i].key, faults[i].value ? faults[i].value : "(none)", why);
+    }
+    launch_fault("", "args", many, why, sizeof why);
+    cr_expect(strstr(why, "more than 257 arguments") != NULL, "%s", why);
+    cr_expect_eq(launch_spec_check(NULL, why, sizeof why), -1);
+    long long v;
+    cr_expect_eq(launch_int_text("-3", -5, 5, &v), 0);
+    cr_expect_eq(v, -3);
+    cr_expect_eq(launch_int_text("-3", 0, 5, &v), -1, "a sign where none is allowed");
+    cr_expect_eq(launch_int_text(" 3", 0, 5, &v), -1);
+    cr_expect_eq(launch_int_text("99999999999999999999", 0, 5, &v), -1);
+    cr_expect_eq(launch_int_text(NULL, 0, 5, &v), -1);
 }

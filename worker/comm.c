@@ -50,8 +50,7 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...)
 static int env_int(const char *name, int lo, int hi, int dflt, int *out, char *err, size_t errlen)
 {
     const char *v = getenv(name);
-    char *end;
-    long n;
+    long long n;
     if (!v || !*v) {
         if (dflt < lo) {
             seterr(err, errlen, "%s is not set (env:// start-up needs it)", name);
@@ -60,9 +59,7 @@ static int env_int(const char *name, int lo, int hi, int dflt, int *out, char *e
         *out = dflt;
         return 0;
     }
-    errno = 0;
-    n = strtol(v, &end, 10);
-    if (errno || *end || n < lo || n > hi) {
+    if (launch_int_text(v, lo, hi, &n) != 0) { /* the contract's one reading */
         seterr(err, errlen, "%s='%s' is not an integer from %d to %d", name, v, lo, hi);
         return -1;
     }
