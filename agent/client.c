@@ -17,6 +17,7 @@ struct client {
     int nserver, cur;
     unsigned moves;
     char auth[128];
+    char err[1400]; /* why the last call got no answer (client_errmsg) */
 };
 
 struct sink {
@@ -96,14 +97,14 @@ void client_set_token(client *c, const char *token)
 
 /* One request; body of n bytes with content type ctype, or none. */
 static long request(client *c, const char *method, const char *path, const char *ctype,
-                    const void *body, size_t n, cJSON **out, long timeout_ms, char *err,
-                    size_t errlen)
+                    const void *body, size_t n, cJSON **out, long timeout_ms)
 {
     char url[1024], ct[128];
     struct sink s = {0};
     struct curl_slist *h = NULL;
     long status = 0;
     *out = NULL;
+    c->err[0] = '\0';
     if (c->auth[0])
         h = curl_slist_append(h, c->auth);
     if (ctype) {
@@ -151,8 +152,8 @@ static long request(client *c, const char *method, const char *path, const char 
         if (s.b.buf)
             *out = cJSON_Parse(s.b.buf);
     } else {
-        fmt_cut(err, errlen, "%s %s: %s", method, url,
-                 s.too_big ? "answer too large" : curl_easy_strerror(rc));
+        fmt_cut(c->err, sizeof c->err, "%s %s: %s", method, url,
+                s.too_big ? "answer too large" : curl_easy_strerror(rc));
     }
     curl_slist_free_all(h);
     free(s.b.buf);
@@ -160,19 +161,24 @@ static long request(client *c, const char *method, const char *path, const char 
 }
 
 long client_call(client *c, const char *method, const char *path, const cJSON *body, cJSON **out,
-                 long timeout_ms, char *err, size_t errlen)
+                 long timeout_ms)
 {
     char *json = body ? cJSON_PrintUnformatted(body) : NULL;
     long st = request(c, method, path, json ? "application/json" : NULL, json,
-                      json ? strlen(json) : 0, out, timeout_ms, err, errlen);
+                      json ? strlen(json) : 0, out, timeout_ms);
     free(json);
     return st;
 }
 
 long client_put_raw(client *c, const char *path, const void *data, size_t n, cJSON **out,
-                    long timeout_ms, char *err, size_t errlen)
+                    long timeout_ms)
 {
     static const char empty[1] = "";
-    return request(c, "PUT", path, "application/octet-stream", n ? data : empty, n, out, timeout_ms,
-                   err, errlen);
+    return request(c, "PUT", path, "application/octet-stream", n ? data : empty, n, out,
+                   timeout_ms);
+}
+
+const char *client_errmsg(const client *c)
+{
+    return c->err;
 }

@@ -29,15 +29,17 @@ void client_set_token(client *c, const char *token);
 
 /*
  * One JSON call.  body (may be NULL) is sent as application/json.  Returns
- * the HTTP status (0 when no answer came), and the parsed answer in *out
- * (caller deletes; NULL when it was not JSON).  err gets a message on
- * transport failure.
+ * the HTTP status (0 when no answer came: why in client_errmsg), and the
+ * parsed answer in *out (caller deletes; NULL when it was not JSON).
  */
 long client_call(client *c, const char *method, const char *path, const cJSON *body,
-                 cJSON **out, long timeout_ms, char *err, size_t errlen);
+                 cJSON **out, long timeout_ms);
 
 /* PUT of raw bytes (application/octet-stream); otherwise as client_call. */
 long client_put_raw(client *c, const char *path, const void *data, size_t n, cJSON **out,
-                    long timeout_ms, char *err, size_t errlen);
+                    long timeout_ms);
+
+/* Why the last call on c got no answer ("" when it got one); c keeps it. */
+const char *client_errmsg(const client *c);
 
 #endif

@@ -480,7 +480,7 @@ static cJSON *register_body(const struct config *c)
 static int identity(struct config *c, client *cl, struct self *me)
 {
     static char addr[256]; /* c->address points here from now on */
-    char err[512], *token = me->token;
+    char *token = me->token;
     size_t tn = sizeof me->token;
     long long *node_id = &me->node_id;
     const char *path = me->path;
@@ -501,12 +501,11 @@ static int identity(struct config *c, client *cl, struct self *me)
     /* A server that is busy, limiting, down or unreachable is tried again
      * (up to 10 s apart, until stopped); a refusal (4xx) is final. */
     for (int64_t wait_ms = 500;; wait_ms = wait_ms < 5000 ? wait_ms * 2 : 10000) {
-        st = client_call(cl, "POST", "/v1/agent/register", body, &out, CALL_TIMEOUT_MS, err,
-                         sizeof err);
+        st = client_call(cl, "POST", "/v1/agent/register", body, &out, CALL_TIMEOUT_MS);
         if ((st > 0 && st < 500 && st != 429) || stopping)
             break;
         fprintf(stderr, "cohort-agent: registration: %s; trying again in %lld ms\n",
-                st > 0 ? "the server is busy" : err, (long long)wait_ms);
+                st > 0 ? "the server is busy" : client_errmsg(cl), (long long)wait_ms);
         cJSON_Delete(out);
         out = NULL;
         sleep_ms(wait_ms);
@@ -516,7 +515,8 @@ static int identity(struct config *c, client *cl, struct self *me)
     if (st != 201 || !cJSON_IsNumber(id) || !cJSON_IsString(t)) {
         const cJSON *e = cJSON_GetObjectItem(cJSON_GetObjectItem(out, "error"), "message");
         fprintf(stderr, "cohort-agent: registration failed: %s\n",
-                st ? (cJSON_IsString(e) ? e->valuestring : "unexpected answer") : err);
+                st ? (cJSON_IsString(e) ? e->valuestring : "unexpected answer")
+                   : client_errmsg(cl));
         cJSON_Delete(out);
         return -1;
     }
@@ -547,12 +547,12 @@ static int64_t ship_log(void *arg, int64_t id, int64_t offset, const char *buf, 
 {
     struct link *ln = arg;
     client *cl = ln->cl;
-    char path[96], err[512];
+    char path[96];
     if (ln->down)
         return -1;
     cJSON *out = NULL;
     fmt_cut(path, sizeof path, "/v1/agent/logs/%lld?offset=%lld", (long long)id, (long long)offset);
-    long st = client_put_raw(cl, path, buf, n, &out, CALL_TIMEOUT_MS, err, sizeof err);
+    long st = client_put_raw(cl, path, buf, n, &out, CALL_TIMEOUT_MS);
     int64_t size = -1;
     if (st == 0)
         ln->down = 1;
@@ -623,7 +623,7 @@ static int poller_refused(struct poller *p, unsigned used)
 static void *poller_main(void *arg)
 {
     struct poller *p = arg;
-    char path[128], err[512], version[32] = "0";
+    char path[128], version[32] = "0";
     unsigned moves = client_moves(p->cl), gen = 0;
     while (!stopping) {
         cJSON *out = NULL;
@@ -634,8 +634,7 @@ static void *poller_main(void *arg)
             fmt_cut(version, sizeof version, "0");
         }
         fmt_cut(path, sizeof path, "/v1/agent/desired?version=%s&wait=%d", version, LONG_POLL_S);
-        long st = client_call(p->cl, "GET", path, NULL, &out, (LONG_POLL_S + 5) * 1000L, err,
-                              sizeof err);
+        long st = client_call(p->cl, "GET", path, NULL, &out, (LONG_POLL_S + 5) * 1000L);
         const cJSON *v = cJSON_GetObjectItem(out, "version");
         if (st == 200 && cJSON_IsString(v) && strlen(v->valuestring) < sizeof version) {
             fmt_cut(version, sizeof version, "%s", v->valuestring);
@@ -864,12 +863,10 @@ static void take_token(client *cl, struct self *me, const cJSON *out)
  * 0 (ln->down when unreachable). */
 static int heartbeat(client *cl, sup *s, struct link *ln, int64_t *hb_ms, int64_t *lease_ms)
 {
-    char err[512];
     cJSON *body = cJSON_CreateObject(), *out = NULL;
     cJSON_AddItemToObject(body, "workers", sup_report(s));
     cJSON_AddStringToObject(body, "network", node_network);
-    long st = client_call(cl, "POST", "/v1/agent/heartbeat", body, &out, CALL_TIMEOUT_MS, err,
-                          sizeof err);
+    long st = client_call(cl, "POST", "/v1/agent/heartbeat", body, &out, CALL_TIMEOUT_MS);
     cJSON_Delete(body);
     if (st == 200) {
         const cJSON *h = cJSON_GetObjectItem(out, "heartbeat_seconds");
@@ -883,7 +880,7 @@ static int heartbeat(client *cl, sup *s, struct link *ln, int64_t *hb_ms, int64_
         take_token(cl, ln->me, out);
         sup_reported(s);
     } else if (st == 0) {
-        fprintf(stderr, "cohort-agent: %s\n", err);
+        fprintf(stderr, "cohort-agent: %s\n", client_errmsg(cl));
         ln->down = 1;
     }
     cJSON_Delete(out);

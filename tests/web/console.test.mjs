@@ -438,7 +438,7 @@ test('datasets: create, upload into a folder with progress, browse, download, se
   assert.equal(d.sealed, true);
 });
 
-test('the platform admin drains a node, sets a quota and adds credit', { skip: !SANDBOX && 'no agent without root' }, async (t) => {
+test('the platform admin drains a node, rotates its token, sets a quota and adds credit', { skip: !SANDBOX && 'no agent without root' }, async (t) => {
   const page = await open(t);
   await signIn(page, ADMIN);
   await page.click('#nav-admin');
@@ -451,6 +451,19 @@ test('the platform admin drains a node, sets a quota and adds credit', { skip: !
   await page.waitForFunction(() => !document.querySelector('tr[data-node="n1"] .badge.drained'));
   nodes = await plat.must('GET', '/v1/nodes', ADMIN, undefined, 200);
   assert.equal(nodes.items.find((n) => n.name === 'n1').drained, false);
+  // Its token rotated: the agent takes the new one with its next heartbeat,
+  // so the token's issue time moves and nothing is left under way.
+  const was = nodes.items.find((n) => n.name === 'n1');
+  await page.click('tr[data-node="n1"] button.rotate');
+  let n1 = was;
+  for (let i = 0; i < 150 && (n1.token_issued_at === was.token_issued_at || n1.token_rotation !== null); i++) {
+    await new Promise((r) => setTimeout(r, 200));
+    nodes = await plat.must('GET', '/v1/nodes', ADMIN, undefined, 200);
+    n1 = nodes.items.find((n) => n.name === 'n1');
+  }
+  assert.notEqual(n1.token_issued_at, was.token_issued_at, 'the agent never took its new token');
+  assert.equal(n1.token_rotation, null);
+  assert.equal(n1.state, 'up');
 
   await page.click('tr[data-tenant="acme"] button');
   await page.waitForSelector('#quota-form');

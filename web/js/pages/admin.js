@@ -1,5 +1,5 @@
 // admin: the platform admin's page.  Nodes with capacity and use (drain,
-// undrain, join tokens), tenants (create; quota, budget and credit of
+// undrain, token rotation, join tokens), tenants (create; quota, budget and credit of
 // each), worker specs and their prices.
 
 import * as api from '../api.js';
@@ -46,7 +46,10 @@ export async function render(main, _params, signal) {
           n.capacity.gpus ? meter('GPUs', n.allocated.gpus, n.capacity.gpus) : null),
         h('td', { class: 'num' }, n.allocated.workers),
         h('td', {}, ago(n.last_heartbeat)),
-        h('td', {}, h('button', { type: 'button', onclick: () => drain(n, msg) }, n.drained ? 'Undrain' : 'Drain'))));
+        h('td', {}, h('button', { type: 'button', onclick: () => drain(n, msg) }, n.drained ? 'Undrain' : 'Drain'),
+          ' ',
+          h('button', { type: 'button', class: 'rotate', title: 'Send the node a new token with its next heartbeat; the old one is refused once the new one is used', onclick: () => rotate(n, msg) }, 'Rotate token'),
+          n.token_rotation ? h('span', { class: 'badge rotation' }, `token ${n.token_rotation}`) : null)));
       const tokenOut = h('div', { class: 'token-out' });
       replace(nodes, h('div', { class: 'section-head' }, h('h2', {}, 'Nodes'),
         h('button', { type: 'button', id: 'join-token', onclick: () => joinToken(tokenOut, msg) }, 'New join token')),
@@ -61,6 +64,15 @@ export async function render(main, _params, signal) {
   async function drain(n, msg) {
     try {
       await api.post(`/v1/nodes/${n.id}/${n.drained ? 'undrain' : 'drain'}`, undefined);
+      showNodes();
+    } catch (e) {
+      replace(msg, errorBox(e));
+    }
+  }
+
+  async function rotate(n, msg) {
+    try {
+      await api.post(`/v1/nodes/${n.id}/rotate-token`, undefined);
       showNodes();
     } catch (e) {
       replace(msg, errorBox(e));
