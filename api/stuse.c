@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #include "api/api_int.h"
@@ -82,17 +83,36 @@ static int64_t hidden_of(stuse *u, int64_t tenant, int64_t now_ms)
             u->hid[i] = u->hid[--u->nhid];
             continue;
         }
-        if (u->hid[i].tenant == tenant)
-            sum += u->hid[i].bytes;
+        if (u->hid[i].tenant == tenant) /* each at most a file system's size */
+            sum = sum > INT64_MAX / 2 ? sum : sum + u->hid[i].bytes;
         i++;
     }
     return sum;
+}
+
+/* The size of the file system the volumes lie on: no deleted file on it
+ * holds more.  INT64_MAX / 4 when it cannot be read. */
+static int64_t volumes_fs_bytes(const stuse *u)
+{
+    char path[4200];
+    struct statvfs sv;
+    if (fmt_path(path, sizeof path, u->ctx->data_dir, "volumes") != 0 || statvfs(path, &sv) != 0 ||
+        sv.f_blocks == 0)
+        return INT64_MAX / 4;
+    double b = (double)sv.f_blocks * (double)sv.f_frsize;
+    return b < (double)(INT64_MAX / 4) ? (int64_t)b : INT64_MAX / 4;
 }
 
 void stuse_hidden(stuse *u, int64_t worker, int64_t tenant, int64_t bytes, int64_t now_ms)
 {
     if (!u)
         return;
+    /* An agent's figure is believed up to what the file system can hold: a
+     * node that claims more than that for its worker counts no more. */
+    if (bytes > 0) {
+        int64_t most = volumes_fs_bytes(u);
+        bytes = bytes < most ? bytes : most;
+    }
     pthread_mutex_lock(&u->lock);
     int i = 0;
     while (i < u->nhid && u->hid[i].worker != worker)
