@@ -574,13 +574,19 @@ static int64_t ship_log(void *arg, int64_t id, int64_t offset, const char *buf, 
 /*
  * The desired state arrives on a thread of its own, by long poll: cohortd
  * answers as soon as it changes, and the main loop takes the newest one.
+ * A node whose token cohortd refuses is given up after REFUSED_GIVE_UP_MS
+ * of refusals, not at the first: its heartbeats go on meanwhile, so that a
+ * token taken over by a thief's rotation is presented again past cohortd's
+ * grace, which revokes the node (api_nodes.c) instead of leaving it to the
+ * thief.
  */
+#define REFUSED_GIVE_UP_MS 10000
 struct poller {
     client *cl; /* its own connection */
     pthread_mutex_t lock;
     pthread_cond_t arrived;
     cJSON *latest;        /* newest desired state not yet taken; owned */
-    int unknown_node;     /* cohortd answered 401 */
+    int64_t refused_since; /* monotonic ms of the first 401 in a row; 0: none */
     int64_t answered_at;  /* monotonic ms of the last answer */
     char token[128];      /* the node token to call with, and its generation */
     unsigned token_gen;
@@ -608,15 +614,20 @@ static unsigned poller_token(struct poller *p, unsigned used)
 }
 
 /* After a 401: 1 when the token was replaced since the call began (the
- * refusal was of the old one: call again), else 0 and the node is unknown. */
+ * refusal was of the old one: call again), else 0, the refusal counted
+ * from its first in a row. */
 static int poller_refused(struct poller *p, unsigned used)
 {
     pthread_mutex_lock(&p->lock);
-    int renewed = p->token_gen != used;
-    if (!renewed)
-        p->unknown_node = 1;
+    int renewed = p->token_gen != used, first = !renewed && !p->refused_since;
+    if (first)
+        p->refused_since = util_mono_ms();
     pthread_cond_signal(&p->arrived);
     pthread_mutex_unlock(&p->lock);
+    if (first)
+        fprintf(stderr, "cohort-agent: cohortd refuses this node's token (revoked, or taken "
+                        "over by another holder); trying for %d s more\n",
+                REFUSED_GIVE_UP_MS / 1000);
     return renewed;
 }
 
@@ -641,18 +652,17 @@ static void *poller_main(void *arg)
             pthread_mutex_lock(&p->lock);
             cJSON_Delete(p->latest);
             p->latest = out;
+            p->refused_since = 0;
             p->answered_at = util_mono_us() / 1000;
             pthread_cond_signal(&p->arrived);
             pthread_mutex_unlock(&p->lock);
             continue;
         }
         cJSON_Delete(out);
-        if (st == 401) {
-            if (poller_refused(p, gen))
-                continue;
-            return NULL;
-        }
-        struct timespec ts = {0, 500 * 1000000L}; /* cohortd away: try again soon */
+        if (st == 401 && poller_refused(p, gen))
+            continue;
+        /* cohortd away, or refusing: try again soon */
+        struct timespec ts = {st == 401 ? 1 : 0, st == 401 ? 0 : 500 * 1000000L};
         nanosleep(&ts, NULL);
     }
     return NULL;
@@ -669,11 +679,11 @@ static cJSON *poller_take(struct poller *p, long ms, int *unknown, int64_t *answ
         ts.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&p->lock);
-    if (!p->latest && !p->unknown_node)
+    if (!p->latest)
         pthread_cond_timedwait(&p->arrived, &p->lock, &ts);
     cJSON *got = p->latest;
     p->latest = NULL;
-    *unknown = p->unknown_node;
+    *unknown = p->refused_since && util_mono_ms() - p->refused_since >= REFUSED_GIVE_UP_MS;
     *answered_at = p->answered_at;
     pthread_mutex_unlock(&p->lock);
     return got;

@@ -46,6 +46,10 @@ static cJSON *node_json(const store_node *n)
     api_add_time(o, "registered_at", n->registered_at);
     api_add_time(o, "last_heartbeat", n->last_heartbeat);
     api_add_time(o, "revoked_at", n->revoked_at);
+    if (n->revoke_reason[0])
+        cJSON_AddStringToObject(o, "revoked_reason", n->revoke_reason);
+    else
+        cJSON_AddNullToObject(o, "revoked_reason");
     if (n->join_token_id > 0)
         cJSON_AddNumberToObject(o, "join_token_id", (double)n->join_token_id);
     else
@@ -157,6 +161,7 @@ void api_join_token_list(api_ctx *ctx, const api_req *rq, api_resp *rs)
 struct revoke {
     int64_t id, now;
     store_tx *tx;
+    const char *reason; /* the node's, NULL for none; also its workers' end */
 };
 
 static store_rc join_revoke_write(store_tx *tx, void *arg)
@@ -169,7 +174,7 @@ static store_rc join_revoke_write(store_tx *tx, void *arg)
  * admitted stay; DELETE /v1/nodes/{id} revokes a node). */
 void api_join_token_revoke(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
-    struct revoke r = {api_id(rq->param[0]), util_now_ms(), NULL};
+    struct revoke r = {api_id(rq->param[0]), util_now_ms(), NULL, NULL};
     if (!api_is_platform_admin(rq->who)) {
         api_forbid(rs, "platform_admin");
         return;
@@ -203,6 +208,16 @@ static int node_find(api_ctx *ctx, const api_req *rq, store_node *n, api_resp *r
     return rc == STORE_OK ? 0 : api_store_error(rs, rc, "node");
 }
 
+/* A revoked node is history: 0 when n is not, else -1 answered 409. */
+static int node_not_revoked(const store_node *n, api_resp *rs)
+{
+    if (!n->revoked_at)
+        return 0;
+    api_error(rs, 409, "conflict", NULL, "node %lld is revoked: register the machine again",
+              (long long)n->id);
+    return -1;
+}
+
 void api_node_get(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     store_node n;
@@ -220,7 +235,7 @@ static store_rc drain_write(store_tx *tx, void *arg)
 static void node_set_drained(api_ctx *ctx, const api_req *rq, api_resp *rs, int on)
 {
     store_node n;
-    if (node_find(ctx, rq, &n, rs))
+    if (node_find(ctx, rq, &n, rs) || node_not_revoked(&n, rs))
         return;
     n.drained = on;
     if (api_write(ctx, rs, drain_write, &n, "node"))
@@ -239,9 +254,10 @@ static store_rc node_revoke_write(store_tx *tx, void *arg)
 {
     struct revoke *r = arg;
     r->tx = tx;
-    int rc = store_node_revoke(tx, r->id, r->now);
+    int rc = store_node_revoke(tx, r->id, r->now, r->reason);
     if (rc == STORE_OK)
-        rc = store_worker_lose_node(tx, r->id, r->now, "node revoked", revoked_job, r);
+        rc = store_worker_lose_node(tx, r->id, r->now, r->reason ? r->reason : "node revoked",
+                                    revoked_job, r);
     return rc;
 }
 
@@ -251,9 +267,9 @@ static store_rc node_revoke_write(store_tx *tx, void *arg)
 void api_node_delete(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     store_node n;
-    if (node_find(ctx, rq, &n, rs))
+    if (node_find(ctx, rq, &n, rs) || node_not_revoked(&n, rs))
         return;
-    struct revoke r = {n.id, util_now_ms(), NULL};
+    struct revoke r = {n.id, util_now_ms(), NULL, NULL};
     if (api_write(ctx, rs, node_revoke_write, &r, "node"))
         return;
     sched_wake(ctx->sched);
@@ -276,12 +292,8 @@ static store_rc rotate_ask_write(store_tx *tx, void *arg)
 void api_node_rotate_token(api_ctx *ctx, const api_req *rq, api_resp *rs)
 {
     store_node n;
-    if (node_find(ctx, rq, &n, rs))
+    if (node_find(ctx, rq, &n, rs) || node_not_revoked(&n, rs))
         return;
-    if (n.revoked_at) {
-        api_error(rs, 409, "conflict", NULL, "node %lld is revoked", (long long)n.id);
-        return;
-    }
     if (api_write(ctx, rs, rotate_ask_write, &n.id, "node"))
         return;
     if (store_node_get(ctx->st, n.id, &n) != STORE_OK) {
@@ -440,6 +452,29 @@ static store_rc node_token_promote(api_ctx *ctx, uint8_t h[UTIL_SHA256_LEN])
     return rc == STORE_OK ? store_write(ctx->st, promote_write, h) : rc;
 }
 
+/* A node's token replaced by a rotation is used again past NODE_REUSE_MS
+ * after that (requests of its own agent still on their way come sooner):
+ * two parties hold the node's token, one of them not its agent, and cohortd
+ * cannot tell which.  The node is revoked, as OAuth's refresh tokens are
+ * on reuse: its workers are lost and both holders are refused. */
+#define NODE_REUSE_MS 5000
+#define NODE_REUSE_WHY "node revoked: its token was used again after a rotation replaced it (two holders)"
+
+static int node_token_reused(api_ctx *ctx, const uint8_t h[UTIL_SHA256_LEN])
+{
+    int64_t id, since, now = util_now_ms();
+    if (store_node_by_prev_token(ctx->st, h, &id, &since) != STORE_OK)
+        return 0;
+    if (now - since > NODE_REUSE_MS) {
+        struct revoke r = {id, now, NULL, NODE_REUSE_WHY};
+        if (store_write(ctx->st, node_revoke_write, &r) == STORE_OK) {
+            fprintf(stderr, "cohortd: node %lld: %s\n", (long long)id, NODE_REUSE_WHY);
+            sched_wake(ctx->sched);
+        }
+    }
+    return 1;
+}
+
 int api_authenticate_node(api_ctx *ctx, const char *authorization, store_node *node,
                           api_resp *rs)
 {
@@ -456,6 +491,12 @@ int api_authenticate_node(api_ctx *ctx, const char *authorization, store_node *n
     int rc = store_node_by_token(ctx->st, h, node);
     if (rc == STORE_NOTFOUND && node_token_promote(ctx, h) == STORE_OK)
         rc = store_node_by_token(ctx->st, h, node);
+    if (rc == STORE_NOTFOUND && node_token_reused(ctx, h)) {
+        api_error(rs, 401, "unauthorized", NULL,
+                  "this node token was replaced by a rotation; used again after it, it "
+                  "revokes its node");
+        return -1;
+    }
     if (rc == STORE_NOTFOUND) {
         api_error(rs, 401, "unauthorized", NULL, "unknown node token");
         return -1;

@@ -20,7 +20,7 @@
     " coalesce(sum(j.cpus), 0), coalesce(sum(j.memory_mb), 0), coalesce(sum(j.gpus), 0),"     \
     " count(w.id), n.network, coalesce(n.revoked_at, 0), coalesce(n.join_token_id, 0),"      \
     " coalesce(n.token_issued_at, n.registered_at), n.token_rotate,"                          \
-    " CASE WHEN n.next_token_hash IS NULL THEN 0 ELSE 1 END"                                  \
+    " CASE WHEN n.next_token_hash IS NULL THEN 0 ELSE 1 END, coalesce(n.revoke_reason, '')"   \
     " FROM nodes n LEFT JOIN workers w ON w.node_id = n.id"                                   \
     "  AND w.state IN ('assigned', 'running')"                                                \
     " LEFT JOIN jobs j ON j.id = w.job_id"
@@ -51,6 +51,7 @@ static void node_row(store_st *st, void *out)
     n->token_issued_at = store_col_int64(st, 20);
     n->token_rotate = store_col_int(st, 21);
     n->token_next = store_col_int(st, 22);
+    store_col_copy(st, 23, n->revoke_reason, sizeof n->revoke_reason);
 }
 
 STORE_ROWS(node_rows, store_node, node_row)
@@ -247,12 +248,17 @@ store_rc store_node_set_network(store_tx *tx, int64_t id, const char *network)
                       STORE_ARGS(STORE_I(id), STORE_T(!strcmp(network, "job") ? "job" : "host")));
 }
 
-store_rc store_node_revoke(store_tx *tx, int64_t id, int64_t now_ms)
+store_rc store_node_revoke(store_tx *tx, int64_t id, int64_t now_ms, const char *reason)
 {
     static const char sql[] = "UPDATE nodes SET revoked_at = ?2, state = 'down', drained = 1,"
-                              " next_token_hash = NULL WHERE id = ?1 AND revoked_at IS NULL";
+                              " next_token_hash = NULL, revoke_reason = ?3"
+                              " WHERE id = ?1 AND revoked_at IS NULL";
     store_tx_touch(tx, id); /* its cached token goes */
-    return store_exec(store_tx_conn(tx), NULL, sql, STORE_ARGS(STORE_I(id), STORE_I(now_ms)));
+    if (!reason)
+        return store_exec(store_tx_conn(tx), NULL, sql,
+                          STORE_ARGS(STORE_I(id), STORE_I(now_ms), STORE_NULL));
+    return store_exec(store_tx_conn(tx), NULL, sql,
+                      STORE_ARGS(STORE_I(id), STORE_I(now_ms), STORE_T(reason)));
 }
 
 store_rc store_node_token_ask(store_tx *tx, int64_t id)
@@ -279,12 +285,29 @@ store_rc store_node_by_next_token(store *s, const uint8_t hash[UTIL_SHA256_LEN],
     return store_int64(store_reader(s), id, sql, STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN)));
 }
 
+store_rc store_node_by_prev_token(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t *id,
+                                  int64_t *since)
+{
+    static const char sql[] = "SELECT id, coalesce(token_issued_at, registered_at) FROM nodes"
+                              " WHERE prev_token_hash = ?1 AND revoked_at IS NULL";
+    store_st *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN)));
+    if (!st)
+        return STORE_EIO;
+    int rc = store_step_row(st);
+    if (rc == STORE_OK) {
+        *id = store_col_int64(st, 0);
+        *since = store_col_int64(st, 1);
+    }
+    store_reset(st);
+    return rc;
+}
+
 store_rc store_node_token_promote(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN],
                                   int64_t now_ms, int64_t *id)
 {
     static const char sql[] =
-        "UPDATE nodes SET token_hash = next_token_hash, next_token_hash = NULL,"
-        " token_rotate = 0, token_issued_at = ?2"
+        "UPDATE nodes SET prev_token_hash = token_hash, token_hash = next_token_hash,"
+        " next_token_hash = NULL, token_rotate = 0, token_issued_at = ?2"
         " WHERE next_token_hash = ?1 AND revoked_at IS NULL RETURNING id";
     store_st *st = store_prep(store_tx_conn(tx), sql,
                               STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN), STORE_I(now_ms)));

@@ -29,6 +29,7 @@ typedef struct store_node {
      * new one is out, waiting for its first use. */
     int64_t token_issued_at;
     int token_rotate, token_next;
+    char revoke_reason[160]; /* why it was revoked, when cohortd did it; "" */
     int64_t registered_at, last_heartbeat;
     /* Held by live workers (assigned or running): derived on reads. */
     int64_t used_cpus, used_memory_mb, used_gpus, used_workers;
@@ -91,9 +92,10 @@ store_rc store_node_set_drained(store_tx *tx, int64_t id, int drained);
 /* What node id's agent gives jobs: "job" or "host" (migration 014). */
 store_rc store_node_set_network(store_tx *tx, int64_t id, const char *network);
 /* Withdraws trust in node id: its token is refused from now on, it is down
- * and drained, and its row stays.  STORE_NOTFOUND when there is no such
- * node or it is revoked already.  The caller loses its workers. */
-store_rc store_node_revoke(store_tx *tx, int64_t id, int64_t now_ms);
+ * and drained, and its row stays, with reason (NULL: none said).
+ * STORE_NOTFOUND when there is no such node or it is revoked already.  The
+ * caller loses its workers. */
+store_rc store_node_revoke(store_tx *tx, int64_t id, int64_t now_ms, const char *reason);
 /* A rotation of node id's token is asked for: the next heartbeat hands
  * its agent a new one.  STORE_NOTFOUND when there is no such node or it is
  * revoked. */
@@ -103,8 +105,13 @@ store_rc store_node_token_ask(store_tx *tx, int64_t id);
 store_rc store_node_token_next(store_tx *tx, int64_t id, const uint8_t hash[UTIL_SHA256_LEN]);
 /* The node whose next token hash is: its id, or STORE_NOTFOUND. */
 store_rc store_node_by_next_token(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t *id);
+/* The live node whose token a rotation replaced with another, hash: its
+ * id and when its token in use now was issued (*since), or STORE_NOTFOUND. */
+store_rc store_node_by_prev_token(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t *id,
+                                  int64_t *since);
 /* The first use of a next token: it becomes the node's token, issued at
- * now_ms, and the one before is refused from then on.  STORE_OK with the
+ * now_ms, and the one before is refused from then on (and kept, as
+ * prev_token_hash, to tell its later use).  STORE_OK with the
  * node's id, or STORE_NOTFOUND (nothing changed). */
 store_rc store_node_token_promote(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN],
                                   int64_t now_ms, int64_t *id);

@@ -1325,10 +1325,63 @@ Test(agent, an_agent_goes_on_through_node_token_rotations, .timeout = 90)
         n++;
     cr_expect(n >= 2, "%d rotations in 6 s of job:\n%s", n, text);
     cr_expect(strstr(text, "does not know this node") == NULL, "%s", text);
+    cr_expect(strstr(text, "refuses this node's token") == NULL, "%s", text);
+    r = th_get(&d, "/v1/nodes/1", TH_ADMIN);
+    cr_expect_str_eq(th_str(&r, "revoked_at"), "", "a rotation revoked the node: %s", r.body);
+    th_free(&r);
     cr_expect_eq(kill(ag[0].pid, 0), 0, "the agent ended");
     id = submit_sh("after", "after.sh", "#!/bin/sh\necho still here\n", 1, NULL);
     r = succeeded_log(id, 30000);
     th_free(&r);
+}
+
+/* A heartbeat with node token tok and no workers: the status, and a new
+ * token it was sent into next[80] ("" for none). */
+static long beat_as(const char *tok, char *next)
+{
+    th_resp r = th_post(&d, "/v1/agent/heartbeat", tok, "{\"workers\":[]}");
+    long st = r.status;
+    snprintf(next, 80, "%s", st == 200 ? th_str(&r, "node_token") : "");
+    th_free(&r);
+    return st;
+}
+
+/*
+ * A thief with a copy of a node's token takes it over through a rotation
+ * (a probe did: the real agent was shut out, exited, and the admin saw a
+ * rotation like any other).  Now the real agent keeps presenting its
+ * token, which a rotation replaced; past cohortd's grace that revokes the
+ * node, saying why: the thief's token is refused, the job fails, and the
+ * agent gives up once refused for 10 s.
+ */
+Test(agent, a_node_token_taken_over_by_a_thief_revokes_the_node, .timeout = 90)
+{
+    char stolen[80], mine[80], got[80], seen[16], log[512], text[65536];
+    platform(NULL);
+    agents(1, "8");
+    long id = submit_sh("victim", "victim.sh", "#!/bin/sh\nsleep 60\n", 1, NULL);
+    cr_assert(th_wait_state(&d, tok, id, "RUNNING", 30000, seen), "job is %s", seen);
+    kept_token(&ag[0], stolen);
+    kill(ag[0].pid, SIGSTOP); /* the thief is quicker than the agent's next heartbeat */
+    th_must(th_post(&d, "/v1/nodes/1/rotate-token", TH_ADMIN, NULL), 202);
+    cr_expect_eq(beat_as(stolen, mine), 200);
+    cr_expect_eq(beat_as(mine, got), 200, "the thief's new token was refused");
+    kill(ag[0].pid, SIGCONT);
+    cr_expect(th_wait_state(&d, tok, id, "FAILED", 30000, seen), "job is %s", seen);
+    th_resp r = th_get(&d, "/v1/nodes/1", TH_ADMIN);
+    cr_expect(strstr(th_str(&r, "revoked_reason"), "two holders") != NULL, "%s", r.body);
+    th_free(&r);
+    cr_expect_eq(beat_as(mine, got), 401, "the thief keeps the node");
+    snprintf(log, sizeof log, "%s.log", ag[0].dir);
+    for (int i = 0; i < 200; i++) { /* it gives up 10 s after the first refusal */
+        cr_assert(th_read_text(log, text, sizeof text) >= 0);
+        if (strstr(text, "does not know this node"))
+            break;
+        usleep(100 * 1000);
+    }
+    cr_expect(strstr(text, "refuses this node's token") != NULL, "%s", text);
+    cr_expect(strstr(text, "does not know this node") != NULL, "the agent did not give up:\n%s",
+              text);
 }
 
 /* Bytes written to, and bytes on disk of, every output.log of an agent's

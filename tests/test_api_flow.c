@@ -969,8 +969,14 @@ Test(api_flow, join_tokens_expire_are_used_up_and_nodes_are_revoked)
     cr_expect_eq(r.status, 200, "the revoked node's row is gone");
     cr_expect_eq(th_num(&r, "join_token_id"), 2, "%s", r.body);
     th_free(&r);
-    th_expect(th_req(&d, "DELETE", "/v1/nodes/1", TH_ADMIN, NULL, NULL, 0, NULL), 404);
+    /* what is revoked stays so: a second revoke, a drain and an undrain
+     * are refused, saying so (a probe's undrain was taken) */
+    th_expect_error(th_req(&d, "DELETE", "/v1/nodes/1", TH_ADMIN, NULL, NULL, 0, NULL), 409,
+                    "conflict", NULL);
+    th_expect_error(th_post(&d, "/v1/nodes/1/undrain", TH_ADMIN, NULL), 409, "conflict", NULL);
+    th_expect_error(th_post(&d, "/v1/nodes/1/drain", TH_ADMIN, NULL), 409, "conflict", NULL);
     th_expect(th_req(&d, "DELETE", "/v1/nodes/1", tok, NULL, NULL, 0, NULL), 403);
+    th_expect(th_req(&d, "DELETE", "/v1/nodes/77", TH_ADMIN, NULL, NULL, 0, NULL), 404);
 }
 
 /* A heartbeat by node token tok: the new token it was sent into out[80]
@@ -1053,6 +1059,52 @@ Test(api_flow, a_node_token_is_rotated_and_the_old_one_refused_on_first_use)
     cr_expect_eq(beat(t4, got), 401);
     th_expect_error(th_post(&d, "/v1/nodes/1/rotate-token", TH_ADMIN, NULL), 409, "conflict",
                     NULL);
+}
+
+/* Node 1's revoked_reason into out ("" while it is not revoked). */
+static void node1_revoked(char *out, size_t n)
+{
+    th_resp r = th_get(&d, "/v1/nodes/1", TH_ADMIN);
+    snprintf(out, n, "%s", r.status == 200 && th_str(&r, "revoked_at")[0]
+                                ? th_str(&r, "revoked_reason")
+                                : "");
+    th_free(&r);
+}
+
+/*
+ * A token a rotation replaced, used again once the agent's own requests
+ * still on their way are in (5 s), says that two parties hold the node's
+ * token: the node is revoked, with why, its worker is lost, and neither
+ * token works.  Found by a probe: a stolen token and a rotation took a node
+ * over, and the real agent was shut out with nothing to show for it.
+ */
+Test(api_flow, a_token_used_again_after_its_rotation_revokes_its_node, .timeout = 60)
+{
+    char join[80], t1[80], t2[80], got[80], why[200], tok[80], seen[16];
+    th_user(&d, "acme", "alice", "member", tok);
+    make_volumes(tok);
+    join_token(NULL, join);
+    cr_assert_eq(register_with(join, "a", t1), 201);
+    long job = th_submit(&d, tok,
+                         "{\"name\":\"w\",\"image\":\"native\",\"workspace\":\"ws\","
+                         "\"code_path\":\"bin/train\",\"epochs\":1,\"lr\":0.1,\"batch_size\":8,"
+                         "\"worker_spec\":\"cpu-small\",\"worker_count\":1}");
+    cr_assert(th_wait_state(&d, tok, job, "STARTING", 10000, seen), "job is %s", seen);
+    th_must(th_post(&d, "/v1/nodes/1/rotate-token", TH_ADMIN, NULL), 202);
+    cr_expect_eq(beat(t1, t2), 200);
+    cr_assert_eq(strlen(t2), strlen(t1));
+    cr_expect_eq(beat(t2, got), 200); /* the new one is the node's now */
+    /* at once: a request of its own agent still on its way, refused only */
+    cr_expect_eq(beat(t1, got), 401);
+    node1_revoked(why, sizeof why);
+    cr_expect_str_eq(why, "", "revoked within the grace");
+    cr_expect_eq(beat(t2, got), 200);
+    usleep(5300 * 1000);
+    cr_expect_eq(beat(t1, got), 401);
+    node1_revoked(why, sizeof why);
+    cr_expect(strstr(why, "two holders") != NULL, "not revoked: '%s'", why);
+    cr_expect_eq(beat(t2, got), 401, "the new token works on a revoked node");
+    cr_expect(th_wait_state(&d, tok, job, "FAILED", 10000, seen), "job is %s", seen);
 }
 
 /* A priority past 1000 is a tier across tenants: a platform admin's only. */
