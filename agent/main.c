@@ -72,7 +72,8 @@ static void usage(FILE *f)
             "  --server URL[,URL...] cohortd, e.g. http://127.0.0.1:8080; several cohortd of one\n"
             "                        control plane (on PostgreSQL): the agent moves to the next\n"
             "                        when one stops answering\n"
-            "  --join-token T        from POST /v1/nodes/join-tokens (first start only)\n"
+            "  --join-token T        from POST /v1/nodes/join-tokens (first start only); or\n"
+            "                        COHORT_JOIN_TOKEN in the environment, which ps does not show\n"
             "  --name N              this node's name ([a-z0-9][a-z0-9._-]{0,62})\n"
             "  --address ADDR        where other nodes reach this one (default: the address\n"
             "                        this machine uses to reach the server)\n"
@@ -488,7 +489,8 @@ static int identity(struct config *c, client *cl, struct self *me)
     if (identity_load(path, token, tn, node_id) == 0)
         return 0;
     if (!c->join_token) {
-        fprintf(stderr, "cohort-agent: not registered yet: --join-token is required\n");
+        fprintf(stderr, "cohort-agent: not registered yet: --join-token (or COHORT_JOIN_TOKEN) "
+                        "is required\n");
         return -1;
     }
     if (!c->address) {
@@ -1024,6 +1026,13 @@ int main(int argc, char **argv)
     static egress eg;               /* the jobs' way out, when given */
     if (parse_args(argc, argv, &cfg))
         return 2;
+    /* A join token from the environment, where other users' ps does not
+     * see it; taken out of it, so that nothing the agent starts inherits it. */
+    static char env_join[512];
+    const char *ej = getenv("COHORT_JOIN_TOKEN");
+    if (!cfg.join_token && ej && *ej && fmt_whole(env_join, sizeof env_join, "%s", ej) == 0)
+        cfg.join_token = env_join;
+    unsetenv("COHORT_JOIN_TOKEN");
     if (cfg.gpus < 0)
         cfg.gpus = detect_gpus(cfg.gpu_type, sizeof cfg.gpu_type);
     signal(SIGPIPE, SIG_IGN);

@@ -297,11 +297,10 @@ void api_agent_log(api_ctx *ctx, const api_req *rq, api_resp *rs)
     struct metrics m = {0};
     int64_t id = api_id(rq->param[0]);
     const char *o = rq->query(rq->h, "offset");
-    int64_t off = o ? api_id(o) : -1;
-    if (o && !strcmp(o, "0"))
-        off = 0;
-    if (off < 0) {
-        api_error(rs, 400, "invalid_value", "offset", "offset must be a byte offset");
+    long long off;
+    if (launch_int_text(o, 0, 1LL << 53, &off) != 0) { /* "-1" and "abc" were read as 0 */
+        api_error(rs, 400, "invalid_value", "offset",
+                  "offset must be a byte offset: decimal digits, 0 or more");
         goto out;
     }
     int rc = id > 0 ? store_worker_get(ctx->st, id, &w) : STORE_NOTFOUND;

@@ -565,8 +565,9 @@ void api_agent_register(api_ctx *ctx, const api_req *rq, api_resp *rs)
         api_error(rs, 422, "invalid_value", "port_hi", "port_hi is below port_lo");
         goto out;
     }
-    if (!addr[0] || strpbrk(addr, " /\\\"'") || strlen(addr) > STORE_ADDR_MAX) {
-        api_error(rs, 422, "invalid_value", "address", "address must be a host name or IP address");
+    if (!util_host_valid(addr)) {
+        api_error(rs, 422, "invalid_value", "address",
+                  "address must be a host name or an IP address");
         goto out;
     }
     fmt_cut(nn.n.name, sizeof nn.n.name, "%s", name);

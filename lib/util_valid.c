@@ -2,6 +2,7 @@
  * util_valid: name and path validation, apart from the rest of util so that
  * programs needing only these (cohort-shim) link nothing else.
  */
+#include <arpa/inet.h>
 #include <string.h>
 
 #include "lib/util.h"
@@ -141,4 +142,26 @@ int util_digest_valid(const char *s)
 {
     return !strncmp(s, "sha256:", 7) && strlen(s) == UTIL_DIGEST_LEN &&
            strspn(s + 7, "0123456789abcdef") == 64;
+}
+
+int util_host_valid(const char *s)
+{
+    unsigned char a6[16];
+    size_t n = s ? strlen(s) : 0;
+    if (n == 0 || n > 253)
+        return 0;
+    if (inet_pton(AF_INET6, s, a6) == 1)
+        return 1;
+    /* dot-separated labels of letters, digits and inner hyphens (an IPv4
+     * address is one such name) */
+    for (const char *label = s;;) {
+        size_t len = strspn(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-");
+        if (len == 0 || len > 63 || label[0] == '-' || label[len - 1] == '-')
+            return 0;
+        if (label[len] == '\0')
+            return 1;
+        if (label[len] != '.')
+            return 0;
+        label += len + 1;
+    }
 }

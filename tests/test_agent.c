@@ -1311,6 +1311,17 @@ Test(agent, an_agent_goes_on_through_node_token_rotations, .timeout = 90)
     agents(1, "8");
     kept_token(&ag[0], first);
     cr_assert(first[0], "no node token in node.json");
+    /* its join token came through its environment: not on its command line */
+    char cmdline[4096], procf[64];
+    snprintf(procf, sizeof procf, "/proc/%d/cmdline", (int)ag[0].pid);
+    FILE *cf = fopen(procf, "rb");
+    cr_assert_not_null(cf);
+    size_t cn = fread(cmdline, 1, sizeof cmdline - 1, cf);
+    fclose(cf);
+    for (size_t i = 0; i < cn; i++)
+        cmdline[i] = cmdline[i] ? cmdline[i] : ' ';
+    cmdline[cn] = '\0';
+    cr_expect(strstr(cmdline, "coh_") == NULL && strstr(cmdline, "join") == NULL, "%s", cmdline);
     long id = submit_sh("rot", "rot.sh", "#!/bin/sh\nsleep 6\necho rotated through\n", 1, NULL);
     th_resp r = succeeded_log(id, 40000);
     cr_expect(strstr(r.body, "rotated through") != NULL, "%s", r.body);

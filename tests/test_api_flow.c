@@ -1061,6 +1061,55 @@ Test(api_flow, a_node_token_is_rotated_and_the_old_one_refused_on_first_use)
                     NULL);
 }
 
+/* A node registers at a host name or an IP address, nothing else: a
+ * probe's node registered at "x\nMASTER_INJECT=1", which would have become
+ * other nodes' workers' MASTER_ADDR. */
+Test(api_flow, a_node_registers_at_a_host_name_or_address_only)
+{
+    static const char *const bad[] = {"a\\nb", "x\\nMASTER_INJECT=1", "a\\tb", "$(id)", "x=y",
+                                      "-oProxyCommand=x", "a:b", "[::1]", "\\u00e9x", "a..b",
+                                      "-a.b", "a b", "a/b", ""};
+    static const char *const good[] = {"127.0.0.1", "node-1.example", "::1", "fe80::1", "n2"};
+    char body[512], join[80], name[16];
+    join_token("{\"uses\":0}", join);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(body, sizeof body,
+                 "{\"join_token\":\"%s\",\"name\":\"b%zu\",\"address\":\"%s\",\"cpus\":4,"
+                 "\"memory_mb\":4096,\"port_lo\":40000,\"port_hi\":40099}",
+                 join, i, bad[i]);
+        th_expect_error(th_post(&d, "/v1/agent/register", NULL, body), 422, "invalid_value",
+                        "address");
+    }
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) {
+        snprintf(name, sizeof name, "g%zu", i);
+        snprintf(body, sizeof body,
+                 "{\"join_token\":\"%s\",\"name\":\"%s\",\"address\":\"%s\",\"cpus\":4,"
+                 "\"memory_mb\":4096,\"port_lo\":40000,\"port_hi\":40099}",
+                 join, name, good[i]);
+        th_expect(th_post(&d, "/v1/agent/register", NULL, body), 201);
+    }
+}
+
+/* A log chunk's offset is decimal digits or refused: "-1", "abc" and a
+ * number past 2^63 were each taken as 0, a resend (a probe's). */
+Test(api_flow, a_log_chunks_offset_is_a_number_or_refused)
+{
+    char node[80], p[96];
+    static const char *const bad[] = {"-1", "abc", "99999999999999999999", "", "1e3", "+1"};
+    register_node("a", 8, node);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(p, sizeof p, "/v1/agent/logs/1?offset=%s", bad[i]);
+        th_expect_error(th_req(&d, "PUT", p, node, "application/octet-stream", "x", 1, NULL), 400,
+                        "invalid_value", "offset");
+    }
+    th_expect_error(th_req(&d, "PUT", "/v1/agent/logs/1", node, "application/octet-stream", "x",
+                           1, NULL),
+                    400, "invalid_value", "offset");
+    th_expect(th_req(&d, "PUT", "/v1/agent/logs/1?offset=0", node, "application/octet-stream",
+                     "x", 1, NULL),
+              404); /* a number: on to the worker, which is not this node's */
+}
+
 /* Node 1's revoked_reason into out ("" while it is not revoked). */
 static void node1_revoked(char *out, size_t n)
 {
