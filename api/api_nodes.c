@@ -458,7 +458,8 @@ static store_rc node_token_promote(api_ctx *ctx, uint8_t h[UTIL_SHA256_LEN])
  * cannot tell which.  The node is revoked, as OAuth's refresh tokens are
  * on reuse: its workers are lost and both holders are refused. */
 #define NODE_REUSE_MS 5000
-#define NODE_REUSE_WHY "node revoked: its token was used again after a rotation replaced it (two holders)"
+#define NODE_REUSE_WHY                                                                     \
+    "node revoked: its token was used again after a rotation replaced it (two holders)"
 
 static int node_token_reused(api_ctx *ctx, const uint8_t h[UTIL_SHA256_LEN])
 {

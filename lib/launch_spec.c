@@ -96,7 +96,8 @@ static int lists_check(const cJSON *spec, char *why, size_t n)
 {
     const cJSON *args = cJSON_GetObjectItemCaseSensitive(spec, LAUNCH_KEY(args)), *e;
     const cJSON *ds = cJSON_GetObjectItemCaseSensitive(spec, LAUNCH_KEY(datasets));
-    if (cJSON_GetArraySize(args) > LAUNCH_MAX_ARGS || cJSON_GetArraySize(ds) > LAUNCH_MAX_DATASETS) {
+    if (cJSON_GetArraySize(args) > LAUNCH_MAX_ARGS ||
+        cJSON_GetArraySize(ds) > LAUNCH_MAX_DATASETS) {
         fmt_cut(why, n, "it has more than %d arguments or %d datasets", LAUNCH_MAX_ARGS,
                 LAUNCH_MAX_DATASETS);
         return -1;
@@ -127,6 +128,11 @@ static int lists_check(const cJSON *spec, char *why, size_t n)
     return 0;
 }
 
+static const char *spec_str(const cJSON *spec, const char *key)
+{
+    return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec, key));
+}
+
 /* The numbers and paths: ids, rank, resources, program, workspace, digest. */
 static int values_check(const cJSON *spec, char *why, size_t n)
 {
@@ -147,12 +153,9 @@ static int values_check(const cJSON *spec, char *why, size_t n)
             fmt_cut(why, n, "its %s is not above 0", ids[i]);
             return -1;
         }
-    const char *prog = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec,
-                                                                              LAUNCH_KEY(program)));
-    const char *ws = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec,
-                                                                            LAUNCH_KEY(workspace)));
-    const char *dg = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(spec,
-                                                                            LAUNCH_KEY(image_digest)));
+    const char *prog = spec_str(spec, LAUNCH_KEY(program));
+    const char *ws = spec_str(spec, LAUNCH_KEY(workspace));
+    const char *dg = spec_str(spec, LAUNCH_KEY(image_digest));
     if (!util_relpath_valid(prog, strlen(prog))) {
         fmt_cut(why, n, "its program is not a path inside the workspace");
         return -1;

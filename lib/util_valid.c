@@ -155,7 +155,8 @@ int util_host_valid(const char *s)
     /* dot-separated labels of letters, digits and inner hyphens (an IPv4
      * address is one such name) */
     for (const char *label = s;;) {
-        size_t len = strspn(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-");
+        size_t len = strspn(label, "abcdefghijklmnopqrstuvwxyz"
+                                   "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-");
         if (len == 0 || len > 63 || label[0] == '-' || label[len - 1] == '-')
             return 0;
         if (label[len] == '\0')

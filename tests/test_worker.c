@@ -907,8 +907,10 @@ static void *shm_member(void *arg)
     m->rc = -1;
     if (comm_store_connect("127.0.0.1", m->port, 5000, &st, m->err, sizeof m->err) == 0 &&
         comm_shm_open(m->index, 2, st, "t/shm", 0, 5000, &s, m->err, sizeof m->err) == 0 &&
-        comm_shm_allreduce(s, v, 4, 1.0f, m->err, sizeof m->err) == 0)
+        comm_shm_allreduce(s, v, 4, 1.0f) == 0)
         m->rc = v[0] == 3.0f && v[3] == 8.0f ? 0 : -2;
+    else if (s)
+        snprintf(m->err, sizeof m->err, "%s", comm_shm_errmsg(s));
     comm_shm_close(s);
     comm_store_close(st);
     return NULL;
@@ -1125,6 +1127,8 @@ static void lose_rank(int world, int victim, int sig)
         snprintf(lost, sizeof lost, "lost: rank %d ", victim);
         cr_assert(strstr(e, "rank ") && strstr(e, "failed"), "rank %d said: %s", r, e);
         cr_assert(strstr(e, lost), "rank %d does not name rank %d as lost: %s", r, victim, e);
+        const char *why = strstr(e, " failed: "); /* the backend's own reason, kept on it */
+        cr_assert(why && why[9] && why[9] != ';', "rank %d gives no reason: %s", r, e);
         cr_log_info("rank %d after %.1f s: %s", r, dt, e);
         free(e);
     }

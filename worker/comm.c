@@ -506,19 +506,17 @@ float *comm_buffer(comm *c, size_t count)
 
 int comm_allreduce(comm *c, float *buf, size_t count, enum comm_reduce op)
 {
-    char why[768];
     if (c->failed)
         return -1;
     if (!c->ops || count == 0)
         return 0;
-    if (c->ops->allreduce(c->state, buf, count, op == COMM_AVG, why, sizeof why) < 0)
-        return failed(c, "allreduce", why);
+    if (c->ops->allreduce(c->state, buf, count, op == COMM_AVG) < 0)
+        return failed(c, "allreduce", c->ops->errmsg(c->state));
     return 0;
 }
 
 int comm_broadcast(comm *c, void *buf, size_t bytes, int root)
 {
-    char why[768];
     if (c->failed)
         return -1;
     if (root < 0 || root >= c->size) {
@@ -527,20 +525,19 @@ int comm_broadcast(comm *c, void *buf, size_t bytes, int root)
     }
     if (!c->ops || bytes == 0)
         return 0;
-    if (c->ops->broadcast(c->state, buf, bytes, root, why, sizeof why) < 0)
-        return failed(c, "broadcast", why);
+    if (c->ops->broadcast(c->state, buf, bytes, root) < 0)
+        return failed(c, "broadcast", c->ops->errmsg(c->state));
     return 0;
 }
 
 int comm_barrier(comm *c)
 {
-    char why[768];
     if (c->failed)
         return -1;
     if (!c->ops)
         return 0;
-    if (c->ops->barrier(c->state, why, sizeof why) < 0)
-        return failed(c, "barrier", why);
+    if (c->ops->barrier(c->state) < 0)
+        return failed(c, "barrier", c->ops->errmsg(c->state));
     return 0;
 }
 

@@ -105,6 +105,7 @@ struct GlooComm {
      * every step. */
     std::map<std::pair<float *, size_t>, std::unique_ptr<gloo::Algorithm>> algos;
     std::map<std::pair<float *, size_t>, Exchange> exchanges;
+    char err[768] = ""; /* why the last operation failed */
 };
 
 void message(char *err, size_t errlen, const std::exception &e)
@@ -152,7 +153,7 @@ void exchange_sum(GlooComm *g, float *buf, size_t count, float f)
             buf[i] = (buf[i] + peer[i]) * f;
 }
 
-int gloo_allreduce(void *b, float *buf, size_t count, int average, char *err, size_t errlen)
+int gloo_allreduce(void *b, float *buf, size_t count, int average)
 {
     auto *g = static_cast<GlooComm *>(b);
     try {
@@ -187,12 +188,12 @@ int gloo_allreduce(void *b, float *buf, size_t count, int average, char *err, si
             scale(buf, count, 1.0f / static_cast<float>(g->ctx->size));
         return 0;
     } catch (const std::exception &e) {
-        message(err, errlen, e);
+        message(g->err, sizeof g->err, e);
         return -1;
     }
 }
 
-int gloo_broadcast(void *b, void *buf, size_t bytes, int root, char *err, size_t errlen)
+int gloo_broadcast(void *b, void *buf, size_t bytes, int root)
 {
     auto *g = static_cast<GlooComm *>(b);
     try {
@@ -201,12 +202,12 @@ int gloo_broadcast(void *b, void *buf, size_t bytes, int root, char *err, size_t
         bc.run();
         return 0;
     } catch (const std::exception &e) {
-        message(err, errlen, e);
+        message(g->err, sizeof g->err, e);
         return -1;
     }
 }
 
-int gloo_barrier(void *b, char *err, size_t errlen)
+int gloo_barrier(void *b)
 {
     auto *g = static_cast<GlooComm *>(b);
     try {
@@ -214,9 +215,14 @@ int gloo_barrier(void *b, char *err, size_t errlen)
         barrier.run();
         return 0;
     } catch (const std::exception &e) {
-        message(err, errlen, e);
+        message(g->err, sizeof g->err, e);
         return -1;
     }
+}
+
+const char *gloo_errmsg(const void *b)
+{
+    return static_cast<const GlooComm *>(b)->err;
 }
 
 void gloo_destroy(void *b)
@@ -227,7 +233,7 @@ void gloo_destroy(void *b)
 } // namespace
 
 extern "C" const struct comm_backend_ops comm_gloo_ops = {
-    gloo_allreduce, gloo_broadcast, gloo_barrier, gloo_destroy,
+    gloo_allreduce, gloo_broadcast, gloo_barrier, gloo_errmsg, gloo_destroy,
 };
 
 extern "C" int comm_gloo_open(int rank, int size, comm_store *store, const char *prefix,

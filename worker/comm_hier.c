@@ -23,6 +23,7 @@ struct hier {
     void *leaders;      /* the leaders' Gloo state: on leaders only */
     int node, nnodes, world;
     int nlocal;         /* ranks per node */
+    char err[768];      /* why the last operation failed */
 };
 
 int comm_hier_open(comm_shm *local, void *leaders, int node, int nnodes, int world,
@@ -49,50 +50,70 @@ float *comm_hier_buffer(void *b, size_t count)
     return comm_shm_buffer(h->local, count);
 }
 
-/* The leaders' sum of the node sums, in place in shared memory. */
-static int leaders_sum(void *arg, float *sum, size_t m, char *err, size_t errlen)
-{
-    struct hier *h = arg;
-    return comm_gloo_ops.allreduce(h->leaders, sum, m, 0, err, errlen);
-}
-
-static int hier_allreduce(void *b, float *buf, size_t count, int average, char *err,
-                          size_t errlen)
-{
-    struct hier *h = b;
-    return comm_shm_reduce_apply(h->local, buf, count, leaders_sum, h,
-                                 average ? 1.0f / (float)h->world : 1.0f, err, errlen);
-}
-
-/* A leader's step between nodes; a failure breaks its node's memory too. */
-static int between(struct hier *h, int rc)
+/* A step within the node: rc, its why kept on h when it failed. */
+static int within(struct hier *h, int rc)
 {
     if (rc < 0)
-        comm_shm_abort(h->local);
+        fmt_cut(h->err, sizeof h->err, "%s", comm_shm_errmsg(h->local));
     return rc;
 }
 
-static int hier_broadcast(void *b, void *buf, size_t bytes, int root, char *err, size_t errlen)
+/* A leader's step between nodes: rc; a failure breaks its node's memory
+ * too, and its why is kept on h. */
+static int between(struct hier *h, int rc)
+{
+    if (rc < 0) {
+        comm_shm_abort(h->local);
+        fmt_cut(h->err, sizeof h->err, "between nodes: %s",
+                comm_gloo_ops.errmsg(h->leaders));
+    }
+    return rc;
+}
+
+/* The leaders' sum of the node sums, in place in shared memory. */
+static int leaders_sum(void *arg, float *sum, size_t m)
+{
+    struct hier *h = arg;
+    return between(h, comm_gloo_ops.allreduce(h->leaders, sum, m, 0));
+}
+
+static int hier_allreduce(void *b, float *buf, size_t count, int average)
+{
+    struct hier *h = b;
+    h->err[0] = '\0';
+    int rc = comm_shm_reduce_apply(h->local, buf, count, leaders_sum, h,
+                                   average ? 1.0f / (float)h->world : 1.0f);
+    if (rc < 0 && !h->err[0]) /* not the leaders' step: within the node */
+        within(h, rc);
+    return rc;
+}
+
+static int hier_broadcast(void *b, void *buf, size_t bytes, int root)
 {
     struct hier *h = b;
     int root_node = root / h->nlocal, root_local = root % h->nlocal;
     if (h->node == root_node && root_local != 0 &&
-        comm_shm_broadcast(h->local, buf, bytes, root_local, err, errlen) < 0)
+        within(h, comm_shm_broadcast(h->local, buf, bytes, root_local)) < 0)
         return -1;
     if (h->leaders &&
-        between(h, comm_gloo_ops.broadcast(h->leaders, buf, bytes, root_node, err, errlen)) < 0)
+        between(h, comm_gloo_ops.broadcast(h->leaders, buf, bytes, root_node)) < 0)
         return -1;
-    return comm_shm_broadcast(h->local, buf, bytes, 0, err, errlen);
+    return within(h, comm_shm_broadcast(h->local, buf, bytes, 0));
 }
 
-static int hier_barrier(void *b, char *err, size_t errlen)
+static int hier_barrier(void *b)
 {
     struct hier *h = b;
-    if (comm_shm_barrier(h->local, err, errlen) < 0)
+    if (within(h, comm_shm_barrier(h->local)) < 0)
         return -1;
-    if (h->leaders && between(h, comm_gloo_ops.barrier(h->leaders, err, errlen)) < 0)
+    if (h->leaders && between(h, comm_gloo_ops.barrier(h->leaders)) < 0)
         return -1;
-    return comm_shm_barrier(h->local, err, errlen);
+    return within(h, comm_shm_barrier(h->local));
+}
+
+static const char *hier_errmsg(const void *b)
+{
+    return ((const struct hier *)b)->err;
 }
 
 static void hier_destroy(void *b)
@@ -107,4 +128,4 @@ static void hier_destroy(void *b)
 }
 
 const struct comm_backend_ops comm_hier_ops = {hier_allreduce, hier_broadcast, hier_barrier,
-                                               hier_destroy};
+                                               hier_errmsg, hier_destroy};

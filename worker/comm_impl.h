@@ -1,7 +1,8 @@
 /*
  * comm_impl: what comm.c needs of a backend (internal to worker/).  A
- * backend is an opaque state and four operations; errors are -1 with a
- * message written into err.
+ * backend is an opaque state and its operations; an operation that fails
+ * returns -1 and keeps why on the state (errmsg), as comm keeps its own.
+ * Opening, when there is no state yet, writes why into err.
  */
 #ifndef COHORT_COMM_IMPL_H
 #define COHORT_COMM_IMPL_H
@@ -11,9 +12,10 @@
 #include "worker/comm_store.h"
 
 struct comm_backend_ops {
-    int (*allreduce)(void *b, float *buf, size_t count, int average, char *err, size_t errlen);
-    int (*broadcast)(void *b, void *buf, size_t bytes, int root, char *err, size_t errlen);
-    int (*barrier)(void *b, char *err, size_t errlen);
+    int (*allreduce)(void *b, float *buf, size_t count, int average);
+    int (*broadcast)(void *b, void *buf, size_t bytes, int root);
+    int (*barrier)(void *b);
+    const char *(*errmsg)(const void *b); /* why the last operation failed */
     void (*destroy)(void *b);
 };
 
@@ -42,19 +44,20 @@ int comm_shm_open(int index, int n, comm_store *store, const char *key, size_t s
 /* This member's own slot as the caller's buffer of count floats (once), or
  * NULL when it does not fit: comm_shm_allreduce of it copies nothing. */
 float *comm_shm_buffer(comm_shm *s, size_t count);
-int comm_shm_allreduce(comm_shm *s, float *buf, size_t count, float scale, char *err,
-                       size_t errlen);
-int comm_shm_broadcast(comm_shm *s, void *buf, size_t bytes, int root, char *err, size_t errlen);
+/* These return 0, or -1 with why in comm_shm_errmsg(s). */
+int comm_shm_allreduce(comm_shm *s, float *buf, size_t count, float scale);
+int comm_shm_broadcast(comm_shm *s, void *buf, size_t bytes, int root);
 /* What member 0 does with the node's sum (m floats, in shared memory)
- * before the others read it back: 0, or -1 with a message. */
-typedef int comm_shm_leader_fn(void *arg, float *sum, size_t m, char *err, size_t errlen);
+ * before the others read it back: 0, or -1 (why kept by arg's owner). */
+typedef int comm_shm_leader_fn(void *arg, float *sum, size_t m);
 /* The node's sum of buf, handed to fn on member 0, then read back by every
  * member into buf, times scale (the hierarchical allreduce's steps 1 and 3). */
 int comm_shm_reduce_apply(comm_shm *s, float *buf, size_t count, comm_shm_leader_fn *fn,
-                          void *arg, float scale, char *err, size_t errlen);
+                          void *arg, float scale);
 /* Marks the segment broken: every member's wait fails at once. */
 void comm_shm_abort(comm_shm *s);
-int comm_shm_barrier(comm_shm *s, char *err, size_t errlen);
+int comm_shm_barrier(comm_shm *s);
+const char *comm_shm_errmsg(const comm_shm *s);
 void comm_shm_close(comm_shm *s);
 /* comm_shm as a backend, for a world whose ranks are all on one node. */
 extern const struct comm_backend_ops comm_shm_ops;

@@ -28,6 +28,7 @@ struct nccl_state {
     float *scratch;      /* one float on the device, for barrier */
     int timeout_ms;
     int aborted;
+    char err[512]; /* why the last operation failed */
 };
 
 static double now_ms(void)
@@ -37,15 +38,14 @@ static double now_ms(void)
 
 /* Polls until the communicator is no longer in progress (and, when
  * stream_too, the stream has drained).  Aborts it on error or timeout. */
-static int settle(struct nccl_state *s, int stream_too, const char *what, char *err,
-                  size_t errlen)
+static int settle(struct nccl_state *s, int stream_too, const char *what)
 {
     double end = now_ms() + s->timeout_ms;
     for (;;) {
         ncclResult_t async = ncclSuccess;
         ncclResult_t rc = ncclCommGetAsyncError(s->comm, &async);
         if (rc != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {
-            fmt_cut(err, errlen, "%s: %s", what,
+            fmt_cut(s->err, sizeof s->err, "%s: %s", what,
                      ncclGetErrorString(rc != ncclSuccess ? rc : async));
             break;
         }
@@ -54,12 +54,12 @@ static int settle(struct nccl_state *s, int stream_too, const char *what, char *
             if (ce == cudaSuccess)
                 return 0;
             if (ce != cudaErrorNotReady) {
-                fmt_cut(err, errlen, "%s: CUDA: %s", what, cudaGetErrorString(ce));
+                fmt_cut(s->err, sizeof s->err, "%s: CUDA: %s", what, cudaGetErrorString(ce));
                 break;
             }
         }
         if (now_ms() > end) {
-            fmt_cut(err, errlen, "%s did not complete within %d ms", what, s->timeout_ms);
+            fmt_cut(s->err, sizeof s->err, "%s did not complete within %d ms", what, s->timeout_ms);
             break;
         }
         usleep(50);
@@ -69,44 +69,48 @@ static int settle(struct nccl_state *s, int stream_too, const char *what, char *
     return -1;
 }
 
-static int nccl_allreduce(void *b, float *buf, size_t count, int average, char *err,
-                          size_t errlen)
+static int nccl_allreduce(void *b, float *buf, size_t count, int average)
 {
     struct nccl_state *s = b;
     ncclResult_t rc;
     if (s->aborted) {
-        fmt_cut(err, errlen, "the NCCL communicator was aborted earlier");
+        fmt_cut(s->err, sizeof s->err, "the NCCL communicator was aborted earlier");
         return -1;
     }
     rc = ncclAllReduce(buf, buf, count, ncclFloat32, average ? ncclAvg : ncclSum, s->comm,
                        s->stream);
     if (rc != ncclSuccess && rc != ncclInProgress) {
-        fmt_cut(err, errlen, "ncclAllReduce: %s", ncclGetErrorString(rc));
+        fmt_cut(s->err, sizeof s->err, "ncclAllReduce: %s", ncclGetErrorString(rc));
         return -1;
     }
-    return settle(s, 1, "allreduce", err, errlen);
+    return settle(s, 1, "allreduce");
 }
 
-static int nccl_broadcast(void *b, void *buf, size_t bytes, int root, char *err, size_t errlen)
+static int nccl_broadcast(void *b, void *buf, size_t bytes, int root)
 {
     struct nccl_state *s = b;
     ncclResult_t rc;
     if (s->aborted) {
-        fmt_cut(err, errlen, "the NCCL communicator was aborted earlier");
+        fmt_cut(s->err, sizeof s->err, "the NCCL communicator was aborted earlier");
         return -1;
     }
     rc = ncclBroadcast(buf, buf, bytes, ncclUint8, root, s->comm, s->stream);
     if (rc != ncclSuccess && rc != ncclInProgress) {
-        fmt_cut(err, errlen, "ncclBroadcast: %s", ncclGetErrorString(rc));
+        fmt_cut(s->err, sizeof s->err, "ncclBroadcast: %s", ncclGetErrorString(rc));
         return -1;
     }
-    return settle(s, 1, "broadcast", err, errlen);
+    return settle(s, 1, "broadcast");
 }
 
-static int nccl_barrier(void *b, char *err, size_t errlen)
+static int nccl_barrier(void *b)
 {
     struct nccl_state *s = b;
-    return nccl_allreduce(b, s->scratch, 1, 0, err, errlen);
+    return nccl_allreduce(b, s->scratch, 1, 0);
+}
+
+static const char *nccl_errmsg(const void *b)
+{
+    return ((const struct nccl_state *)b)->err;
 }
 
 static void nccl_destroy(void *b)
@@ -124,7 +128,7 @@ static void nccl_destroy(void *b)
 }
 
 const struct comm_backend_ops comm_nccl_ops = {
-    nccl_allreduce, nccl_broadcast, nccl_barrier, nccl_destroy,
+    nccl_allreduce, nccl_broadcast, nccl_barrier, nccl_errmsg, nccl_destroy,
 };
 
 int comm_nccl_open(int rank, int size, int local_rank, comm_store *store, int timeout_ms,
@@ -185,8 +189,10 @@ int comm_nccl_open(int rank, int size, int local_rank, comm_store *store, int ti
         fmt_cut(err, errlen, "ncclCommInitRankConfig: %s", ncclGetErrorString(rc));
         goto fail;
     }
-    if (settle(s, 0, "ncclCommInitRank", err, errlen) < 0)
+    if (settle(s, 0, "ncclCommInitRank") < 0) {
+        fmt_cut(err, errlen, "%s", s->err); /* no handle to keep it on */
         goto fail;
+    }
     *out = s;
     return 0;
 fail:

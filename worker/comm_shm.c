@@ -73,16 +73,23 @@ struct comm_shm {
     int *peer;                 /* member 0: the n-1 others' sockets; others: member 0's */
     int npeer;
     int timeout_ms;
+    char err[512];             /* why the last call failed (comm_shm_errmsg) */
 };
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...)
+/* Why a call on s failed, kept on s: -1. */
+static int fail(comm_shm *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(comm_shm *s, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
+    vsnprintf(s->err, sizeof s->err, fmt, ap);
     va_end(ap);
     return -1;
+}
+
+const char *comm_shm_errmsg(const comm_shm *s)
+{
+    return s->err;
 }
 
 /* ---- the barrier ---- */
@@ -118,15 +125,15 @@ static int peer_lost(const comm_shm *s, int *which)
     return 0;
 }
 
-static int broken(comm_shm *s, char *err, size_t errlen, const char *fmt, int who)
+static int broken(comm_shm *s, const char *fmt, int who)
 {
     atomic_store(&s->h->broken, 1);
     atomic_fetch_add(&s->h->gen, 1);
     futex_wake_all(&s->h->gen);
-    return fail(err, errlen, fmt, who);
+    return fail(s, fmt, who);
 }
 
-static int wait_gen(comm_shm *s, uint32_t g, char *err, size_t errlen)
+static int wait_gen(comm_shm *s, uint32_t g)
 {
     for (int i = 0; i < SHM_SPIN; i++) {
         if (atomic_load_explicit(&s->h->gen, memory_order_acquire) != g)
@@ -142,21 +149,21 @@ static int wait_gen(comm_shm *s, uint32_t g, char *err, size_t errlen)
             atomic_load(&s->h->broken))
             break;
         if (peer_lost(s, &who))
-            return broken(s, err, errlen, "local rank %d closed its link (exited or killed)", who);
+            return broken(s, "local rank %d closed its link (exited or killed)", who);
         if (util_mono_ms() - t0 > s->timeout_ms)
-            return broken(s, err, errlen, "a local rank did not arrive within %d ms",
+            return broken(s, "a local rank did not arrive within %d ms",
                           s->timeout_ms);
     }
 passed:
     if (atomic_load(&s->h->broken))
-        return fail(err, errlen, "a rank of this node failed (shared memory marked broken)");
+        return fail(s, "a rank of this node failed (shared memory marked broken)");
     return 0;
 }
 
-static int shm_barrier(comm_shm *s, char *err, size_t errlen)
+static int shm_barrier(comm_shm *s)
 {
     if (atomic_load(&s->h->broken))
-        return fail(err, errlen, "a rank of this node failed (shared memory marked broken)");
+        return fail(s, "a rank of this node failed (shared memory marked broken)");
     uint32_t g = atomic_load_explicit(&s->h->gen, memory_order_acquire);
     if (atomic_fetch_add(&s->h->arrived, 1) + 1 == (uint32_t)s->n) {
         atomic_store(&s->h->arrived, 0);
@@ -164,7 +171,7 @@ static int shm_barrier(comm_shm *s, char *err, size_t errlen)
         futex_wake_all(&s->h->gen);
         return 0;
     }
-    return wait_gen(s, g, err, errlen);
+    return wait_gen(s, g);
 }
 
 /* ---- collectives ---- */
@@ -188,13 +195,13 @@ static void sum_share(comm_shm *s, float *restrict out, size_t lo, size_t hi, fl
 /* The caller's buffer is its slot: each member sums its share into slot 0
  * and copies it into every other slot, so each slot ends holding the whole
  * result; nothing is copied in or out. */
-static int allreduce_in_place(comm_shm *s, size_t count, float scale, char *err, size_t errlen)
+static int allreduce_in_place(comm_shm *s, size_t count, float scale)
 {
     enum { BLOCK = 1024 }; /* floats summed in L1 before they go out to every slot */
     float tmp[BLOCK];
     size_t lo = count * (size_t)s->index / (size_t)s->n;
     size_t hi = count * (size_t)(s->index + 1) / (size_t)s->n;
-    if (shm_barrier(s, err, errlen) < 0)
+    if (shm_barrier(s) < 0)
         return -1;
     for (size_t b = lo; b < hi; b += BLOCK) {
         size_t m = hi - b < BLOCK ? hi - b : BLOCK;
@@ -210,23 +217,22 @@ static int allreduce_in_place(comm_shm *s, size_t count, float scale, char *err,
         for (int r = 0; r < s->n; r++)
             memcpy(s->slot[r] + b, tmp, m * sizeof(float));
     }
-    return shm_barrier(s, err, errlen);
+    return shm_barrier(s);
 }
 
-int comm_shm_allreduce(comm_shm *s, float *buf, size_t count, float scale, char *err,
-                       size_t errlen)
+int comm_shm_allreduce(comm_shm *s, float *buf, size_t count, float scale)
 {
     const size_t chunk = s->slot_bytes / sizeof(float);
     if (buf == s->slot[s->index] && count <= chunk)
-        return allreduce_in_place(s, count, scale, err, errlen);
+        return allreduce_in_place(s, count, scale);
     for (size_t off = 0; off < count; off += chunk) {
         size_t m = count - off < chunk ? count - off : chunk;
         memcpy(s->slot[s->index], buf + off, m * sizeof(float));
-        if (shm_barrier(s, err, errlen) < 0)
+        if (shm_barrier(s) < 0)
             return -1;
         sum_share(s, s->slot[s->n], m * (size_t)s->index / (size_t)s->n,
                   m * (size_t)(s->index + 1) / (size_t)s->n, scale);
-        if (shm_barrier(s, err, errlen) < 0)
+        if (shm_barrier(s) < 0)
             return -1;
         memcpy(buf + off, s->slot[s->n], m * sizeof(float));
     }
@@ -252,7 +258,7 @@ static void copy_out(float *restrict buf, const float *restrict result, size_t m
 }
 
 int comm_shm_reduce_apply(comm_shm *s, float *buf, size_t count, comm_shm_leader_fn *fn,
-                          void *arg, float scale, char *err, size_t errlen)
+                          void *arg, float scale)
 {
     const size_t chunk = s->slot_bytes / sizeof(float);
     int in_place = buf == s->slot[s->index] && count <= chunk;
@@ -260,17 +266,17 @@ int comm_shm_reduce_apply(comm_shm *s, float *buf, size_t count, comm_shm_leader
         size_t m = count - off < chunk ? count - off : chunk;
         if (!in_place)
             memcpy(s->slot[s->index], buf + off, m * sizeof(float));
-        if (shm_barrier(s, err, errlen) < 0)
+        if (shm_barrier(s) < 0)
             return -1;
         sum_share(s, s->slot[s->n], m * (size_t)s->index / (size_t)s->n,
                   m * (size_t)(s->index + 1) / (size_t)s->n, 1.0f);
-        if (shm_barrier(s, err, errlen) < 0)
+        if (shm_barrier(s) < 0)
             return -1;
-        if (s->index == 0 && fn(arg, s->slot[s->n], m, err, errlen) < 0) {
+        if (s->index == 0 && fn(arg, s->slot[s->n], m) < 0) {
             comm_shm_abort(s); /* the others wait on this member: fail them now */
-            return -1;
+            return fail(s, "the node's sum could not be passed on (see the leaders' error)");
         }
-        if (shm_barrier(s, err, errlen) < 0)
+        if (shm_barrier(s) < 0)
             return -1;
         copy_out(buf + off, s->slot[s->n], m, scale);
     }
@@ -285,26 +291,26 @@ float *comm_shm_buffer(comm_shm *s, size_t count)
     return s->slot[s->index];
 }
 
-int comm_shm_broadcast(comm_shm *s, void *buf, size_t bytes, int root, char *err, size_t errlen)
+int comm_shm_broadcast(comm_shm *s, void *buf, size_t bytes, int root)
 {
     unsigned char *p = buf;
     for (size_t off = 0; off < bytes; off += s->slot_bytes) {
         size_t m = bytes - off < s->slot_bytes ? bytes - off : s->slot_bytes;
         if (s->index == root)
             memcpy(s->slot[s->n], p + off, m);
-        if (shm_barrier(s, err, errlen) < 0)
+        if (shm_barrier(s) < 0)
             return -1;
         if (s->index != root)
             memcpy(p + off, s->slot[s->n], m);
-        if (shm_barrier(s, err, errlen) < 0)
+        if (shm_barrier(s) < 0)
             return -1;
     }
     return 0;
 }
 
-int comm_shm_barrier(comm_shm *s, char *err, size_t errlen)
+int comm_shm_barrier(comm_shm *s)
 {
-    return shm_barrier(s, err, errlen);
+    return shm_barrier(s);
 }
 
 /* ---- set-up ---- */
@@ -322,35 +328,35 @@ static int random_hex(char *out, size_t n)
     return 0;
 }
 
-static int map_segment(comm_shm *s, char *err, size_t errlen)
+static int map_segment(comm_shm *s)
 {
     s->size = SHM_HDR + (size_t)(s->n + 1) * s->slot_bytes;
     s->base = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, s->memfd, 0);
     if (s->base == MAP_FAILED) {
         s->base = NULL;
-        return fail(err, errlen, "mmap of %zu bytes of shared memory: %s", s->size, strerror(errno));
+        return fail(s, "mmap of %zu bytes of shared memory: %s", s->size, strerror(errno));
     }
     s->h = (struct shm_hdr *)s->base;
     s->slot = calloc((size_t)s->n + 1, sizeof *s->slot);
     if (!s->slot)
-        return fail(err, errlen, "out of memory");
+        return fail(s, "out of memory");
     for (int i = 0; i <= s->n; i++)
         s->slot[i] = (float *)(s->base + SHM_HDR + (size_t)i * s->slot_bytes);
     return 0;
 }
 
 /* Member 0: the segment, then each member's connection, token checked. */
-static int serve(comm_shm *s, comm_store *st, const char *key, char *err, size_t errlen)
+static int serve(comm_shm *s, comm_store *st, const char *key)
 {
     char name[64], token[SHM_TOKEN_HEX + 1], val[160];
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     s->memfd = (int)syscall(SYS_memfd_create, "cohort-comm", MFD_CLOEXEC);
     if (s->memfd < 0 || ftruncate(s->memfd, (off_t)(SHM_HDR + (size_t)(s->n + 1) * s->slot_bytes)) < 0)
-        return fail(err, errlen, "memfd of %d slots: %s", s->n + 1, strerror(errno));
-    if (map_segment(s, err, errlen) < 0)
+        return fail(s, "memfd of %d slots: %s", s->n + 1, strerror(errno));
+    if (map_segment(s) < 0)
         return -1;
     if (random_hex(name, 8) < 0 || random_hex(token, SHM_TOKEN_HEX / 2) < 0)
-        return fail(err, errlen, "getrandom: %s", strerror(errno));
+        return fail(s, "getrandom: %s", strerror(errno));
     int ls = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     fmt_cut(a.sun_path + 1, sizeof a.sun_path - 1, "cohort-comm-%s", name); /* 28 bytes */
     socklen_t alen =
@@ -358,17 +364,17 @@ static int serve(comm_shm *s, comm_store *st, const char *key, char *err, size_t
     if (ls < 0 || bind(ls, (struct sockaddr *)&a, alen) < 0 || listen(ls, 64) < 0) {
         if (ls >= 0)
             close(ls);
-        return fail(err, errlen, "shared-memory socket: %s", strerror(errno));
+        return fail(s, "shared-memory socket: %s", strerror(errno));
     }
     fmt_cut(val, sizeof val, "%s %s", a.sun_path + 1, token);
     int rc = comm_store_set(st, key, val, strlen(val)) < 0
-                 ? fail(err, errlen, "store: %s", comm_store_errmsg(st)) : 0;
+                 ? fail(s, "store: %s", comm_store_errmsg(st)) : 0;
     int64_t t0 = util_mono_ms();
     while (rc == 0 && s->npeer < s->n - 1) {
         struct pollfd p = {.fd = ls, .events = POLLIN};
         int left = s->timeout_ms - (int)(util_mono_ms() - t0);
         if (left <= 0 || poll(&p, 1, left) <= 0) {
-            rc = fail(err, errlen, "%d of %d local ranks joined the shared memory within %d ms",
+            rc = fail(s, "%d of %d local ranks joined the shared memory within %d ms",
                       s->npeer + 1, s->n, s->timeout_ms);
             break;
         }
@@ -407,28 +413,28 @@ static int serve(comm_shm *s, comm_store *st, const char *key, char *err, size_t
 }
 
 /* Any other member: member 0's memory, through its socket. */
-static int join(comm_shm *s, comm_store *st, const char *key, char *err, size_t errlen)
+static int join(comm_shm *s, comm_store *st, const char *key)
 {
     void *v = NULL;
     size_t vn = 0;
     char val[160], name[120], token[SHM_TOKEN_HEX + 1];
     if (comm_store_get(st, key, s->timeout_ms, &v, &vn) < 0)
-        return fail(err, errlen, "store: %s", comm_store_errmsg(st));
+        return fail(s, "store: %s", comm_store_errmsg(st));
     fmt_cut(val, sizeof val, "%.*s", (int)(vn < sizeof val ? vn : sizeof val - 1), (char *)v);
     free(v);
     if (sscanf(val, "%119s %32s", name, token) != 2 || strlen(token) != SHM_TOKEN_HEX)
-        return fail(err, errlen, "a malformed shared-memory address in the store");
+        return fail(s, "a malformed shared-memory address in the store");
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     size_t nl = strlen(name);
     if (nl + 1 >= sizeof a.sun_path)
-        return fail(err, errlen, "a shared-memory address too long");
+        return fail(s, "a shared-memory address too long");
     memcpy(a.sun_path + 1, name, nl);
     int c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (c < 0 || connect(c, (struct sockaddr *)&a,
                          (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + nl)) < 0) {
         if (c >= 0)
             close(c);
-        return fail(err, errlen, "cannot reach local rank 0's shared memory: %s (is it on "
+        return fail(s, "cannot reach local rank 0's shared memory: %s (is it on "
                                  "another node or network namespace?)", strerror(errno));
     }
     s->peer[0] = c;
@@ -444,13 +450,13 @@ static int join(comm_shm *s, comm_store *st, const char *key, char *err, size_t 
     setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     if (send(c, hello, sizeof hello - 1, MSG_NOSIGNAL) != (ssize_t)sizeof hello - 1 ||
         recvmsg(c, &mh, MSG_CMSG_CLOEXEC) != 1)
-        return fail(err, errlen, "local rank 0 did not hand over its shared memory: %s",
+        return fail(s, "local rank 0 did not hand over its shared memory: %s",
                     strerror(errno));
     struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
     if (!cm || cm->cmsg_type != SCM_RIGHTS)
-        return fail(err, errlen, "local rank 0 sent no shared memory");
+        return fail(s, "local rank 0 sent no shared memory");
     memcpy(&s->memfd, CMSG_DATA(cm), sizeof(int));
-    return map_segment(s, err, errlen);
+    return map_segment(s);
 }
 
 void comm_shm_close(comm_shm *s)
@@ -478,7 +484,8 @@ int comm_shm_open(int index, int n, comm_store *store, const char *key, size_t s
     int rc = -1;
     if (!s || !(s->peer = malloc(sizeof(int) * (size_t)(n > 1 ? n - 1 : 1)))) {
         free(s);
-        return fail(err, errlen, "out of memory");
+        fmt_cut(err, errlen, "out of memory");
+        return -1;
     }
     s->index = index;
     s->n = n;
@@ -488,12 +495,13 @@ int comm_shm_open(int index, int n, comm_store *store, const char *key, size_t s
     for (int i = 0; i < n - 1; i++)
         s->peer[i] = -1;
     if (index == 0)
-        rc = serve(s, store, key, err, errlen);
+        rc = serve(s, store, key);
     else
-        rc = join(s, store, key, err, errlen);
+        rc = join(s, store, key);
     if (rc == 0)
-        rc = shm_barrier(s, err, errlen); /* everyone mapped before anyone writes */
+        rc = shm_barrier(s); /* everyone mapped before anyone writes */
     if (rc < 0) {
+        fmt_cut(err, errlen, "%s", s->err); /* no handle to keep it on */
         comm_shm_close(s);
         return -1;
     }
@@ -503,20 +511,25 @@ int comm_shm_open(int index, int n, comm_store *store, const char *key, size_t s
 
 /* ---- as a backend of its own (every rank on one node) ---- */
 
-static int ops_allreduce(void *b, float *buf, size_t count, int average, char *err, size_t errlen)
+static int ops_allreduce(void *b, float *buf, size_t count, int average)
 {
     comm_shm *s = b;
-    return comm_shm_allreduce(s, buf, count, average ? 1.0f / (float)s->n : 1.0f, err, errlen);
+    return comm_shm_allreduce(s, buf, count, average ? 1.0f / (float)s->n : 1.0f);
 }
 
-static int ops_broadcast(void *b, void *buf, size_t bytes, int root, char *err, size_t errlen)
+static const char *ops_errmsg(const void *b)
 {
-    return comm_shm_broadcast(b, buf, bytes, root, err, errlen);
+    return comm_shm_errmsg(b);
 }
 
-static int ops_barrier(void *b, char *err, size_t errlen)
+static int ops_broadcast(void *b, void *buf, size_t bytes, int root)
 {
-    return comm_shm_barrier(b, err, errlen);
+    return comm_shm_broadcast(b, buf, bytes, root);
+}
+
+static int ops_barrier(void *b)
+{
+    return comm_shm_barrier(b);
 }
 
 static void ops_destroy(void *b)
@@ -525,4 +538,4 @@ static void ops_destroy(void *b)
 }
 
 const struct comm_backend_ops comm_shm_ops = {ops_allreduce, ops_broadcast, ops_barrier,
-                                              ops_destroy};
+                                              ops_errmsg, ops_destroy};

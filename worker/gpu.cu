@@ -36,6 +36,7 @@ struct gpu_model {
     uint8_t *labels;
     double *sums;     /* evaluation: correct, loss */
     void *scratch;
+    char err[512];    /* why the last call failed (gpu_errmsg) */
 };
 
 /* ---- kernels ---- */
@@ -150,20 +151,26 @@ __global__ void k_adam(float *p, const float *g, float *m, float *v, size_t n, f
 
 /* ---- checks ---- */
 
-static int cuda_ok(cudaError_t e, const char *what, char *err, size_t errlen)
+/* 1 when e is success; else 0, why kept on g. */
+static int cuda_ok(gpu_model *g, cudaError_t e, const char *what)
 {
     if (e == cudaSuccess)
         return 1;
-    snprintf(err, errlen, "%s: %s", what, cudaGetErrorString(e));
+    snprintf(g->err, sizeof g->err, "%s: %s", what, cudaGetErrorString(e));
     return 0;
 }
 
-static int blas_ok(cublasStatus_t s, const char *what, char *err, size_t errlen)
+static int blas_ok(gpu_model *g, cublasStatus_t s, const char *what)
 {
     if (s == CUBLAS_STATUS_SUCCESS)
         return 1;
-    snprintf(err, errlen, "%s: cuBLAS status %d", what, (int)s);
+    snprintf(g->err, sizeof g->err, "%s: cuBLAS status %d", what, (int)s);
     return 0;
+}
+
+extern "C" const char *gpu_errmsg(const gpu_model *g)
+{
+    return g->err;
 }
 
 static unsigned blocks(size_t n)
@@ -195,46 +202,45 @@ extern "C" int gpu_open(int device, const struct mlp *mh, const struct optim *o,
         g->beta1 = o->beta1;
         g->beta2 = o->beta2;
         g->eps = o->eps;
-        ok = cuda_ok(cudaSetDevice(device), "cudaSetDevice", err, errlen) &&
-             cuda_ok(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking),
-                     "cudaStreamCreate", err, errlen) &&
-             blas_ok(cublasCreate(&g->blas), "cublasCreate", err, errlen) &&
-             blas_ok(cublasSetStream(g->blas, g->stream), "cublasSetStream", err, errlen);
+        ok = cuda_ok(g, cudaSetDevice(device), "cudaSetDevice") &&
+             cuda_ok(g, cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking),
+                     "cudaStreamCreate") &&
+             blas_ok(g, cublasCreate(&g->blas), "cublasCreate") &&
+             blas_ok(g, cublasSetStream(g->blas, g->stream), "cublasSetStream");
     }
     size_t rows = ok ? (size_t)g->max_batch : 0;
-    ok = ok && cuda_ok(cudaMalloc((void **)&g->params, g->nparams * sizeof(float)), "cudaMalloc",
-                       err, errlen) &&
-         cuda_ok(cudaMalloc((void **)&g->grads, (g->nparams + 1) * sizeof(float)), "cudaMalloc",
-                 err, errlen) &&
-         cuda_ok(cudaMalloc((void **)&g->m, g->nstate * sizeof(float)), "cudaMalloc", err,
-                 errlen) &&
+    const char *ma = "cudaMalloc";
+    ok = ok && cuda_ok(g, cudaMalloc((void **)&g->params, g->nparams * sizeof(float)), ma) &&
+         cuda_ok(g, cudaMalloc((void **)&g->grads, (g->nparams + 1) * sizeof(float)), ma) &&
+         cuda_ok(g, cudaMalloc((void **)&g->m, g->nstate * sizeof(float)), "cudaMalloc") &&
          (!g->adam ||
-          cuda_ok(cudaMalloc((void **)&g->v, g->nstate * sizeof(float)), "cudaMalloc", err,
-                  errlen)) &&
-         cuda_ok(cudaMalloc((void **)&g->ones, rows * sizeof(float)), "cudaMalloc", err, errlen) &&
-         cuda_ok(cudaMalloc((void **)&g->row_loss, rows * sizeof(float)), "cudaMalloc", err,
-                 errlen) &&
-         cuda_ok(cudaMalloc((void **)&g->labels, rows), "cudaMalloc", err, errlen) &&
-         cuda_ok(cudaMalloc((void **)&g->sums, 2 * sizeof(double)), "cudaMalloc", err, errlen) &&
-         cuda_ok(cudaMalloc(&g->scratch, 256), "cudaMalloc", err, errlen);
+          cuda_ok(g, cudaMalloc((void **)&g->v, g->nstate * sizeof(float)), "cudaMalloc")) &&
+         cuda_ok(g, cudaMalloc((void **)&g->ones, rows * sizeof(float)), "cudaMalloc") &&
+         cuda_ok(g, cudaMalloc((void **)&g->row_loss, rows * sizeof(float)), "cudaMalloc") &&
+         cuda_ok(g, cudaMalloc((void **)&g->labels, rows), "cudaMalloc") &&
+         cuda_ok(g, cudaMalloc((void **)&g->sums, 2 * sizeof(double)), "cudaMalloc") &&
+         cuda_ok(g, cudaMalloc(&g->scratch, 256), "cudaMalloc");
     for (int l = 0; ok && l <= g->nlayers; l++)
-        ok = cuda_ok(cudaMalloc((void **)&g->act[l], rows * g->sizes[l] * sizeof(float)),
-                     "cudaMalloc", err, errlen) &&
-             (l == 0 || cuda_ok(cudaMalloc((void **)&g->delta[l], rows * g->sizes[l] * sizeof(float)),
-                                "cudaMalloc", err, errlen));
+        ok = cuda_ok(g, cudaMalloc((void **)&g->act[l], rows * g->sizes[l] * sizeof(float)),
+                     "cudaMalloc") &&
+             (l == 0 ||
+              cuda_ok(g, cudaMalloc((void **)&g->delta[l], rows * g->sizes[l] * sizeof(float)),
+                      "cudaMalloc"));
     if (ok) {
         float *ones = (float *)malloc(rows * sizeof(float));
         for (size_t i = 0; ones && i < rows; i++)
             ones[i] = 1.0f;
-        ok = ones && gpu_put(g, g->ones, ones, rows * sizeof(float), err, errlen) == 0 &&
-             gpu_put(g, g->params, mh->params, g->nparams * sizeof(float), err, errlen) == 0 &&
-             gpu_put(g, g->m, o->m, g->nstate * sizeof(float), err, errlen) == 0 &&
-             (!g->adam || gpu_put(g, g->v, o->v, g->nstate * sizeof(float), err, errlen) == 0);
+        ok = ones && gpu_put(g, g->ones, ones, rows * sizeof(float)) == 0 &&
+             gpu_put(g, g->params, mh->params, g->nparams * sizeof(float)) == 0 &&
+             gpu_put(g, g->m, o->m, g->nstate * sizeof(float)) == 0 &&
+             (!g->adam || gpu_put(g, g->v, o->v, g->nstate * sizeof(float)) == 0);
         if (!ones)
-            snprintf(err, errlen, "out of memory");
+            snprintf(g->err, sizeof g->err, "out of memory");
         free(ones);
     }
     if (!ok) {
+        if (g) /* no handle to keep it on */
+            snprintf(err, errlen, "%s", g->err);
         gpu_close(g);
         return -1;
     }
@@ -276,69 +282,65 @@ extern "C" void *gpu_scratch(gpu_model *g) { return g->scratch; }
 
 /* One copy between host and device on g's stream, waited for. */
 static int copy(gpu_model *g, void *to, const void *from, size_t bytes, cudaMemcpyKind kind,
-                const char *what, char *err, size_t errlen)
+                const char *what)
 {
-    return cuda_ok(cudaMemcpyAsync(to, from, bytes, kind, g->stream), what, err, errlen) &&
-                   cuda_ok(cudaStreamSynchronize(g->stream), what, err, errlen)
+    return cuda_ok(g, cudaMemcpyAsync(to, from, bytes, kind, g->stream), what) &&
+                   cuda_ok(g, cudaStreamSynchronize(g->stream), what)
                ? 0
                : -1;
 }
 
-extern "C" int gpu_put(gpu_model *g, void *dev, const void *host, size_t bytes, char *err,
-                       size_t errlen)
+extern "C" int gpu_put(gpu_model *g, void *dev, const void *host, size_t bytes)
 {
-    return copy(g, dev, host, bytes, cudaMemcpyHostToDevice, "copy to the device", err, errlen);
+    return copy(g, dev, host, bytes, cudaMemcpyHostToDevice, "copy to the device");
 }
 
-extern "C" int gpu_get(gpu_model *g, void *host, const void *dev, size_t bytes, char *err,
-                       size_t errlen)
+extern "C" int gpu_get(gpu_model *g, void *host, const void *dev, size_t bytes)
 {
-    return copy(g, host, dev, bytes, cudaMemcpyDeviceToHost, "copy from the device", err, errlen);
+    return copy(g, host, dev, bytes, cudaMemcpyDeviceToHost, "copy from the device");
 }
 
 /* Logits of act[0]'s batch rows in act[nlayers]. */
-static int forward(gpu_model *g, int batch, char *err, size_t errlen)
+static int forward(gpu_model *g, int batch)
 {
     const float one = 1.0f, zero = 0.0f;
     for (int l = 0; l < g->nlayers; l++) {
         int in = g->sizes[l], outn = g->sizes[l + 1];
         /* Z^T (out x batch) = W (out x in) X^T (in x batch) */
-        if (!blas_ok(cublasSgemm(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, outn, batch, in, &one,
+        if (!blas_ok(g, cublasSgemm(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, outn, batch, in, &one,
                                  g->params + g->w_off[l], in, g->act[l], in, &zero, g->act[l + 1],
                                  outn),
-                     "forward product", err, errlen))
+                     "forward product"))
             return -1;
         size_t n = (size_t)batch * outn;
         k_bias_act<<<blocks(n), THREADS, 0, g->stream>>>(g->act[l + 1], g->params + g->b_off[l],
                                                          batch, outn, l + 1 < g->nlayers);
     }
-    return cuda_ok(cudaGetLastError(), "forward kernels", err, errlen) ? 0 : -1;
+    return cuda_ok(g, cudaGetLastError(), "forward kernels") ? 0 : -1;
 }
 
 /* The batch's inputs and labels onto the device. */
-static int load(gpu_model *g, const float *x, const uint8_t *labels, int batch, char *err,
-                size_t errlen)
+static int load(gpu_model *g, const float *x, const uint8_t *labels, int batch)
 {
     if (batch < 1 || batch > g->max_batch) {
-        snprintf(err, errlen, "batch of %d rows (at most %d)", batch, g->max_batch);
+        snprintf(g->err, sizeof g->err, "batch of %d rows (at most %d)", batch, g->max_batch);
         return -1;
     }
     size_t xb = (size_t)batch * g->sizes[0] * sizeof(float);
-    return cuda_ok(cudaMemcpyAsync(g->act[0], x, xb, cudaMemcpyHostToDevice, g->stream),
-                   "copy of the batch", err, errlen) &&
-                   cuda_ok(cudaMemcpyAsync(g->labels, labels, (size_t)batch,
+    return cuda_ok(g, cudaMemcpyAsync(g->act[0], x, xb, cudaMemcpyHostToDevice, g->stream),
+                   "copy of the batch") &&
+                   cuda_ok(g, cudaMemcpyAsync(g->labels, labels, (size_t)batch,
                                            cudaMemcpyHostToDevice, g->stream),
-                           "copy of the labels", err, errlen)
+                           "copy of the labels")
                ? 0
                : -1;
 }
 
-extern "C" int gpu_train_step(gpu_model *g, const float *x, const uint8_t *labels, int batch,
-                              char *err, size_t errlen)
+extern "C" int gpu_train_step(gpu_model *g, const float *x, const uint8_t *labels, int batch)
 {
     const float one = 1.0f, zero = 0.0f;
     int L = g->nlayers, classes = g->sizes[L];
-    if (load(g, x, labels, batch, err, errlen) < 0 || forward(g, batch, err, errlen) < 0)
+    if (load(g, x, labels, batch) < 0 || forward(g, batch) < 0)
         return -1;
     k_softmax_xent<<<blocks((size_t)batch), THREADS, 0, g->stream>>>(
         g->act[L], g->labels, batch, classes, 1.0f / (float)batch, g->delta[L], g->row_loss);
@@ -347,31 +349,31 @@ extern "C" int gpu_train_step(gpu_model *g, const float *x, const uint8_t *label
         int in = g->sizes[l], outn = g->sizes[l + 1];
         const float *dl = g->delta[l + 1];
         /* dW^T (in x out) = A^T (in x batch) D (batch x out) */
-        if (!blas_ok(cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, outn, batch, &one,
+        if (!blas_ok(g, cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, outn, batch, &one,
                                  g->act[l], in, dl, outn, &zero, g->grads + g->w_off[l], in),
-                     "weight gradient", err, errlen) ||
+                     "weight gradient") ||
             /* db = D^T ones: the column sums of D */
-            !blas_ok(cublasSgemv(g->blas, CUBLAS_OP_N, outn, batch, &one, dl, outn, g->ones, 1,
+            !blas_ok(g, cublasSgemv(g->blas, CUBLAS_OP_N, outn, batch, &one, dl, outn, g->ones, 1,
                                  &zero, g->grads + g->b_off[l], 1),
-                     "bias gradient", err, errlen))
+                     "bias gradient"))
             return -1;
         if (l == 0)
             break;
         /* D_prev^T (in x batch) = W^T (in x out) D^T (out x batch) */
-        if (!blas_ok(cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, in, batch, outn, &one,
+        if (!blas_ok(g, cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, in, batch, outn, &one,
                                  g->params + g->w_off[l], in, dl, outn, &zero, g->delta[l], in),
-                     "input gradient", err, errlen))
+                     "input gradient"))
             return -1;
         size_t n = (size_t)batch * in;
         k_relu_back<<<blocks(n), THREADS, 0, g->stream>>>(g->delta[l], g->act[l], n);
     }
-    return cuda_ok(cudaGetLastError(), "backward kernels", err, errlen) &&
-                   cuda_ok(cudaStreamSynchronize(g->stream), "training step", err, errlen)
+    return cuda_ok(g, cudaGetLastError(), "backward kernels") &&
+                   cuda_ok(g, cudaStreamSynchronize(g->stream), "training step")
                ? 0
                : -1;
 }
 
-extern "C" int gpu_optim_step(gpu_model *g, struct optim *o, char *err, size_t errlen)
+extern "C" int gpu_optim_step(gpu_model *g, struct optim *o)
 {
     size_t n = g->nparams;
     if (!g->adam) {
@@ -385,31 +387,31 @@ extern "C" int gpu_optim_step(gpu_model *g, struct optim *o, char *err, size_t e
                                                       g->eps);
     }
     o->t++;
-    return cuda_ok(cudaGetLastError(), "optimiser step", err, errlen) ? 0 : -1;
+    return cuda_ok(g, cudaGetLastError(), "optimiser step") ? 0 : -1;
 }
 
 extern "C" int gpu_evaluate(gpu_model *g, const float *x, const uint8_t *labels, int batch,
-                            double *correct, double *loss_sum, char *err, size_t errlen)
+                            double *correct, double *loss_sum)
 {
     double sums[2];
-    if (!cuda_ok(cudaMemsetAsync(g->sums, 0, sizeof sums, g->stream), "evaluation", err, errlen) ||
-        load(g, x, labels, batch, err, errlen) < 0 || forward(g, batch, err, errlen) < 0)
+    if (!cuda_ok(g, cudaMemsetAsync(g->sums, 0, sizeof sums, g->stream), "evaluation") ||
+        load(g, x, labels, batch) < 0 || forward(g, batch) < 0)
         return -1;
     k_eval<<<blocks((size_t)batch), THREADS, 0, g->stream>>>(g->act[g->nlayers], g->labels, batch,
                                                              g->sizes[g->nlayers], g->sums);
-    if (!cuda_ok(cudaGetLastError(), "evaluation kernel", err, errlen) ||
-        gpu_get(g, sums, g->sums, sizeof sums, err, errlen) < 0)
+    if (!cuda_ok(g, cudaGetLastError(), "evaluation kernel") ||
+        gpu_get(g, sums, g->sums, sizeof sums) < 0)
         return -1;
     *correct += sums[0];
     *loss_sum += sums[1];
     return 0;
 }
 
-extern "C" int gpu_to_host(gpu_model *g, struct mlp *m, struct optim *o, char *err, size_t errlen)
+extern "C" int gpu_to_host(gpu_model *g, struct mlp *m, struct optim *o)
 {
-    if (gpu_get(g, m->params, g->params, g->nparams * sizeof(float), err, errlen) < 0 ||
-        gpu_get(g, o->m, g->m, g->nstate * sizeof(float), err, errlen) < 0 ||
-        (g->adam && gpu_get(g, o->v, g->v, g->nstate * sizeof(float), err, errlen) < 0))
+    if (gpu_get(g, m->params, g->params, g->nparams * sizeof(float)) < 0 ||
+        gpu_get(g, o->m, g->m, g->nstate * sizeof(float)) < 0 ||
+        (g->adam && gpu_get(g, o->v, g->v, g->nstate * sizeof(float)) < 0))
         return -1;
     return 0;
 }

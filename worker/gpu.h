@@ -41,27 +41,29 @@ float *gpu_state_m(gpu_model *g);
 float *gpu_state_v(gpu_model *g);
 void *gpu_scratch(gpu_model *g);
 
-/* Copies between host and device memory, waiting for the copy.  0 or -1. */
-int gpu_put(gpu_model *g, void *dev, const void *host, size_t bytes, char *err, size_t errlen);
-int gpu_get(gpu_model *g, void *host, const void *dev, size_t bytes, char *err, size_t errlen);
+/* Each call below returns 0, or -1 with why in gpu_errmsg(g). */
+const char *gpu_errmsg(const gpu_model *g);
+
+/* Copies between host and device memory, waiting for the copy. */
+int gpu_put(gpu_model *g, void *dev, const void *host, size_t bytes);
+int gpu_get(gpu_model *g, void *host, const void *dev, size_t bytes);
 
 /* Forward and backward on batch rows of x (host, batch x sizes[0]) with
  * their labels: the gradients of the batch's mean loss into gpu_grads(),
  * that loss after them.  Waits until they are there.  0 or -1. */
-int gpu_train_step(gpu_model *g, const float *x, const uint8_t *labels, int batch, char *err,
-                   size_t errlen);
+int gpu_train_step(gpu_model *g, const float *x, const uint8_t *labels, int batch);
 
 /* One optimiser step from gpu_grads() (allreduced by then); o->t counts it,
  * as optim_step() does.  0 or -1. */
-int gpu_optim_step(gpu_model *g, struct optim *o, char *err, size_t errlen);
+int gpu_optim_step(gpu_model *g, struct optim *o);
 
 /* Forward only: adds the batch's correct predictions and summed loss. */
 int gpu_evaluate(gpu_model *g, const float *x, const uint8_t *labels, int batch,
-                 double *correct, double *loss_sum, char *err, size_t errlen);
+                 double *correct, double *loss_sum);
 
 /* Copies the parameters into m->params and the optimiser's state into o
  * (for a checkpoint or a dump).  0 or -1. */
-int gpu_to_host(gpu_model *g, struct mlp *m, struct optim *o, char *err, size_t errlen);
+int gpu_to_host(gpu_model *g, struct mlp *m, struct optim *o);
 
 #ifdef __cplusplus
 }

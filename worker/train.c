@@ -45,9 +45,11 @@
 #ifdef COHORT_HAVE_GPU
 #define GPU(call) (call)
 #define GPU_PTR(call) (call)
+#define GPU_STR(call) (call)
 #else
 #define GPU(call) (-1)
 #define GPU_PTR(call) NULL
+#define GPU_STR(call) ""
 #endif
 
 struct opts {
@@ -356,39 +358,37 @@ COHORT_VECTOR static void gather(struct mlp *m, const struct dataset *d, const u
 }
 
 /* Sums 3 floats over the ranks: -1 when the collective failed (comm_errmsg
- * says why), -2 when the device did (err says why). */
-static int coll_sum3(comm *c, gpu_model *g, float *sums, char *err, size_t errlen)
+ * says why), -2 when the device did (gpu_errmsg says why). */
+static int coll_sum3(comm *c, gpu_model *g, float *sums)
 {
-    (void)err, (void)errlen; /* for the device alone */
     if (!g)
         return comm_allreduce(c, sums, 3, COMM_SUM);
     void *dev = GPU_PTR(gpu_scratch(g));
-    if (GPU(gpu_put(g, dev, sums, 3 * sizeof(float), err, errlen)) < 0)
+    if (GPU(gpu_put(g, dev, sums, 3 * sizeof(float))) < 0)
         return -2;
     if (comm_allreduce(c, dev, 3, COMM_SUM) < 0)
         return -1;
-    return GPU(gpu_get(g, sums, dev, 3 * sizeof(float), err, errlen)) < 0 ? -2 : 0;
+    return GPU(gpu_get(g, sums, dev, 3 * sizeof(float))) < 0 ? -2 : 0;
 }
 
 /* Rank 0's bytes to every rank, from host memory; the same codes. */
-static int coll_bcast(comm *c, gpu_model *g, void *host, size_t bytes, char *err, size_t errlen)
+static int coll_bcast(comm *c, gpu_model *g, void *host, size_t bytes)
 {
-    (void)err, (void)errlen; /* for the device alone */
     if (!g)
         return comm_broadcast(c, host, bytes, 0);
     void *dev = GPU_PTR(gpu_scratch(g));
-    if (GPU(gpu_put(g, dev, host, bytes, err, errlen)) < 0)
+    if (GPU(gpu_put(g, dev, host, bytes)) < 0)
         return -2;
     if (comm_broadcast(c, dev, bytes, 0) < 0)
         return -1;
-    return GPU(gpu_get(g, host, dev, bytes, err, errlen)) < 0 ? -2 : 0;
+    return GPU(gpu_get(g, host, dev, bytes)) < 0 ? -2 : 0;
 }
 
 /* Sharded evaluation: rank r takes items r, r + world, ...; sums are
  * allreduced so every rank learns the totals.  0, or -1 (the collective)
  * or -2 (the device) as coll_sum3. */
 static int evaluate(comm *c, struct mlp *m, gpu_model *g, const struct dataset *test,
-                    double *acc, double *loss, char *err, size_t errlen)
+                    double *acc, double *loss)
 {
     int world = comm_size(c), rank = comm_rank(c);
     uint32_t idx[EVAL_BATCH];
@@ -404,13 +404,13 @@ static int evaluate(comm *c, struct mlp *m, gpu_model *g, const struct dataset *
         gather(m, test, idx, b, labels);
         if (!g)
             mlp_evaluate(m, labels, b, &correct, &loss_sum);
-        else if (GPU(gpu_evaluate(g, mlp_input(m), labels, b, &correct, &loss_sum, err, errlen)) < 0)
+        else if (GPU(gpu_evaluate(g, mlp_input(m), labels, b, &correct, &loss_sum)) < 0)
             return -2;
     }
     sums[0] = (float)correct;
     sums[1] = (float)loss_sum;
     sums[2] = 0;
-    int rc = coll_sum3(c, g, sums, err, errlen);
+    int rc = coll_sum3(c, g, sums);
     if (rc < 0)
         return rc;
     *acc = sums[0] / (double)test->n;
@@ -455,12 +455,13 @@ struct run {
     char shape[128], path[4300], err[1024];
 };
 
-/* Says why a collective (-1: comm_errmsg) or the GPU (-2: r->err) failed;
- * returns -1. */
+/* Says why a collective (-1: comm_errmsg) or the GPU (-2: gpu_errmsg, or
+ * r->err before it opened) failed; returns -1. */
 static int failed(const struct run *r, int why)
 {
-    if (why < -1)
-        fprintf(stderr, "cohort-worker: rank %d: GPU: %s\n", r->rank, r->err);
+    if (why < -1) /* the device's why is kept on it; before it opened, in r->err */
+        fprintf(stderr, "cohort-worker: rank %d: GPU: %s\n", r->rank,
+                r->g ? GPU_STR(gpu_errmsg(r->g)) : r->err);
     else
         fprintf(stderr, "cohort-worker: %s\n", comm_errmsg(r->c));
     return -1;
@@ -535,7 +536,7 @@ static int run_open(struct run *r)
         fprintf(stderr, "cohort-worker: rank %d: %s\n", r->rank, r->err);
         return -1;
     }
-    int rc = coll_bcast(r->c, r->g, &r->st, sizeof r->st, r->err, sizeof r->err);
+    int rc = coll_bcast(r->c, r->g, &r->st, sizeof r->st);
     if (rc < 0)
         return failed(r, rc);
     if (r->st.loaded < 0) {
@@ -571,7 +572,7 @@ static int run_open(struct run *r)
 static int run_eval_only(struct run *r)
 {
     double acc, tloss;
-    int rc = evaluate(r->c, &r->m, r->g, &r->test, &acc, &tloss, r->err, sizeof r->err);
+    int rc = evaluate(r->c, &r->m, r->g, &r->test, &acc, &tloss);
     if (rc < 0)
         return failed(r, rc);
     if (r->rank == 0)
@@ -590,7 +591,7 @@ static int step(struct run *r, const uint32_t *idx, int b, float *loss, double *
     gather(&r->m, &r->train, idx, b, r->labels);
     if (!g)
         r->m.grads[r->m.nparams] = mlp_train_step(&r->m, r->labels, b);
-    else if (GPU(gpu_train_step(g, mlp_input(&r->m), r->labels, b, r->err, sizeof r->err)) < 0)
+    else if (GPU(gpu_train_step(g, mlp_input(&r->m), r->labels, b)) < 0)
         return -2;
     double ta = now_s();
     if (comm_allreduce(r->c, g ? GPU_PTR(gpu_grads(g)) : r->m.grads, r->m.nparams + 1,
@@ -600,9 +601,8 @@ static int step(struct run *r, const uint32_t *idx, int b, float *loss, double *
     if (!g) {
         *loss = r->m.grads[r->m.nparams];
         optim_step(&r->opt, r->m.params, r->m.grads);
-    } else if (GPU(gpu_get(g, loss, GPU_PTR(gpu_grads(g)) + r->m.nparams, sizeof *loss, r->err,
-                           sizeof r->err)) < 0 ||
-               GPU(gpu_optim_step(g, &r->opt, r->err, sizeof r->err)) < 0) {
+    } else if (GPU(gpu_get(g, loss, GPU_PTR(gpu_grads(g)) + r->m.nparams, sizeof *loss)) < 0 ||
+               GPU(gpu_optim_step(g, &r->opt)) < 0) {
         return -2;
     }
     return 0;
@@ -613,7 +613,7 @@ static int epoch_done(struct run *r, int epoch, double loss_sum, long long steps
                       long long samples, double secs, double comm_s)
 {
     double acc, tloss;
-    int rc = evaluate(r->c, &r->m, r->g, &r->test, &acc, &tloss, r->err, sizeof r->err);
+    int rc = evaluate(r->c, &r->m, r->g, &r->test, &acc, &tloss);
     if (rc < 0)
         return failed(r, rc);
     if (r->rank != 0)
@@ -628,7 +628,7 @@ static int epoch_done(struct run *r, int epoch, double loss_sum, long long steps
            epoch, r->steps_done, loss_sum / (double)steps, acc, sps);
     if (!r->o.checkpoint)
         return 0;
-    if (r->g && GPU(gpu_to_host(r->g, &r->m, &r->opt, r->err, sizeof r->err)) < 0)
+    if (r->g && GPU(gpu_to_host(r->g, &r->m, &r->opt)) < 0)
         return failed(r, -2);
     if (ckpt_save(r->o.ckpt_dir, &r->m, &r->opt, epoch, r->steps_done, r->err, sizeof r->err) < 0) {
         fprintf(stderr, "cohort-worker: %s\n", r->err);
@@ -687,7 +687,7 @@ static int run_epoch(struct run *r, int epoch)
 static int run_finish(struct run *r)
 {
     if (r->rank == 0 && r->o.dump_params) {
-        if (r->g && GPU(gpu_to_host(r->g, &r->m, &r->opt, r->err, sizeof r->err)) < 0)
+        if (r->g && GPU(gpu_to_host(r->g, &r->m, &r->opt)) < 0)
             return failed(r, -2);
         if (dump(r->o.dump_params, &r->m) < 0)
             return -1;
