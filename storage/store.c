@@ -273,18 +273,18 @@ store_conn *store_reader(store *s)
 
 store_rc store_tx_mark(store_tx *tx)
 {
-    return tx->conn->be->exec(tx->conn, "SAVEPOINT nested", NULL, 0);
+    return tx->conn->be->exec(tx->conn, "SAVEPOINT nested");
 }
 
 void store_tx_keep(store_tx *tx)
 {
-    tx->conn->be->exec(tx->conn, "RELEASE nested", NULL, 0);
+    tx->conn->be->exec(tx->conn, "RELEASE nested");
 }
 
 void store_tx_undo(store_tx *tx)
 {
-    tx->conn->be->exec(tx->conn, "ROLLBACK TO nested", NULL, 0);
-    tx->conn->be->exec(tx->conn, "RELEASE nested", NULL, 0);
+    tx->conn->be->exec(tx->conn, "ROLLBACK TO nested");
+    tx->conn->be->exec(tx->conn, "RELEASE nested");
 }
 
 /* Runs a cached statement that returns no rows (BEGIN, COMMIT): exec would
@@ -321,7 +321,7 @@ void store_read_end(store *s)
     if (!c->be->in_tx(c))
         return;
     if (run_cached(c, sql_commit) != STORE_OK)
-        c->be->exec(c, "ROLLBACK", NULL, 0);
+        c->be->exec(c, "ROLLBACK");
 }
 
 void store_read_each(store *s)
@@ -374,10 +374,9 @@ static int migrate(store_conn *c, int *version, char *err, size_t errlen)
     static const char sql_current[] = "SELECT coalesce(max(version), 0) FROM schema_migrations";
     static const char sql_record[] =
         "INSERT INTO schema_migrations(version, name, applied_at) VALUES (?1, ?2, ?3)";
-    char msg[400] = "";
     int64_t cur = -1;
-    if (be->exec(c, sql_create, msg, sizeof msg) != STORE_OK) {
-        fmt_cut(err, errlen, "cannot create schema_migrations: %s", msg);
+    if (be->exec(c, sql_create) != STORE_OK) {
+        fmt_cut(err, errlen, "cannot create schema_migrations: %s", c->err);
         return -1;
     }
     if (store_int64(c, &cur, sql_current, NULL) != STORE_OK) {
@@ -398,28 +397,29 @@ static int migrate(store_conn *c, int *version, char *err, size_t errlen)
         /* Another cohortd on the same database may have applied it while
          * this one waited for the write lock. */
         int64_t now_cur = cur;
-        if (be->exec(c, be->begin_write, msg, sizeof msg) != STORE_OK ||
+        c->err[0] = '\0';
+        if (be->exec(c, be->begin_write) != STORE_OK ||
             store_int64(c, &now_cur, sql_current, NULL) != STORE_OK) {
-            fmt_cut(err, errlen, "migration %s: %s", m->name, msg[0] ? msg : "cannot begin");
-            be->exec(c, "ROLLBACK", NULL, 0);
+            fmt_cut(err, errlen, "migration %s: %s", m->name, c->err[0] ? c->err : "cannot begin");
+            be->exec(c, "ROLLBACK");
             return -1;
         }
         if (now_cur >= m->version) {
-            be->exec(c, "COMMIT", NULL, 0);
+            be->exec(c, "COMMIT");
             cur = now_cur;
             continue;
         }
-        if (be->exec(c, m->sql, msg, sizeof msg) != STORE_OK) {
-            fmt_cut(err, errlen, "migration %s failed: %s", m->name, msg);
-            be->exec(c, "ROLLBACK", NULL, 0);
+        if (be->exec(c, m->sql) != STORE_OK) {
+            fmt_cut(err, errlen, "migration %s failed: %s", m->name, c->err);
+            be->exec(c, "ROLLBACK");
             return -1;
         }
         if (store_exec(c, NULL, sql_record,
                        STORE_ARGS(STORE_I(m->version), STORE_T(m->name),
                                   STORE_I(util_now_ms()))) != STORE_OK ||
-            be->exec(c, "COMMIT", msg, sizeof msg) != STORE_OK) {
-            fmt_cut(err, errlen, "migration %s could not be recorded: %s", m->name, msg);
-            be->exec(c, "ROLLBACK", NULL, 0);
+            be->exec(c, "COMMIT") != STORE_OK) {
+            fmt_cut(err, errlen, "migration %s could not be recorded: %s", m->name, c->err);
+            be->exec(c, "ROLLBACK");
             return -1;
         }
         cur = m->version;
@@ -441,10 +441,10 @@ static void tell_nodes(store *s, const int64_t *ids, size_t n)
 /* Between two writes of a batch: the last one kept, the next one's undo
  * point set; deferred, where the engine can, to ride with the next
  * write's first statement. */
-static int next_savepoint(store_conn *c, char *msg, size_t n)
+static int next_savepoint(store_conn *c)
 {
     static const char sql[] = "RELEASE w; SAVEPOINT w";
-    return c->be->defer ? c->be->defer(c, sql) : c->be->exec(c, sql, msg, n);
+    return c->be->defer ? c->be->defer(c, sql) : c->be->exec(c, sql);
 }
 
 /* Sends the batch's nodes to the other cohortd as "ID nodes N N ...",
@@ -488,8 +488,7 @@ static int group_len(const struct op *o)
  * codes.  Returns 0, or the code of a savepoint that failed between two of
  * them (nothing after it could be undone alone).
  */
-static int apply(store_conn *c, struct store_tx *tx, struct op *o, int k, int *rcs, char *msg,
-                 size_t msglen)
+static int apply(store_conn *c, struct store_tx *tx, struct op *o, int k, int *rcs)
 {
     int sp;
     if (k > 1) {
@@ -502,14 +501,14 @@ static int apply(store_conn *c, struct store_tx *tx, struct op *o, int k, int *r
             return 0;
         }
         /* One of them is refused, or the engine failed: each alone says which. */
-        c->be->exec(c, "ROLLBACK TO w", NULL, 0);
+        c->be->exec(c, "ROLLBACK TO w");
     }
     for (int i = 0; i < k; i++, o = o->next) {
-        if (i > 0 && (sp = next_savepoint(c, msg, msglen)) != STORE_OK)
+        if (i > 0 && (sp = next_savepoint(c)) != STORE_OK)
             return sp;
         rcs[i] = o->fn(tx, o->ctx);
         if (rcs[i] != 0)
-            c->be->exec(c, "ROLLBACK TO w", NULL, 0);
+            c->be->exec(c, "ROLLBACK TO w");
     }
     return 0;
 }
@@ -528,16 +527,17 @@ static void run_batch(store *s, struct op *batch)
     const store_be *be = c->be;
     struct store_tx tx = {.conn = c, .writing = 1};
     int n = 0;
-    char msg[400] = "", begin[200];
+    char begin[200];
     int64_t t0 = util_mono_us();
+    c->err[0] = '\0';
     int begun = fmt_whole(begin, sizeof begin, "%s; SAVEPOINT w", be->begin_write) != 0
                     ? STORE_EIO
-                    : be->exec(c, begin, msg, sizeof msg),
+                    : be->exec(c, begin),
         ok = begun == STORE_OK, crc;
     int rcs[BATCH_MAX];
     if (!ok) {
-        fprintf(stderr, "store: cannot begin a write: %s\n", msg);
-        be->exec(c, "ROLLBACK", NULL, 0);
+        fprintf(stderr, "store: cannot begin a write: %s\n", c->err);
+        be->exec(c, "ROLLBACK");
     }
     for (struct op *o = batch, *next; o; o = next) {
         int k = group_len(o), sp = 0;
@@ -547,15 +547,15 @@ static void run_batch(store *s, struct op *batch)
         if (!ok) {
             for (int i = 0; i < k; i++)
                 rcs[n + i] = begun;
-        } else if ((sp = apply(c, &tx, o, k, rcs + n, msg, sizeof msg)) != 0 ||
-                   (next && (sp = next_savepoint(c, msg, sizeof msg)) != STORE_OK)) {
+        } else if ((sp = apply(c, &tx, o, k, rcs + n)) != 0 ||
+                   (next && (sp = next_savepoint(c)) != STORE_OK)) {
             /* Not expected: nothing after this write could be undone alone. */
-            fprintf(stderr, "store: savepoint failed: %s\n", msg);
+            fprintf(stderr, "store: savepoint failed: %s\n", c->err);
             begun = sp;
             ok = 0;
             for (int i = 0; i < n + k; i++)
                 rcs[i] = sp;
-            be->exec(c, "ROLLBACK", NULL, 0);
+            be->exec(c, "ROLLBACK");
         }
         n += k;
     }
@@ -563,9 +563,9 @@ static void run_batch(store *s, struct op *batch)
     int touched = tx.touched_all || tx.touched.n > 0;
     if (ok && touched && be->notify)
         notify_nodes(s, &tx); /* delivered with the commit, or not at all */
-    if (ok && (crc = be->exec(c, sql_commit, msg, sizeof msg)) != STORE_OK) {
-        fprintf(stderr, "store: commit failed: %s\n", msg);
-        be->exec(c, "ROLLBACK", NULL, 0);
+    if (ok && (crc = be->exec(c, sql_commit)) != STORE_OK) {
+        fprintf(stderr, "store: commit failed: %s\n", c->err);
+        be->exec(c, "ROLLBACK");
         /* A full disk stays a full disk to the caller (507), not "storage error". */
         for (int i = 0; i < n; i++)
             rcs[i] = crc;
@@ -732,8 +732,10 @@ store *store_open(const char *target, char *err, size_t errlen)
     s->writer->owner = pthread_self();
     if (migrate(s->writer, &s->schema, err, errlen) != 0)
         goto fail;
-    if (s->be->ready && s->be->ready(s->writer, err, errlen) != STORE_OK)
+    if (s->be->ready && s->be->ready(s->writer) != STORE_OK) {
+        fmt_cut(err, errlen, "%s", s->writer->err);
         goto fail;
+    }
     if (pthread_create(&s->thread, NULL, writer_main, s) != 0) {
         fmt_cut(err, errlen, "cannot start the writer thread");
         goto fail;

@@ -36,6 +36,7 @@ struct store_conn {
     const store_be *be;
     pthread_t owner;
     struct store_conn *next; /* store.c's list of readers */
+    char err[400];           /* the engine's why, when exec or ready failed */
 };
 struct store_st {
     const store_be *be;
@@ -53,11 +54,11 @@ struct store_be {
      */
     store_conn *(*open)(const char *target, int mode, char *err, size_t errlen);
     /* Called on the writer once migrations are applied (may be NULL). */
-    int (*ready)(store_conn *c, char *err, size_t errlen);
+    int (*ready)(store_conn *c);
     void (*close)(store_conn *c);
     /* Runs one or more statements with no parameters: STORE_OK or an error,
      * the engine's message in err when err is not NULL. */
-    int (*exec)(store_conn *c, const char *sql, char *err, size_t errlen);
+    int (*exec)(store_conn *c, const char *sql);
     /* The cached statement for sql (cached by the address of sql), with
      * no bindings and no result.  NULL when it cannot be prepared. */
     store_st *(*stmt)(store_conn *c, const char *sql);

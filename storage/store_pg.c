@@ -216,7 +216,7 @@ static int revive(struct pg_conn *c)
 
 /* Runs sql (after the deferred commands, in the same round trip): on a
  * connection that broke under a fresh command, once more on a new one. */
-static int pg_exec(store_conn *sc, const char *sql, char *err, size_t errlen)
+static int pg_exec(store_conn *sc, const char *sql)
 {
     struct pg_conn *c = (struct pg_conn *)sc;
     char *all = NULL;
@@ -227,8 +227,7 @@ static int pg_exec(store_conn *sc, const char *sql, char *err, size_t errlen)
         for (int i = 0; i < c->nlater; i++)
             n += strlen(c->later[i]) + 2;
         if (!(all = malloc(n))) {
-            if (err)
-                fmt_cut(err, errlen, "out of memory");
+            fmt_cut(sc->err, sizeof sc->err, "out of memory");
             return STORE_NOMEM;
         }
         size_t off = 0;
@@ -253,11 +252,11 @@ static int pg_exec(store_conn *sc, const char *sql, char *err, size_t errlen)
     else if (rc == STORE_EIO)
         rc = STORE_DOWN;
     track(c, tx_word(sql));
-    if (rc != STORE_OK && err) {
+    if (rc != STORE_OK) { /* kept on the connection, for the caller to say */
         const char *msg = res ? PQresultErrorMessage(res) : "";
         if (!*msg)
             msg = PQerrorMessage(c->pg);
-        fmt_cut(err, errlen, "%.*s", (int)strcspn(msg, "\n"), msg);
+        fmt_cut(sc->err, sizeof sc->err, "%.*s", (int)strcspn(msg, "\n"), msg);
     }
     PQclear(res);
     free(all);
@@ -480,7 +479,7 @@ static int prepare(struct pg_st *st)
     unsigned types[MAX_PARAMS];
     PGresult *res = NULL;
     int in_tx = PQtransactionStatus(st->c->pg) == PQTRANS_INTRANS;
-    if (in_tx && pg_exec(&st->c->base, "SAVEPOINT cohort_prepare", NULL, 0) != STORE_OK)
+    if (in_tx && pg_exec(&st->c->base, "SAVEPOINT cohort_prepare") != STORE_OK)
         return STORE_EIO;
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < st->nparams; i++) {
@@ -492,12 +491,12 @@ static int prepare(struct pg_st *st)
         res = PQprepare(st->c->pg, st->name, st->sql, st->nparams, types);
         const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
         if (in_tx && state)
-            pg_exec(&st->c->base, "ROLLBACK TO cohort_prepare", NULL, 0);
+            pg_exec(&st->c->base, "ROLLBACK TO cohort_prepare");
         if (!state || strcmp(state, "42P18") != 0)
             break;
     }
     if (in_tx)
-        pg_exec(&st->c->base, "RELEASE cohort_prepare", NULL, 0);
+        pg_exec(&st->c->base, "RELEASE cohort_prepare");
     int rc = PQresultStatus(res) == PGRES_COMMAND_OK ? STORE_OK : pg_rc(res);
     if (rc != STORE_OK)
         report(st->c, res, st->sql);
@@ -706,7 +705,7 @@ static int pg_notify(store_conn *sc, const char *payload)
 
 static int pg_listen(store_conn *sc)
 {
-    return pg_exec(sc, "LISTEN " CHANNEL, NULL, 0);
+    return pg_exec(sc, "LISTEN " CHANNEL);
 }
 
 static int pg_wait_note(store_conn *sc, int timeout_ms, char *buf, size_t n)
@@ -754,7 +753,7 @@ static int pg_defer(store_conn *sc, const char *sql)
     for (const char *p = sql; *p;) {
         size_t n = strcspn(p, ";");
         if (c->nlater == LATER_MAX || n >= LATER_LEN) {
-            int rc = pg_exec(sc, p, NULL, 0); /* the rest, now */
+            int rc = pg_exec(sc, p); /* the rest, now */
             if (rc != STORE_OK)
                 return rc;
             break;

@@ -114,9 +114,9 @@ static int lite_exec_db(sqlite3 *db, const char *sql, char *err, size_t errlen)
     return lite_rc(rc);
 }
 
-static int lite_exec(store_conn *c, const char *sql, char *err, size_t errlen)
+static int lite_exec(store_conn *c, const char *sql)
 {
-    return lite_exec_db(((struct lite_conn *)c)->db, sql, err, errlen);
+    return lite_exec_db(((struct lite_conn *)c)->db, sql, c->err, sizeof c->err);
 }
 
 static store_conn *lite_open(const char *path, int mode, char *err, size_t errlen)
@@ -213,7 +213,7 @@ static void *checkpointer_main(void *arg)
     return NULL;
 }
 
-static int lite_ready(store_conn *sc, char *err, size_t errlen)
+static int lite_ready(store_conn *sc)
 {
     struct lite_conn *c = (struct lite_conn *)sc;
     if (!c->ckpt)
@@ -221,7 +221,7 @@ static int lite_ready(store_conn *sc, char *err, size_t errlen)
     sqlite3_wal_autocheckpoint(c->db, 0);
     sqlite3_wal_hook(c->db, wal_hook, c->ckpt);
     if (pthread_create(&c->ckpt->thread, NULL, checkpointer_main, c->ckpt) != 0) {
-        fmt_cut(err, errlen, "cannot start the checkpoint thread");
+        fmt_cut(sc->err, sizeof sc->err, "cannot start the checkpoint thread");
         sqlite3_wal_hook(c->db, NULL, NULL);
         return STORE_EIO;
     }

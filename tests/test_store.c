@@ -83,6 +83,22 @@ Test(store, refuses_a_newer_schema)
         store_close(s);
 }
 
+/* A migration the engine refuses stops the open with the engine's own
+ * words, kept on the connection (store_be.h) and passed on: here a table
+ * in the way of the first migration. */
+Test(store, a_failing_migration_says_what_the_engine_said)
+{
+    char err[256] = "", out[64];
+    sql("CREATE TABLE tenants (x INTEGER)", out, sizeof out);
+    store *s = store_open(db, err, sizeof err);
+    cr_expect_null(s, "opened past a failing migration");
+    cr_expect(strstr(err, "migration 0") && strstr(err, "failed: ") && /* 001, or PG's 007 */
+                  strstr(err, "tenants") && strstr(err, "already exists"),
+              "message: %s", err);
+    if (s)
+        store_close(s);
+}
+
 /* A database left at schema 7 by an older cohortd, with charges in its
  * ledger and jobs: opened, it reaches the newest, each account's charges are
  * summed into charged once (8) and into the usage totals (11), the ended
