@@ -452,21 +452,27 @@ static store_rc node_token_promote(api_ctx *ctx, uint8_t h[UTIL_SHA256_LEN])
     return rc == STORE_OK ? store_write(ctx->st, promote_write, h) : rc;
 }
 
-/* A node's token replaced by a rotation is used again past NODE_REUSE_MS
- * after that (requests of its own agent still on their way come sooner):
- * two parties hold the node's token, one of them not its agent, and cohortd
- * cannot tell which.  The node is revoked, as OAuth's refresh tokens are
- * on reuse: its workers are lost and both holders are refused. */
+/*
+ * A token a node gave up is presented again: two parties hold the node's
+ * token, one of them not its agent, and cohortd cannot tell which.  The
+ * node is revoked, as OAuth's refresh tokens are on reuse: its workers are
+ * lost and every holder is refused.  A token a rotation replaced counts
+ * past NODE_REUSE_MS (requests of the agent's own still on their way come
+ * sooner); a successor forgotten for a newer one before its first use
+ * counts at once, as the agent never uses a successor it did not keep:
+ * only a second party's heartbeats make cohortd hand out another.
+ */
 #define NODE_REUSE_MS 5000
 #define NODE_REUSE_WHY                                                                     \
-    "node revoked: its token was used again after a rotation replaced it (two holders)"
+    "node revoked: a token it gave up was used again (two holders of its token)"
 
 static int node_token_reused(api_ctx *ctx, const uint8_t h[UTIL_SHA256_LEN])
 {
-    int64_t id, since, now = util_now_ms();
-    if (store_node_by_prev_token(ctx->st, h, &id, &since) != STORE_OK)
+    int64_t id, at, now = util_now_ms();
+    int replaced;
+    if (store_node_by_retired_token(ctx->st, h, &id, &at, &replaced) != STORE_OK)
         return 0;
-    if (now - since > NODE_REUSE_MS) {
+    if (!replaced || now - at > NODE_REUSE_MS) {
         struct revoke r = {id, now, NULL, NODE_REUSE_WHY};
         if (store_write(ctx->st, node_revoke_write, &r) == STORE_OK) {
             fprintf(stderr, "cohortd: node %lld: %s\n", (long long)id, NODE_REUSE_WHY);
@@ -493,9 +499,7 @@ int api_authenticate_node(api_ctx *ctx, const char *authorization, store_node *n
     if (rc == STORE_NOTFOUND && node_token_promote(ctx, h) == STORE_OK)
         rc = store_node_by_token(ctx->st, h, node);
     if (rc == STORE_NOTFOUND && node_token_reused(ctx, h)) {
-        api_error(rs, 401, "unauthorized", NULL,
-                  "this node token was replaced by a rotation; used again after it, it "
-                  "revokes its node");
+        api_error(rs, 401, "unauthorized", NULL, "unknown node token");
         return -1;
     }
     if (rc == STORE_NOTFOUND) {
@@ -797,7 +801,7 @@ struct token_next {
 static store_rc token_next_write(store_tx *tx, void *arg)
 {
     struct token_next *t = arg;
-    return store_node_token_next(tx, t->id, t->hash);
+    return store_node_token_next(tx, t->id, t->hash, util_now_ms());
 }
 
 /* A node whose token rotation is asked for, or due by its age, is sent a

@@ -65,9 +65,8 @@ static int env_text(launch_get_fn *get, void *arg, char *why, size_t n)
         return -1;
     }
     char *end;
-    errno = 0;
-    double v = strtod(lr, &end);
-    if (errno || *end || !(v > 0) || v > LAUNCH_MAX_LR) {
+    double v = strtod(lr, &end); /* a tiny one (ERANGE, below DBL_MIN) is still above 0 */
+    if (end == lr || *end || !(v > 0) || v > LAUNCH_MAX_LR) {
         fmt_cut(why, n, "LR='%.40s' is not a number above 0 and at most %d", lr, LAUNCH_MAX_LR);
         return -1;
     }

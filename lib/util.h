@@ -81,7 +81,8 @@ int util_image_ref_valid(const char *ref);
 #define UTIL_DIGEST_LEN 71
 int util_digest_valid(const char *s);
 /* 1 when s is a host name (labels of letters, digits and inner hyphens,
- * joined by dots), an IPv4 address or an IPv6 address, at most 253 bytes:
+ * joined by dots, the last not all digits), an IPv4 address in dotted
+ * quads or an IPv6 address, at most 253 bytes:
  * nothing else, so that it is never read as an option, a path or more
  * than one line. */
 int util_host_valid(const char *s);

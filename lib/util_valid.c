@@ -150,10 +150,15 @@ int util_host_valid(const char *s)
     size_t n = s ? strlen(s) : 0;
     if (n == 0 || n > 253)
         return 0;
-    if (inet_pton(AF_INET6, s, a6) == 1)
+    if (inet_pton(AF_INET6, s, a6) == 1 || inet_pton(AF_INET, s, a6) == 1)
         return 1;
-    /* dot-separated labels of letters, digits and inner hyphens (an IPv4
-     * address is one such name) */
+    /* not a dotted quad: a name, whose last label is not all digits (else
+     * "127.1", "0x7f.1" or "0" would be read as addresses by the resolver) */
+    const char *last = strrchr(s, '.');
+    last = last ? last + 1 : s;
+    if (strspn(last, "0123456789") == strlen(last))
+        return 0;
+    /* dot-separated labels of letters, digits and inner hyphens */
     for (const char *label = s;;) {
         size_t len = strspn(label, "abcdefghijklmnopqrstuvwxyz"
                                    "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-");

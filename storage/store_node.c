@@ -269,13 +269,32 @@ store_rc store_node_token_ask(store_tx *tx, int64_t id)
     return store_tx_exec_id(tx, sql, id);
 }
 
-store_rc store_node_token_next(store_tx *tx, int64_t id, const uint8_t hash[UTIL_SHA256_LEN])
+/* Keeps a token node id gives up in node_token_history: its token in use
+ * (replaced 1, a rotation replaces it) or its successor out (replaced 0,
+ * a newer one is handed out before its first use), when there is one. */
+static store_rc token_retire(store_tx *tx, int64_t id, int replaced, int64_t now_ms)
+{
+    static const char *const sql[2] = {
+        "INSERT INTO node_token_history(hash, node_id, retired_at, replaced)"
+        " SELECT next_token_hash, id, ?2, 0 FROM nodes WHERE id = ?1"
+        " AND next_token_hash IS NOT NULL",
+        "INSERT INTO node_token_history(hash, node_id, retired_at, replaced)"
+        " SELECT token_hash, id, ?2, 1 FROM nodes WHERE id = ?1"};
+    store_rc rc = store_exec(store_tx_conn(tx), NULL, sql[replaced != 0],
+                             STORE_ARGS(STORE_I(id), STORE_I(now_ms)));
+    return rc == STORE_NOTFOUND ? STORE_OK : rc;
+}
+
+store_rc store_node_token_next(store_tx *tx, int64_t id, const uint8_t hash[UTIL_SHA256_LEN],
+                               int64_t now_ms)
 {
     static const char sql[] = "UPDATE nodes SET next_token_hash = ?2 WHERE id = ?1"
                               " AND revoked_at IS NULL";
     store_tx_touch(tx, id);
-    return store_exec(store_tx_conn(tx), NULL, sql,
-                      STORE_ARGS(STORE_I(id), STORE_B(hash, UTIL_SHA256_LEN)));
+    store_rc rc = token_retire(tx, id, 0, now_ms);
+    return rc != STORE_OK ? rc
+                          : store_exec(store_tx_conn(tx), NULL, sql,
+                                       STORE_ARGS(STORE_I(id), STORE_B(hash, UTIL_SHA256_LEN)));
 }
 
 store_rc store_node_by_next_token(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t *id)
@@ -285,35 +304,56 @@ store_rc store_node_by_next_token(store *s, const uint8_t hash[UTIL_SHA256_LEN],
     return store_int64(store_reader(s), id, sql, STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN)));
 }
 
-store_rc store_node_by_prev_token(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t *id,
-                                  int64_t *since)
+store_rc store_node_by_retired_token(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t *id,
+                                     int64_t *retired_at, int *replaced)
 {
-    static const char sql[] = "SELECT id, coalesce(token_issued_at, registered_at) FROM nodes"
-                              " WHERE prev_token_hash = ?1 AND revoked_at IS NULL";
+    static const char sql[] = "SELECT h.node_id, h.retired_at, h.replaced"
+                              " FROM node_token_history h JOIN nodes n ON n.id = h.node_id"
+                              " WHERE h.hash = ?1 AND n.revoked_at IS NULL";
     store_st *st = store_prep(store_reader(s), sql, STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN)));
     if (!st)
         return STORE_EIO;
     int rc = store_step_row(st);
     if (rc == STORE_OK) {
         *id = store_col_int64(st, 0);
-        *since = store_col_int64(st, 1);
+        *retired_at = store_col_int64(st, 1);
+        *replaced = store_col_int(st, 2);
     }
     store_reset(st);
     return rc;
 }
 
+/* What history a node keeps of its given-up tokens: a stolen copy older
+ * than this is caught by the rotations since, not by its own use. */
+#define TOKEN_HISTORY_MS (90LL * 86400 * 1000)
+
 store_rc store_node_token_promote(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN],
                                   int64_t now_ms, int64_t *id)
 {
     static const char sql[] =
-        "UPDATE nodes SET prev_token_hash = token_hash, token_hash = next_token_hash,"
+        "UPDATE nodes SET token_hash = next_token_hash,"
         " next_token_hash = NULL, token_rotate = 0, token_issued_at = ?2"
         " WHERE next_token_hash = ?1 AND revoked_at IS NULL RETURNING id";
-    store_st *st = store_prep(store_tx_conn(tx), sql,
-                              STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN), STORE_I(now_ms)));
-    if (!st)
-        return STORE_EIO;
-    int rc = store_step_row(st);
+    static const char prune[] = "DELETE FROM node_token_history WHERE retired_at < ?1";
+    int64_t node;
+    store_rc rc = store_int64(store_tx_conn(tx), &node,
+                              "SELECT id FROM nodes WHERE next_token_hash = ?1"
+                              " AND revoked_at IS NULL",
+                              STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN)));
+    if (rc == STORE_OK)
+        rc = token_retire(tx, node, 1, now_ms);
+    if (rc == STORE_OK)
+        rc = store_exec(store_tx_conn(tx), NULL, prune,
+                        STORE_ARGS(STORE_I(now_ms - TOKEN_HISTORY_MS)));
+    if (rc == STORE_NOTFOUND)
+        rc = STORE_OK; /* nothing to prune */
+    store_st *st = rc == STORE_OK ? store_prep(store_tx_conn(tx), sql,
+                                               STORE_ARGS(STORE_B(hash, UTIL_SHA256_LEN),
+                                                          STORE_I(now_ms)))
+                                  : NULL;
+    if (rc != STORE_OK || !st)
+        return rc != STORE_OK ? rc : STORE_EIO;
+    rc = store_step_row(st);
     if (rc == STORE_OK) {
         *id = store_col_int64(st, 0);
         store_tx_touch(tx, *id); /* its old token's cached row goes */

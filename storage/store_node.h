@@ -100,18 +100,21 @@ store_rc store_node_revoke(store_tx *tx, int64_t id, int64_t now_ms, const char 
  * its agent a new one.  STORE_NOTFOUND when there is no such node or it is
  * revoked. */
 store_rc store_node_token_ask(store_tx *tx, int64_t id);
-/* hash is node id's next token, handed out now; any earlier one out is
- * forgotten.  STORE_NOTFOUND when revoked. */
-store_rc store_node_token_next(store_tx *tx, int64_t id, const uint8_t hash[UTIL_SHA256_LEN]);
+/* hash is node id's next token, handed out at now_ms; an earlier one out
+ * and not used is forgotten, kept in its history as given up (replaced 0).
+ * STORE_NOTFOUND when revoked. */
+store_rc store_node_token_next(store_tx *tx, int64_t id, const uint8_t hash[UTIL_SHA256_LEN],
+                               int64_t now_ms);
 /* The node whose next token hash is: its id, or STORE_NOTFOUND. */
 store_rc store_node_by_next_token(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t *id);
-/* The live node whose token a rotation replaced with another, hash: its
- * id and when its token in use now was issued (*since), or STORE_NOTFOUND. */
-store_rc store_node_by_prev_token(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t *id,
-                                  int64_t *since);
+/* The live node that gave up token hash (migration 018): its id, when,
+ * and whether a rotation replaced it (1) or a newer one was handed out
+ * before its first use (0).  STORE_NOTFOUND for a token never given up. */
+store_rc store_node_by_retired_token(store *s, const uint8_t hash[UTIL_SHA256_LEN], int64_t *id,
+                                     int64_t *retired_at, int *replaced);
 /* The first use of a next token: it becomes the node's token, issued at
- * now_ms, and the one before is refused from then on (and kept, as
- * prev_token_hash, to tell its later use).  STORE_OK with the
+ * now_ms, and the one before is refused from then on (and kept in the
+ * history, replaced 1, to tell its later use; entries past 90 days go).  STORE_OK with the
  * node's id, or STORE_NOTFOUND (nothing changed). */
 store_rc store_node_token_promote(store_tx *tx, const uint8_t hash[UTIL_SHA256_LEN],
                                   int64_t now_ms, int64_t *id);

@@ -1395,6 +1395,41 @@ Test(agent, a_node_token_taken_over_by_a_thief_revokes_the_node, .timeout = 90)
               text);
 }
 
+/*
+ * A second probe's race: with a copy of the node's token, a thief
+ * heartbeats every 20 ms while a rotation is asked, so that each successor
+ * the agent keeps is forgotten for the thief's next before the agent uses
+ * it (the agent then gave up, refused, and the thief kept the node).  A
+ * successor forgotten that way and then used revokes the node at once.
+ */
+Test(agent, a_thief_racing_for_the_new_token_gets_the_node_revoked, .timeout = 90)
+{
+    char stolen[80], mine[80], got[80], seen[16];
+    platform(NULL);
+    agents(1, "8");
+    long id = submit_sh("victim", "victim.sh", "#!/bin/sh\nsleep 60\n", 1, NULL);
+    cr_assert(th_wait_state(&d, tok, id, "RUNNING", 30000, seen), "job is %s", seen);
+    kept_token(&ag[0], stolen);
+    mine[0] = '\0';
+    th_must(th_post(&d, "/v1/nodes/1/rotate-token", TH_ADMIN, NULL), 202);
+    for (int i = 0; i < 200; i++) { /* 4 s: the agent heartbeats in them */
+        if (beat_as(stolen, got) == 200 && got[0])
+            snprintf(mine, sizeof mine, "%s", got);
+        usleep(20 * 1000);
+    }
+    beat_as(mine, got); /* the thief takes the node, or is caught */
+    char why[200] = "";
+    for (int i = 0; i < 150 && !strstr(why, "two holders"); i++) {
+        th_resp r = th_get(&d, "/v1/nodes/1", TH_ADMIN);
+        snprintf(why, sizeof why, "%s", th_str(&r, "revoked_reason"));
+        th_free(&r);
+        usleep(100 * 1000);
+    }
+    cr_expect(strstr(why, "two holders") != NULL, "the node was not revoked: '%s'", why);
+    cr_expect_eq(beat_as(mine, got), 401, "the thief keeps the node");
+    cr_expect(th_wait_state(&d, tok, id, "FAILED", 30000, seen), "job is %s", seen);
+}
+
 /* Bytes written to, and bytes on disk of, every output.log of an agent's
  * workers; returns how many there are. */
 static int node_logs(const th_agent *a, long *written, long *disk)

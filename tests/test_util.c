@@ -869,6 +869,8 @@ Test(launch, each_fault_of_a_launch_spec_is_refused_by_name)
     };
     launch_fault("", "nothing", NULL, why, sizeof why);
     cr_expect_str_eq(why, "", "a valid spec was refused");
+    launch_fault("env", "LR", "\"9.99999999999997e-311\"", why, sizeof why);
+    cr_expect_str_eq(why, "", "a tiny learning rate cohortd takes was refused");
     for (size_t i = 0; i < sizeof faults / sizeof *faults; i++) {
         launch_fault(faults[i].obj, faults[i].key, faults[i].value, why, sizeof why);
         cr_expect(strstr(why, faults[i].want) != NULL, "%s.%s=%s: got '%s'", faults[i].obj,

@@ -9,16 +9,22 @@
 -- and the old one is refused from then on.  An agent that lost the answer
 -- goes on with the old token and is handed another new one.
 --
--- The token a rotation replaced stays in prev_token_hash: presented again
--- after a few seconds (past any request of the agent's own still on its
--- way), it says that two parties hold the node's token, and the node is
--- revoked, with why in revoke_reason.
+-- Every token a node gave up is kept in node_token_history: one a
+-- rotation replaced (replaced 1), and one handed out but then forgotten
+-- for a newer one before its first use (replaced 0).  Presented again
+-- (the replaced one past a few seconds, for the agent's own requests still
+-- on their way), it says that two parties hold the node's token, and the
+-- node is revoked, with why in revoke_reason.
 ALTER TABLE nodes ADD COLUMN next_token_hash BYTEA;
 ALTER TABLE nodes ADD COLUMN token_issued_at BIGINT;
 ALTER TABLE nodes ADD COLUMN token_rotate INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE nodes ADD COLUMN prev_token_hash BYTEA;
 ALTER TABLE nodes ADD COLUMN revoke_reason TEXT;
 CREATE UNIQUE INDEX nodes_next_token ON nodes(next_token_hash)
     WHERE next_token_hash IS NOT NULL;
-CREATE INDEX nodes_prev_token ON nodes(prev_token_hash)
-    WHERE prev_token_hash IS NOT NULL;
+CREATE TABLE node_token_history (
+    hash       BYTEA PRIMARY KEY,
+    node_id    BIGINT NOT NULL REFERENCES nodes(id),
+    retired_at BIGINT NOT NULL,
+    replaced   INTEGER NOT NULL
+);
+CREATE INDEX node_token_history_node ON node_token_history(node_id, retired_at);
