@@ -483,11 +483,13 @@ static void roll_call(comm *c, char *out, size_t len)
  * Gloo's or NCCL's reason, and which ranks the roll call found lost. */
 static int failed(comm *c, const char *what, const char *why)
 {
-    char lost[256];
+    char lost[256], reason[768];
     if (!c->failed) {
+        /* why may live on the backend, which the roll call closes */
+        fmt_cut(reason, sizeof reason, "%s", why);
         roll_call(c, lost, sizeof lost);
         fmt_cut(c->err, sizeof c->err, "rank %d of %d: %s failed: %s; %s", c->rank, c->size,
-                 what, why, lost);
+                what, reason, lost);
     }
     c->failed = 1;
     return -1;
